@@ -1,0 +1,1 @@
+"""Fleet ledger: the pure protocol core (no I/O) and the fleet CLI."""

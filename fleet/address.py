@@ -1,0 +1,52 @@
+"""Content addresses: ``b3:`` followed by the unpadded base64url form of 32 BLAKE3 bytes.
+
+The text form is exactly 46 characters. Parsing is strict: padding, the standard base64
+alphabet, whitespace, a different prefix, a different length or non-canonical trailing bits
+are all refused with :class:`~fleet.errors.MalformedAddress`.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import re
+
+from blake3 import blake3
+
+from fleet.errors import MalformedAddress
+
+PREFIX = "b3:"
+DIGEST_SIZE = 32
+_TEXT = re.compile(r"b3:[A-Za-z0-9_-]{42}[AEIMQUYcgkosw048]\Z")
+
+
+def digest(data: bytes) -> bytes:
+    """BLAKE3-256 of ``data``."""
+    return blake3(data).digest()
+
+
+def format_address(raw: bytes) -> str:
+    """Text form of a 32-byte digest."""
+    if len(raw) != DIGEST_SIZE:
+        raise MalformedAddress(f"an address holds {DIGEST_SIZE} bytes, got {len(raw)}")
+    return PREFIX + base64.urlsafe_b64encode(raw).rstrip(b"=").decode("ascii")
+
+
+def parse_address(text: object) -> bytes:
+    """The 32 bytes behind a ``b3:`` address, or :class:`MalformedAddress`."""
+    if not isinstance(text, str) or _TEXT.match(text) is None:
+        raise MalformedAddress(f"not a b3: content address: {_show(text)}")
+    try:
+        return base64.urlsafe_b64decode(text[3:] + "=")
+    except (binascii.Error, ValueError) as exc:  # pragma: no cover - the pattern excludes it
+        raise MalformedAddress(f"not a b3: content address: {_show(text)}") from exc
+
+
+def address_of(data: bytes) -> str:
+    """Text address of ``data``'s BLAKE3 digest."""
+    return format_address(digest(data))
+
+
+def _show(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."

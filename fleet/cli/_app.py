@@ -1,0 +1,41 @@
+"""The ``fleet`` click group and the error handling every command shares."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from typing import Any
+
+import click
+
+
+class UserError(click.ClickException):
+    """A mistake by the person at the terminal: printed as one line, exit code 2."""
+
+    exit_code = 2
+
+
+class CheckFailed(click.ClickException):
+    """Something checked did not hold (a record, a proof, a note): one line, exit code 1."""
+
+    exit_code = 1
+
+    def show(self, file: Any = None) -> None:
+        click.echo(self.format_message(), err=True)
+
+
+def fail(message: str) -> CheckFailed:
+    return CheckFailed(message)
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="fleet-ledger")
+def cli() -> None:
+    """Fleet ledger: hash-chained run records, a Merkle fleet log, proofs anyone can check."""
+
+
+def run(entry: Callable[..., Any]) -> None:
+    try:
+        entry(standalone_mode=True)
+    except KeyboardInterrupt:
+        sys.exit(130)

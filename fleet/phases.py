@@ -1,0 +1,34 @@
+"""The phase rules of a run record, as data.
+
+A record starts ``fresh``. The table maps (phase, segment kind) to the next phase; a pair
+that is not in it is a :class:`~fleet.errors.PhaseViolation`, and any segment after
+``closed`` is :class:`~fleet.errors.RecordClosed`. Alternation is strict: a run parks only
+after it has executed, resumes only while parked, and executes before it parks again.
+A record may be closed in any phase, parked included.
+
+    fresh   --executed--> ran      ran     --executed--> ran
+    ran     --suspended-> parked   parked  --resumed---> resumed
+    resumed --executed--> ran      any     --closed----> closed
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+FRESH: Final = "fresh"
+RAN: Final = "ran"
+PARKED: Final = "parked"
+RESUMED: Final = "resumed"
+CLOSED: Final = "closed"
+
+TRANSITIONS: Final[dict[tuple[str, str], str]] = {
+    (FRESH, "executed"): RAN,
+    (FRESH, "closed"): CLOSED,
+    (RAN, "executed"): RAN,
+    (RAN, "suspended"): PARKED,
+    (RAN, "closed"): CLOSED,
+    (PARKED, "resumed"): RESUMED,
+    (PARKED, "closed"): CLOSED,
+    (RESUMED, "executed"): RAN,
+    (RESUMED, "closed"): CLOSED,
+}
