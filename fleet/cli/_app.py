@@ -39,3 +39,8 @@ def run(entry: Callable[..., Any]) -> None:
         entry(standalone_mode=True)
     except KeyboardInterrupt:
         sys.exit(130)
+
+
+@cli.group()
+def bench() -> None:
+    """Benchmarks: each prints JSON and compares against a baseline measured in the same run."""
