@@ -19,7 +19,6 @@ from fleet.address import digest
 from fleet.attestation import Attestation
 from fleet.errors import (
     AttestationMismatch,
-    HeadMismatch,
     ManifestMismatch,
     PhaseViolation,
     RecordClosed,
@@ -123,28 +122,23 @@ class RunState:
                 )
         return nxt
 
+    def prepare(
+        self, segment: Segment, attestation: Attestation | None = None
+    ) -> tuple[str, bytes]:
+        """The phase and head ``segment`` would lead to, or the named refusal; changes nothing."""
+        nxt = self.check(segment, attestation)
+        return nxt, digest(self.head + segment.canonical())
+
     def advance(self, segment: Segment, attestation: Attestation | None = None) -> bytes:
         """Fold ``segment`` and return the new head; a refusal leaves the state unchanged."""
-        nxt = self.check(segment, attestation)
-        head = digest(self.head + segment.canonical())
-        self._apply(segment, attestation, nxt, head)
+        nxt, head = self.prepare(segment, attestation)
+        self.apply(segment, attestation, nxt, head)
         return head
 
-    def advance_expecting(
-        self, segment: Segment, attestation: Attestation | None, head: bytes
-    ) -> None:
-        """Fold ``segment`` only if it yields the stated ``head``."""
-        nxt = self.check(segment, attestation)
-        computed = digest(self.head + segment.canonical())
-        if computed != head:
-            raise HeadMismatch(
-                "the stated head is not the head recomputed from genesis", segment=self.index + 1
-            )
-        self._apply(segment, attestation, nxt, computed)
-
-    def _apply(
+    def apply(
         self, segment: Segment, attestation: Attestation | None, nxt: str, head: bytes
     ) -> None:
+        """Move to ``nxt``/``head`` as computed by :meth:`prepare` for this same segment."""
         self.index += 1
         self.head = head
         self.phase = nxt

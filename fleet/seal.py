@@ -60,6 +60,6 @@ def decode_key(text: str) -> VerifyKey:
         raw = base64.b64decode(text, validate=True)
     except (binascii.Error, ValueError, TypeError) as exc:
         raise ValueError("a host key is the base64 of 32 Ed25519 public key bytes") from exc
-    if len(raw) != 32:
-        raise ValueError("a host key is the base64 of 32 Ed25519 public key bytes")
+    if len(raw) != 32 or base64.b64encode(raw).decode("ascii") != text:
+        raise ValueError("a host key is the canonical base64 of 32 Ed25519 public key bytes")
     return VerifyKey(raw)

@@ -1,0 +1,82 @@
+"""Offline verification of a whole run record, from genesis.
+
+This is what ``fleet verify`` runs and what the ledger's fold decides segment by segment:
+recomputed heads, phase rules, snapshot and manifest identity at every resume, attestation
+addresses, idle energy, and (when a host key is known) every seal. The first failure is
+raised as its named :class:`~fleet.errors.RecordError`, pinned to the failing segment.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from nacl.signing import VerifyKey
+
+from fleet.address import format_address, parse_address
+from fleet.errors import HeadMismatch, IndexGap, MalformedSegment, RecordError
+from fleet.record import Energy, RunState
+from fleet.seal import check_seal, decode_key
+from fleet.wait_proof import Verdict
+from fleet.wire import RECORD_FORMAT, RecordWire, SealedSegment, segment_from_wire
+
+
+@dataclass(frozen=True, slots=True)
+class RecordReport:
+    run: str
+    segments: int
+    head: str
+    phase: str
+    energy: Energy
+    wait_proof: Verdict
+    sealed: bool
+
+
+def fold_sealed(
+    state: RunState, sealed: SealedSegment, verify_key: VerifyKey | None
+) -> None:
+    """Check one sealed segment against ``state`` and fold it; refusals leave state as it was."""
+    if sealed.index != state.index + 1:
+        raise IndexGap(
+            f"segment index {sealed.index} where {state.index + 1} was next", segment=sealed.index
+        )
+    nxt, head = state.prepare(sealed.segment, sealed.attestation)
+    if head != sealed.head:
+        raise HeadMismatch(
+            "the stated head is not the head recomputed from genesis", segment=sealed.index
+        )
+    if verify_key is not None:
+        check_seal(verify_key, state.run, sealed.index, sealed.head, sealed.seal)
+    state.apply(sealed.segment, sealed.attestation, nxt, head)
+
+
+def verify_record(record: RecordWire, host_key: str | None = None) -> RecordReport:
+    """Verify ``record`` from genesis; ``host_key`` pins the key expected to seal it.
+
+    Without a pinned key the record's own ``host_key`` checks the seals; a record naming no
+    key at all verifies its chain only and reports ``sealed=False``.
+    """
+    if record.format != RECORD_FORMAT:
+        raise MalformedSegment(f"unknown record format {record.format!r}")
+    key_text = host_key if host_key is not None else record.host_key
+    if host_key is not None and record.host_key not in (None, host_key):
+        raise RecordError("the record is sealed by a different host key than the pinned one")
+    try:
+        verify_key = None if key_text is None else decode_key(key_text)
+    except ValueError as exc:
+        raise MalformedSegment(str(exc)) from None
+    state = RunState.open(parse_address(record.unit_id), parse_address(record.grants_id))
+    if record.run is not None and parse_address(record.run) != state.run:
+        raise HeadMismatch("the record's run is not the genesis head of its unit and grants")
+    for position, wire in enumerate(record.segments, start=1):
+        try:
+            sealed = segment_from_wire(wire)
+            if sealed.index != position:
+                raise IndexGap(f"segment {position} states index {sealed.index}")
+            fold_sealed(state, sealed, verify_key)
+        except RecordError as exc:
+            raise exc.at(position) from None
+    return RecordReport(
+        run=format_address(state.run), segments=state.index, head=format_address(state.head),
+        phase=state.phase, energy=state.energy, wait_proof=state.wait_proof(),
+        sealed=verify_key is not None,
+    )

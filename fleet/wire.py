@@ -1,0 +1,298 @@
+"""Wire and file forms of segments and run records (JSON via msgspec), decoded strictly.
+
+A segment travels as one JSON object with its kind, its 1-based ``index``, the ``head`` after
+it, its ``seal`` (base64 of 64 bytes) and the fields of its kind, named as in the spec:
+
+    executed   attestation, attestation_object {receipt {uj, provenance, meter},
+               journal_root, outcome}, calls {dispatched, resolved} (absent = unaccounted)
+    suspended  snapshot {fs_root[, mem_image]} | {transcript}, manifest
+    resumed    snapshot, manifest, idle_uj, idle_provenance, idle_meter
+    closed     (nothing more)
+
+A field that does not belong to the kind is refused (``MalformedSegment``), so no byte of the
+wire form is ignored: every byte either feeds the hash or is checked against it.
+
+On NATS a segment goes inside an envelope that names its host and run and carries the unit
+and grant ids, so the ledger can recompute the run identity from the first message.
+A run record file is ``{"format", "unit_id", "grants_id", "run", "host_key", "segments"}``;
+every one of its fields is checked (``run`` against genesis, ``host_key`` by the seals).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from dataclasses import dataclass
+
+import msgspec
+
+from fleet.address import format_address, parse_address
+from fleet.attestation import Attestation, make_attestation
+from fleet.errors import MalformedSegment, RecordError, ValueOutOfRange
+from fleet.segment import (
+    CLOSED,
+    EXECUTED,
+    RESUMED,
+    SUSPENDED,
+    CallAccount,
+    Executed,
+    ImageSnapshot,
+    Resumed,
+    Segment,
+    Snapshot,
+    Suspended,
+    make_snapshot,
+)
+from fleet.segment import Closed as ClosedSegment
+from fleet.segment import executed as make_executed
+from fleet.segment import resumed as make_resumed
+from fleet.segment import suspended as make_suspended
+
+ENVELOPE_VERSION = 1
+RECORD_FORMAT = "fleet.runrecord/1"
+MAX_MESSAGE = 256 * 1024
+
+
+class ReceiptWire(msgspec.Struct, forbid_unknown_fields=True):
+    uj: int
+    provenance: str
+    meter: str
+
+
+class AttestationWire(msgspec.Struct, forbid_unknown_fields=True):
+    receipt: ReceiptWire
+    journal_root: str
+    outcome: str
+
+
+class CallsWire(msgspec.Struct, forbid_unknown_fields=True):
+    dispatched: list[str]
+    resolved: list[str]
+
+
+class SnapshotWire(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True):
+    fs_root: str | None = None
+    mem_image: str | None = None
+    transcript: str | None = None
+
+
+class SegmentWire(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True):
+    kind: str
+    index: int
+    head: str
+    seal: str
+    attestation: str | None = None
+    attestation_object: AttestationWire | None = None
+    calls: CallsWire | None = None
+    snapshot: SnapshotWire | None = None
+    manifest: str | None = None
+    idle_uj: int | None = None
+    idle_provenance: str | None = None
+    idle_meter: str | None = None
+
+
+class EnvelopeWire(msgspec.Struct, forbid_unknown_fields=True):
+    v: int
+    host: str
+    run: str
+    unit_id: str
+    grants_id: str
+    segment: SegmentWire
+
+
+class RecordWire(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True):
+    unit_id: str
+    grants_id: str
+    segments: list[SegmentWire]
+    format: str = RECORD_FORMAT
+    run: str | None = None
+    host_key: str | None = None
+
+
+_FIELDS = {
+    EXECUTED: frozenset({"attestation", "attestation_object", "calls"}),
+    SUSPENDED: frozenset({"snapshot", "manifest"}),
+    RESUMED: frozenset({"snapshot", "manifest", "idle_uj", "idle_provenance", "idle_meter"}),
+    CLOSED: frozenset(),
+}
+_OPTIONAL = ("attestation", "attestation_object", "calls", "snapshot", "manifest", "idle_uj",
+             "idle_provenance", "idle_meter")
+
+
+@dataclass(frozen=True, slots=True)
+class SealedSegment:
+    """A segment with what travels beside it: its position, stated head, seal, attestation."""
+
+    index: int
+    segment: Segment
+    head: bytes
+    seal: bytes
+    attestation: Attestation | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Envelope:
+    v: int
+    host: str
+    run: bytes
+    unit_id: bytes
+    grants_id: bytes
+    sealed: SealedSegment
+
+
+# -- decoding ------------------------------------------------------------------------------
+
+
+def _seal_bytes(text: str) -> bytes:
+    try:
+        raw = base64.b64decode(text, validate=True)
+    except (binascii.Error, ValueError) as exc:
+        raise MalformedSegment("a seal is the base64 of 64 bytes") from exc
+    if len(raw) != 64 or base64.b64encode(raw).decode("ascii") != text:
+        raise MalformedSegment("a seal is the canonical base64 of 64 bytes")
+    return raw
+
+
+def _snapshot(wire: SnapshotWire | None) -> Snapshot:
+    if wire is None:
+        raise MalformedSegment("the segment has no snapshot reference")
+    return make_snapshot(
+        fs_root=None if wire.fs_root is None else parse_address(wire.fs_root),
+        mem_image=None if wire.mem_image is None else parse_address(wire.mem_image),
+        transcript=None if wire.transcript is None else parse_address(wire.transcript),
+    )
+
+
+def _required(value: object, name: str, kind: str) -> object:
+    if value is None:
+        raise MalformedSegment(f"a {kind} segment needs {name!r}")
+    return value
+
+
+def segment_from_wire(wire: SegmentWire) -> SealedSegment:
+    """Turn a decoded wire segment into core objects; refusals carry the segment's index."""
+    try:
+        return _segment_from_wire(wire)
+    except RecordError as exc:
+        raise exc.at(wire.index) from None
+
+
+def _segment_from_wire(wire: SegmentWire) -> SealedSegment:
+    kind = wire.kind
+    allowed = _FIELDS.get(kind)
+    if allowed is None:
+        raise MalformedSegment(f"unknown segment kind {kind!r}")
+    for name in _OPTIONAL:
+        if name not in allowed and getattr(wire, name) is not None:
+            raise MalformedSegment(f"a {kind} segment does not carry {name!r}")
+    if type(wire.index) is not int or not 1 <= wire.index < 2**63:
+        raise ValueOutOfRange(f"segment index out of range: {wire.index!r}")
+    attestation = None
+    segment: Segment
+    if kind == EXECUTED:
+        address = parse_address(_required(wire.attestation, "attestation", kind))
+        obj = _required(wire.attestation_object, "attestation_object", kind)
+        assert isinstance(obj, AttestationWire)
+        attestation = make_attestation(
+            obj.receipt.uj, obj.receipt.provenance, obj.receipt.meter,
+            parse_address(obj.journal_root), obj.outcome,
+        )
+        calls = None
+        if wire.calls is not None:
+            calls = CallAccount(tuple(wire.calls.dispatched), tuple(wire.calls.resolved))
+        segment = make_executed(address, calls)
+    elif kind == SUSPENDED:
+        segment = make_suspended(
+            _snapshot(wire.snapshot), parse_address(_required(wire.manifest, "manifest", kind))
+        )
+    elif kind == RESUMED:
+        segment = make_resumed(
+            _snapshot(wire.snapshot),
+            parse_address(_required(wire.manifest, "manifest", kind)),
+            _required(wire.idle_uj, "idle_uj", kind),  # type: ignore[arg-type]
+            _required(wire.idle_provenance, "idle_provenance", kind),  # type: ignore[arg-type]
+            _required(wire.idle_meter, "idle_meter", kind),  # type: ignore[arg-type]
+        )
+    else:
+        segment = ClosedSegment()
+    return SealedSegment(wire.index, segment, parse_address(wire.head), _seal_bytes(wire.seal),
+                         attestation)
+
+
+_envelope_decoder = msgspec.json.Decoder(EnvelopeWire)
+_record_decoder = msgspec.json.Decoder(RecordWire)
+
+
+def decode_envelope(data: bytes) -> Envelope:
+    """Decode one NATS message; anything undecodable is ``MalformedSegment``."""
+    if len(data) > MAX_MESSAGE:
+        raise ValueOutOfRange(f"a message of {len(data)} bytes exceeds {MAX_MESSAGE}")
+    try:
+        wire = _envelope_decoder.decode(data)
+    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+        raise MalformedSegment(f"undecodable segment message: {exc}") from None
+    if wire.v != ENVELOPE_VERSION:
+        raise MalformedSegment(f"unknown envelope version {wire.v!r}")
+    return Envelope(
+        wire.v, wire.host, parse_address(wire.run), parse_address(wire.unit_id),
+        parse_address(wire.grants_id), segment_from_wire(wire.segment),
+    )
+
+
+def decode_record(data: bytes) -> RecordWire:
+    """Decode a record file's JSON (segments stay in wire form until verification)."""
+    try:
+        return _record_decoder.decode(data)
+    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+        raise MalformedSegment(f"not a run record file: {exc}") from None
+
+
+# -- encoding ------------------------------------------------------------------------------
+
+
+def _snapshot_wire(snapshot: Snapshot) -> SnapshotWire:
+    if isinstance(snapshot, ImageSnapshot):
+        return SnapshotWire(
+            fs_root=format_address(snapshot.fs_root),
+            mem_image=None if snapshot.mem_image is None else format_address(snapshot.mem_image),
+        )
+    return SnapshotWire(transcript=format_address(snapshot.transcript))
+
+
+def segment_to_wire(sealed: SealedSegment) -> SegmentWire:
+    seg = sealed.segment
+    wire = SegmentWire(
+        kind=seg.kind, index=sealed.index, head=format_address(sealed.head),
+        seal=base64.b64encode(sealed.seal).decode("ascii"),
+    )
+    if isinstance(seg, Executed):
+        att = sealed.attestation
+        assert att is not None
+        wire.attestation = format_address(seg.attestation)
+        wire.attestation_object = AttestationWire(
+            ReceiptWire(att.receipt.uj, att.receipt.provenance, att.receipt.meter),
+            format_address(att.journal_root), att.outcome,
+        )
+        if seg.calls is not None:
+            wire.calls = CallsWire(list(seg.calls.dispatched), list(seg.calls.resolved))
+    elif isinstance(seg, Suspended | Resumed):
+        wire.snapshot = _snapshot_wire(seg.snapshot)
+        wire.manifest = format_address(seg.manifest)
+        if isinstance(seg, Resumed):
+            wire.idle_uj = seg.idle_uj
+            wire.idle_provenance = seg.idle_provenance
+            wire.idle_meter = seg.idle_meter
+    return wire
+
+
+def encode_envelope(
+    host: str, run: bytes, unit_id: bytes, grants_id: bytes, sealed: SealedSegment
+) -> bytes:
+    return msgspec.json.encode(EnvelopeWire(
+        ENVELOPE_VERSION, host, format_address(run), format_address(unit_id),
+        format_address(grants_id), segment_to_wire(sealed),
+    ))
+
+
+def encode_record(record: RecordWire) -> bytes:
+    return msgspec.json.format(msgspec.json.encode(record), indent=2) + b"\n"
