@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from fleet.cli import record_cmds  # noqa: F401  (registers commands)
+from fleet.cli import (
+    nats_cmds,  # noqa: F401
+    record_cmds,  # noqa: F401  (registers commands)
+)
 from fleet.cli._app import cli, run
 
 
