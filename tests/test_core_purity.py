@@ -1,0 +1,32 @@
+"""The protocol core imports no I/O: no asyncio, nats, sqlite3, sockets or subprocesses."""
+
+from __future__ import annotations
+
+import json
+import pkgutil
+import subprocess
+import sys
+
+import fleet
+
+FORBIDDEN = ["asyncio", "nats", "sqlite3", "socket", "subprocess", "http", "urllib.request"]
+
+
+def core_modules() -> list[str]:
+    return sorted(
+        f"fleet.{m.name}" for m in pkgutil.iter_modules(fleet.__path__)
+        if m.name != "cli" and not m.ispkg
+    )
+
+
+def test_core_modules_import_no_io():
+    """Importing every fleet core module in a fresh interpreter loads none of the I/O modules."""
+    modules = core_modules()
+    assert "fleet.record" in modules and "fleet.verify" in modules
+    code = (
+        "import importlib, json, sys\n"
+        f"for m in {modules!r}: importlib.import_module(m)\n"
+        f"print(json.dumps([f for f in {FORBIDDEN!r} if f in sys.modules]))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert json.loads(out.stdout) == []
