@@ -1,0 +1,309 @@
+"""The host's durable outbox: every sealed segment is on disk before it is sent.
+
+Why: nothing sealed may be lost (ARCHITECTURE, principle 4). A host writes a segment here in
+one fsync'd transaction, the publisher sends it to JetStream with its content address as
+``Nats-Msg-Id``, and only JetStream's acknowledgement moves it to ``acked``. A crash at
+any point leaves the segment either still pending (it is sent again; the broker or the
+publisher's fork check recognises it) or acked with its stream sequence.
+
+Storage: one SQLite file per host, WAL journal, ``synchronous=FULL`` (every commit is
+fsync'd). Table ``segments`` holds (id, run, idx, kind, subject, msg_id, payload,
+acked_seq, state) with state ``pending`` -> ``acked`` (or ``stopped``); table ``runs``
+holds per run the stream sequence of its last acknowledged segment (the next segment's
+``Nats-Expected-Last-Subject-Sequence``) and a ``stopped`` flag with its reason (a fork:
+the stream holds something else for that run). Acked rows stay until :meth:`Outbox.prune`.
+
+Backpressure with a reserved share: pending bytes are bounded by ``limit_bytes`` (default
+64 MiB). An ``executed`` segment is refused with :class:`OutboxFull` once pending bytes
+plus its own would pass ``limit_bytes * (1 - reserve)`` (default reserve 10%, so 57.6 MiB);
+``suspended``, ``resumed`` and ``closed`` segments may use the reserve up to the full
+limit, so a run can always park or close while the broker is away.
+
+Ownership: one :class:`Outbox` per file, owned by one process (the host). Its methods are
+serialised by a lock, so a host thread may ``put()`` while the publisher's event loop
+drains; each write blocks for one fsync. Listeners registered with :meth:`on_put` are called
+after every committed put (from the putting thread) to wake a publisher.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Final, Literal
+
+Kind = Literal["executed", "suspended", "resumed", "closed"]
+KINDS: Final = ("executed", "suspended", "resumed", "closed")
+PRIORITY_KINDS: Final = frozenset({"suspended", "resumed", "closed"})
+DEFAULT_LIMIT_BYTES: Final = 64 * 1024 * 1024
+DEFAULT_RESERVE: Final = 0.10
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS segments (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    run TEXT NOT NULL,
+    idx INTEGER NOT NULL,
+    kind TEXT NOT NULL CHECK (kind IN ('executed', 'suspended', 'resumed', 'closed')),
+    subject TEXT NOT NULL,
+    msg_id TEXT NOT NULL,
+    payload BLOB NOT NULL,
+    acked_seq INTEGER,
+    state TEXT NOT NULL DEFAULT 'pending' CHECK (state IN ('pending', 'acked', 'stopped')),
+    UNIQUE (run, idx)
+);
+CREATE INDEX IF NOT EXISTS segments_state ON segments (state, id);
+CREATE TABLE IF NOT EXISTS runs (
+    run TEXT PRIMARY KEY,
+    last_acked_seq INTEGER NOT NULL DEFAULT 0,
+    stopped INTEGER NOT NULL DEFAULT 0,
+    stop_reason TEXT
+);
+"""
+
+
+class OutboxError(Exception):
+    """Base of the outbox's named refusals."""
+
+
+class OutboxFull(OutboxError):
+    """The segment would pass the outbox's byte budget for its kind; retry after a drain."""
+
+    def __init__(self, kind: str, size: int, pending_bytes: int, budget: int) -> None:
+        self.kind, self.size, self.pending_bytes, self.budget = kind, size, pending_bytes, budget
+        super().__init__(
+            f"the outbox holds {pending_bytes} unacknowledged bytes; a {kind!r} segment of "
+            f"{size} bytes would pass its budget of {budget} bytes. Wait for the publisher "
+            "to drain (is the broker reachable?) and put it again."
+        )
+
+
+class RunStopped(OutboxError):
+    """The run was stopped (a fork was found); no further segment of it is taken."""
+
+    def __init__(self, run: str, reason: str) -> None:
+        self.run, self.reason = run, reason
+        super().__init__(f"run {run} was stopped and takes no more segments: {reason}")
+
+
+class OutboxConflict(OutboxError):
+    """A different segment already holds this (run, idx) in the outbox."""
+
+    def __init__(self, run: str, idx: int, held: str, offered: str) -> None:
+        self.run, self.idx, self.held, self.offered = run, idx, held, offered
+        super().__init__(
+            f"segment {idx} of run {run} is already in the outbox as {held}; "
+            f"refusing a different one, {offered}"
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Entry:
+    """One outbox row."""
+
+    id: int
+    run: str
+    idx: int
+    kind: str
+    subject: str
+    msg_id: str
+    payload: bytes
+    acked_seq: int | None
+    state: str
+
+
+@dataclass(frozen=True, slots=True)
+class Stats:
+    pending_count: int
+    pending_bytes: int
+    stopped_count: int
+    limit_bytes: int
+    executed_budget: int
+
+
+class Outbox:
+    """A durable, bounded queue of sealed segments waiting for JetStream's ack."""
+
+    def __init__(
+        self,
+        path: str | Path,
+        *,
+        limit_bytes: int = DEFAULT_LIMIT_BYTES,
+        reserve: float = DEFAULT_RESERVE,
+    ) -> None:
+        if not 0.0 <= reserve < 1.0:
+            raise ValueError(f"reserve is a share in [0, 1), got {reserve}")
+        if limit_bytes <= 0:
+            raise ValueError(f"limit_bytes must be positive, got {limit_bytes}")
+        self.path = Path(path)
+        self.limit_bytes = limit_bytes
+        self.reserve = reserve
+        self._lock = threading.RLock()
+        self._listeners: list[Callable[[], None]] = []
+        self._db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute("PRAGMA synchronous=FULL")
+        self._db.execute("PRAGMA busy_timeout=5000")
+        with self._tx():
+            for statement in _SCHEMA.split(";"):
+                if statement.strip():
+                    self._db.execute(statement)
+
+    @property
+    def executed_budget(self) -> int:
+        """Pending bytes beyond which an ``executed`` segment is refused."""
+        return int(self.limit_bytes * (1.0 - self.reserve))
+
+    @contextmanager
+    def _tx(self) -> Iterator[sqlite3.Connection]:
+        with self._lock:
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                yield self._db
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+            self._db.execute("COMMIT")
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()
+
+    def __enter__(self) -> Outbox:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def on_put(self, listener: Callable[[], None]) -> None:
+        """Call ``listener()`` after every committed put (used to wake a publisher)."""
+        self._listeners.append(listener)
+
+    # -- writing -------------------------------------------------------------------------
+
+    def put(self, run: str, idx: int, kind: Kind, subject: str, msg_id: str, payload: bytes) -> int:
+        """Store a sealed segment durably (fsync'd) and return its row id.
+
+        Putting the same (run, idx, msg_id) again returns the existing id. Raises
+        :class:`OutboxFull`, :class:`RunStopped` or :class:`OutboxConflict`.
+        """
+        if kind not in KINDS:
+            raise ValueError(f"kind is one of {KINDS}, got {kind!r}")
+        with self._tx() as db:
+            held = db.execute(
+                "SELECT id, msg_id FROM segments WHERE run = ? AND idx = ?", (run, idx)
+            ).fetchone()
+            if held is not None:
+                if held[1] != msg_id:
+                    raise OutboxConflict(run, idx, held[1], msg_id)
+                return int(held[0])
+            stopped = db.execute(
+                "SELECT stop_reason FROM runs WHERE run = ? AND stopped", (run,)
+            ).fetchone()
+            if stopped is not None:
+                raise RunStopped(run, stopped[0])
+            pending = self._pending_bytes(db)
+            budget = self.limit_bytes if kind in PRIORITY_KINDS else self.executed_budget
+            if pending + len(payload) > budget:
+                raise OutboxFull(kind, len(payload), pending, budget)
+            cur = db.execute(
+                "INSERT INTO segments (run, idx, kind, subject, msg_id, payload)"
+                " VALUES (?, ?, ?, ?, ?, ?)",
+                (run, idx, kind, subject, msg_id, payload),
+            )
+            db.execute("INSERT OR IGNORE INTO runs (run) VALUES (?)", (run,))
+            row_id = int(cur.lastrowid or 0)
+        for listener in list(self._listeners):
+            listener()
+        return row_id
+
+    def mark_acked(self, row_id: int, stream_seq: int) -> None:
+        """Record JetStream's ack: the row is acked at ``stream_seq``, its run's last seq too."""
+        with self._tx() as db:
+            row = db.execute("SELECT run FROM segments WHERE id = ?", (row_id,)).fetchone()
+            if row is None:
+                raise KeyError(f"no outbox row {row_id}")
+            db.execute(
+                "UPDATE segments SET state = 'acked', acked_seq = ? WHERE id = ?",
+                (stream_seq, row_id),
+            )
+            db.execute(
+                "UPDATE runs SET last_acked_seq = max(last_acked_seq, ?) WHERE run = ?",
+                (stream_seq, row[0]),
+            )
+
+    def stop_run(self, run: str, reason: str) -> None:
+        """Stop a run (a fork): its pending rows are kept as ``stopped`` and never sent."""
+        with self._tx() as db:
+            db.execute("INSERT OR IGNORE INTO runs (run) VALUES (?)", (run,))
+            db.execute("UPDATE runs SET stopped = 1, stop_reason = ? WHERE run = ?", (reason, run))
+            db.execute(
+                "UPDATE segments SET state = 'stopped' WHERE run = ? AND state = 'pending'",
+                (run,),
+            )
+
+    def prune(self) -> int:
+        """Delete acked rows (their runs keep the last acked seq); returns how many."""
+        with self._tx() as db:
+            return db.execute("DELETE FROM segments WHERE state = 'acked'").rowcount
+
+    # -- reading -------------------------------------------------------------------------
+
+    @staticmethod
+    def _pending_bytes(db: sqlite3.Connection) -> int:
+        row = db.execute(
+            "SELECT coalesce(sum(length(payload)), 0) FROM segments WHERE state = 'pending'"
+        ).fetchone()
+        return int(row[0])
+
+    def pending(self, limit: int = 1000) -> list[Entry]:
+        """Up to ``limit`` unacknowledged rows of running runs, oldest first."""
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT id, run, idx, kind, subject, msg_id, payload, acked_seq, state"
+                " FROM segments WHERE state = 'pending' ORDER BY id LIMIT ?",
+                (limit,),
+            ).fetchall()
+        return [Entry(*row) for row in rows]
+
+    def get(self, row_id: int) -> Entry | None:
+        with self._lock:
+            row = self._db.execute(
+                "SELECT id, run, idx, kind, subject, msg_id, payload, acked_seq, state"
+                " FROM segments WHERE id = ?",
+                (row_id,),
+            ).fetchone()
+        return None if row is None else Entry(*row)
+
+    def last_acked_seq(self, run: str) -> int:
+        """The stream sequence of the run's last acked segment; 0 if none is acked yet."""
+        with self._lock:
+            row = self._db.execute(
+                "SELECT last_acked_seq FROM runs WHERE run = ?", (run,)
+            ).fetchone()
+        return 0 if row is None else int(row[0])
+
+    def stopped_runs(self) -> dict[str, str]:
+        """Stopped runs and the reason each was stopped."""
+        with self._lock:
+            rows = self._db.execute("SELECT run, stop_reason FROM runs WHERE stopped").fetchall()
+        return {run: reason or "" for run, reason in rows}
+
+    def stats(self) -> Stats:
+        with self._lock:
+            count = self._db.execute(
+                "SELECT count(*) FROM segments WHERE state = 'pending'"
+            ).fetchone()[0]
+            stopped = self._db.execute(
+                "SELECT count(*) FROM segments WHERE state = 'stopped'"
+            ).fetchone()[0]
+            pending_bytes = self._pending_bytes(self._db)
+        return Stats(
+            pending_count=int(count),
+            pending_bytes=pending_bytes,
+            stopped_count=int(stopped),
+            limit_bytes=self.limit_bytes,
+            executed_budget=self.executed_budget,
+        )
