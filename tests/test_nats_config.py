@@ -7,6 +7,7 @@ import contextlib
 import os
 import re
 import shutil
+import signal
 import stat
 import subprocess
 import sys
@@ -205,14 +206,25 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     conf = write_config(
         root, HOSTS, host_address="127.0.0.1", port=-1, store_dir=str(root / "js")
     ).configs[0]
-    log = root / "server.log"
+    with running(conf) as (server, _proc):
+        yield server
+
+
+def port_of(server: Server) -> int:
+    return int(server.url.rsplit(":", 1)[1])
+
+
+@contextlib.contextmanager
+def running(conf: Path) -> Iterator[tuple[Server, subprocess.Popen[bytes]]]:
+    """A nats-server started from ``conf``, stopped by pid on exit."""
+    log = conf.with_suffix(".log")
     proc = subprocess.Popen(
         [nats_server_path(), "-c", str(conf), "-l", str(log)],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
     try:
-        yield Server(url=wait_ready(proc, log), creds=root / "creds")
+        yield Server(url=wait_ready(proc, log), creds=conf.parent / "creds"), proc
     finally:
         proc.terminate()
         try:
@@ -422,3 +434,30 @@ def test_unknown_clients_are_refused(server: Server, tmp_path: Path, who: str) -
         assert "authorization" in str(refused.value).lower()
 
     asyncio.run(scenario())
+
+
+def test_reload_without_a_host_disconnects_it(tmp_path: Path) -> None:
+    """Rewriting the config without a host and reloading the server drops that host's client."""
+
+    async def scenario(server: Server, proc: subprocess.Popen[bytes]) -> None:
+        disconnected = asyncio.Event()
+
+        async def on_disconnect() -> None:
+            disconnected.set()
+
+        async with (
+            connect(server, "host1") as kept,
+            connect(server, "host2", disconnected_cb=on_disconnect) as revoked,
+        ):
+            write_config(tmp_path, ["host1"], **local, port=port_of(server))
+            proc.send_signal(signal.SIGHUP)  # nats-server reloads its config
+            async with asyncio.timeout(5):
+                await disconnected.wait()
+            assert revoked.is_closed
+            await kept.flush(timeout=2)  # the remaining host stays connected
+            assert kept.is_connected
+
+    local = {"host_address": "127.0.0.1", "store_dir": str(tmp_path / "js")}
+    conf = write_config(tmp_path, HOSTS, **local, port=-1).configs[0]
+    with running(conf) as (server, proc):
+        asyncio.run(scenario(server, proc))

@@ -34,8 +34,8 @@ from ledger.nats_config import DEFAULT_PORT, DEFAULT_STORE, write_config
 @click.option(
     "--js-dir",
     default=None,
-    help=f"JetStream store folder on the server [default: {DEFAULT_STORE} for a cluster, "
-    "OUT/jetstream for one node].",
+    help="JetStream store folder on the server, which keeps its streams in JS_DIR/jetstream "
+    f"[default: {DEFAULT_STORE} for a cluster, OUT for one node].",
 )
 @click.option("--port", default=DEFAULT_PORT, show_default=True, type=int, help="Client port.")
 @click.option(
@@ -55,7 +55,7 @@ def nats_config(
     """
     names = [h.strip() for h in hosts.split(",") if h.strip()]
     if js_dir is None:
-        js_dir = DEFAULT_STORE if cluster > 1 else str((out / "jetstream").resolve())
+        js_dir = DEFAULT_STORE if cluster > 1 else str(out.resolve())
     try:
         written = write_config(
             out, names, cluster=cluster, host_address=host_address, port=port, store_dir=js_dir
