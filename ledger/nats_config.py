@@ -339,6 +339,8 @@ def write_config(
     )
     for file_name, text in texts.items():
         path = out / file_name
+        # Rewritten in place, not renamed over: a container that bind-mounts this one file
+        # keeps the old inode, and must see the new text when the server reloads.
         path.write_text(text)
         configs.append(path)
     return Written(configs=configs, new_seeds=new, kept_seeds=kept)

