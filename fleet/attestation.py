@@ -13,7 +13,9 @@ with ``text(t) = len:u16 || utf8`` and provenance 1 = measured, 2 = estimated.
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass
+
+import msgspec
+from msgspec.structs import force_setattr
 
 from fleet.address import digest
 from fleet.segment import (
@@ -28,8 +30,7 @@ DOMAIN = b"fleet.attestation/1"
 _RECEIPT = struct.Struct(">QB")
 
 
-@dataclass(frozen=True, slots=True)
-class EnergyReceipt:
+class EnergyReceipt(msgspec.Struct, frozen=True):
     """Microjoules drawn by one interval, how they were obtained, and by which meter."""
 
     uj: int
@@ -37,24 +38,31 @@ class EnergyReceipt:
     meter: str
 
 
-@dataclass(frozen=True, slots=True)
-class Attestation:
+class Attestation(msgspec.Struct, frozen=True):
     receipt: EnergyReceipt
     journal_root: bytes
     outcome: str
+    # Canonical bytes and address, computed once: the fold checks the address of every one.
+    _raw: bytes = b""
+    _address: bytes = b""
 
-    def canonical(self) -> bytes:
+    def __post_init__(self) -> None:
         r = self.receipt
-        return (
+        raw = (
             DOMAIN
             + _RECEIPT.pack(r.uj, PROVENANCES[r.provenance])
             + encode_text(r.meter, "meter")
             + self.journal_root
             + encode_text(self.outcome, "outcome")
         )
+        force_setattr(self, "_raw", raw)
+        force_setattr(self, "_address", digest(raw))
+
+    def canonical(self) -> bytes:
+        return self._raw
 
     def address(self) -> bytes:
-        return digest(self.canonical())
+        return self._address
 
 
 def make_attestation(
@@ -63,7 +71,5 @@ def make_attestation(
     """An attestation with every field checked against what its canonical bytes can carry."""
     check_u64(uj, "receipt uj")
     check_provenance(provenance)
-    encode_text(meter, "meter")
-    encode_text(outcome, "outcome")
     return Attestation(EnergyReceipt(uj, provenance, meter), check_digest(journal_root,
                        "journal_root"), outcome)

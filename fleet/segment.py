@@ -22,8 +22,10 @@ References are validated when they are built, so a malformed one never reaches t
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass
 from typing import Final
+
+import msgspec
+from msgspec.structs import force_setattr
 
 from fleet.errors import MalformedCallAccount, MalformedSnapshot, ValueOutOfRange
 
@@ -82,8 +84,7 @@ def encode_text(value: object, what: str, limit: int = MAX_TEXT) -> bytes:
     return _U16.pack(len(raw)) + raw
 
 
-@dataclass(frozen=True, slots=True)
-class ImageSnapshot:
+class ImageSnapshot(msgspec.Struct, frozen=True):
     """An image park: a filesystem root and, where resident state was suspended, a memory image."""
 
     fs_root: bytes
@@ -95,8 +96,7 @@ class ImageSnapshot:
         return self.fs_root + b"\x01" + self.mem_image
 
 
-@dataclass(frozen=True, slots=True)
-class TranscriptSnapshot:
+class TranscriptSnapshot(msgspec.Struct, frozen=True):
     """A transcript park: the content address of the run's own transcript, nothing on the host."""
 
     transcript: bytes
@@ -148,8 +148,7 @@ def _encode_ids(ids: tuple[str, ...], what: str) -> bytes:
     return b"".join(parts)
 
 
-@dataclass(frozen=True, slots=True)
-class CallAccount:
+class CallAccount(msgspec.Struct, frozen=True):
     """Calls an interval dispatched and results it resolved, by call id, in the host's order."""
 
     dispatched: tuple[str, ...] = ()
@@ -163,48 +162,59 @@ class CallAccount:
         )
 
 
-@dataclass(frozen=True, slots=True)
-class Executed:
+class Executed(msgspec.Struct, frozen=True):
     attestation: bytes
     calls: CallAccount | None = None
+    # The canonical bytes, built (and so validated) once, when the segment is made.
+    _raw: bytes = b""
     kind = EXECUTED
 
-    def canonical(self) -> bytes:
+    def __post_init__(self) -> None:
         base = b"\x01" + self.attestation
-        return base if self.calls is None else base + self.calls.canonical()
+        raw = base if self.calls is None else base + self.calls.canonical()
+        force_setattr(self, "_raw", raw)
+
+    def canonical(self) -> bytes:
+        return self._raw
 
 
-@dataclass(frozen=True, slots=True)
-class Suspended:
+class Suspended(msgspec.Struct, frozen=True):
     snapshot: Snapshot
     manifest: bytes
+    _raw: bytes = b""
     kind = SUSPENDED
 
+    def __post_init__(self) -> None:
+        force_setattr(self, "_raw", b"\x02" + self.snapshot.canonical() + self.manifest)
+
     def canonical(self) -> bytes:
-        return b"\x02" + self.snapshot.canonical() + self.manifest
+        return self._raw
 
 
-@dataclass(frozen=True, slots=True)
-class Resumed:
+class Resumed(msgspec.Struct, frozen=True):
     snapshot: Snapshot
     manifest: bytes
     idle_uj: int
     idle_provenance: str
     idle_meter: str
+    _raw: bytes = b""
     kind = RESUMED
 
-    def canonical(self) -> bytes:
-        return (
+    def __post_init__(self) -> None:
+        raw = (
             b"\x03"
             + self.snapshot.canonical()
             + self.manifest
             + _IDLE.pack(self.idle_uj, PROVENANCES[self.idle_provenance])
             + encode_text(self.idle_meter, "meter")
         )
+        force_setattr(self, "_raw", raw)
+
+    def canonical(self) -> bytes:
+        return self._raw
 
 
-@dataclass(frozen=True, slots=True)
-class Closed:
+class Closed(msgspec.Struct, frozen=True):
     kind = CLOSED
 
     def canonical(self) -> bytes:
@@ -215,9 +225,7 @@ Segment = Executed | Suspended | Resumed | Closed
 
 
 def executed(attestation: bytes, calls: CallAccount | None = None) -> Executed:
-    """An executed segment, its fields checked."""
-    if calls is not None:
-        calls.canonical()  # refuses malformed ids before anything is hashed
+    """An executed segment, its fields checked (malformed call ids refused before hashing)."""
     return Executed(check_digest(attestation, "attestation"), calls)
 
 
@@ -232,5 +240,4 @@ def resumed(
     refusal is the named rule ``ZeroIdleEnergy`` wherever the segment came from."""
     check_u64(idle_uj, "idle_uj")
     check_provenance(provenance)
-    encode_text(meter, "meter")
     return Resumed(snapshot, check_digest(manifest, "manifest"), idle_uj, provenance, meter)

@@ -23,28 +23,26 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import msgspec
+
 from fleet.segment import CallAccount
 
 
-@dataclass(frozen=True, slots=True)
-class NonBlocking:
+class NonBlocking(msgspec.Struct, frozen=True):
     name = "NonBlocking"
 
 
-@dataclass(frozen=True, slots=True)
-class Blocked:
+class Blocked(msgspec.Struct, frozen=True):
     segment: int
     name = "Blocked"
 
 
-@dataclass(frozen=True, slots=True)
-class Malformed:
+class Malformed(msgspec.Struct, frozen=True):
     segment: int
     name = "Malformed"
 
 
-@dataclass(frozen=True, slots=True)
-class Unproved:
+class Unproved(msgspec.Struct, frozen=True):
     name = "Unproved"
 
 

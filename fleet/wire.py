@@ -10,7 +10,8 @@ it, its ``seal`` (base64 of 64 bytes) and the fields of its kind, named as in th
     closed     (nothing more)
 
 A field that does not belong to the kind is refused (``MalformedSegment``), so no byte of the
-wire form is ignored: every byte either feeds the hash or is checked against it.
+wire form is ignored: every byte either feeds the hash or is checked against it. Decoding is
+one msgspec tagged union (``kind`` selects the struct), so those checks run in C.
 
 On NATS a segment goes inside an envelope that names its host and run and carries the unit
 and grant ids, so the ledger can recompute the run identity from the first message.
@@ -22,7 +23,6 @@ from __future__ import annotations
 
 import base64
 import binascii
-from dataclasses import dataclass
 
 import msgspec
 
@@ -44,9 +44,7 @@ from fleet.segment import (
     make_snapshot,
 )
 from fleet.segment import Closed as ClosedSegment
-from fleet.segment import executed as make_executed
 from fleet.segment import resumed as make_resumed
-from fleet.segment import suspended as make_suspended
 
 ENVELOPE_VERSION = 1
 RECORD_FORMAT = "fleet.runrecord/1"
@@ -76,19 +74,38 @@ class SnapshotWire(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=Tru
     transcript: str | None = None
 
 
-class SegmentWire(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True):
-    kind: str
+class _SegmentBase(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True,
+                   tag_field="kind"):
     index: int
     head: str
     seal: str
-    attestation: str | None = None
-    attestation_object: AttestationWire | None = None
+
+
+class ExecutedWire(_SegmentBase, tag=EXECUTED):
+    attestation: str
+    attestation_object: AttestationWire
     calls: CallsWire | None = None
-    snapshot: SnapshotWire | None = None
-    manifest: str | None = None
-    idle_uj: int | None = None
-    idle_provenance: str | None = None
-    idle_meter: str | None = None
+
+
+class SuspendedWire(_SegmentBase, tag=SUSPENDED):
+    snapshot: SnapshotWire
+    manifest: str
+
+
+class ResumedWire(_SegmentBase, tag=RESUMED):
+    snapshot: SnapshotWire
+    manifest: str
+    idle_uj: int
+    idle_provenance: str
+    idle_meter: str
+
+
+class ClosedWire(_SegmentBase, tag=CLOSED):
+    pass
+
+
+# A tagged union: msgspec picks the struct by "kind" and refuses any field of another kind.
+SegmentWire = ExecutedWire | SuspendedWire | ResumedWire | ClosedWire
 
 
 class EnvelopeWire(msgspec.Struct, forbid_unknown_fields=True):
@@ -109,18 +126,7 @@ class RecordWire(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True)
     host_key: str | None = None
 
 
-_FIELDS = {
-    EXECUTED: frozenset({"attestation", "attestation_object", "calls"}),
-    SUSPENDED: frozenset({"snapshot", "manifest"}),
-    RESUMED: frozenset({"snapshot", "manifest", "idle_uj", "idle_provenance", "idle_meter"}),
-    CLOSED: frozenset(),
-}
-_OPTIONAL = ("attestation", "attestation_object", "calls", "snapshot", "manifest", "idle_uj",
-             "idle_provenance", "idle_meter")
-
-
-@dataclass(frozen=True, slots=True)
-class SealedSegment:
+class SealedSegment(msgspec.Struct, frozen=True):
     """A segment with what travels beside it: its position, stated head, seal, attestation."""
 
     index: int
@@ -130,8 +136,7 @@ class SealedSegment:
     attestation: Attestation | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class Envelope:
+class Envelope(msgspec.Struct, frozen=True):
     v: int
     host: str
     run: bytes
@@ -153,20 +158,12 @@ def _seal_bytes(text: str) -> bytes:
     return raw
 
 
-def _snapshot(wire: SnapshotWire | None) -> Snapshot:
-    if wire is None:
-        raise MalformedSegment("the segment has no snapshot reference")
+def _snapshot(wire: SnapshotWire) -> Snapshot:
     return make_snapshot(
         fs_root=None if wire.fs_root is None else parse_address(wire.fs_root),
         mem_image=None if wire.mem_image is None else parse_address(wire.mem_image),
         transcript=None if wire.transcript is None else parse_address(wire.transcript),
     )
-
-
-def _required(value: object, name: str, kind: str) -> object:
-    if value is None:
-        raise MalformedSegment(f"a {kind} segment needs {name!r}")
-    return value
 
 
 def segment_from_wire(wire: SegmentWire) -> SealedSegment:
@@ -178,40 +175,25 @@ def segment_from_wire(wire: SegmentWire) -> SealedSegment:
 
 
 def _segment_from_wire(wire: SegmentWire) -> SealedSegment:
-    kind = wire.kind
-    allowed = _FIELDS.get(kind)
-    if allowed is None:
-        raise MalformedSegment(f"unknown segment kind {kind!r}")
-    for name in _OPTIONAL:
-        if name not in allowed and getattr(wire, name) is not None:
-            raise MalformedSegment(f"a {kind} segment does not carry {name!r}")
-    if type(wire.index) is not int or not 1 <= wire.index < 2**63:
+    if not 1 <= wire.index < 2**63:
         raise ValueOutOfRange(f"segment index out of range: {wire.index!r}")
     attestation = None
     segment: Segment
-    if kind == EXECUTED:
-        address = parse_address(_required(wire.attestation, "attestation", kind))
-        obj = _required(wire.attestation_object, "attestation_object", kind)
-        assert isinstance(obj, AttestationWire)
+    if type(wire) is ExecutedWire:
+        obj = wire.attestation_object
+        r = obj.receipt
         attestation = make_attestation(
-            obj.receipt.uj, obj.receipt.provenance, obj.receipt.meter,
-            parse_address(obj.journal_root), obj.outcome,
+            r.uj, r.provenance, r.meter, parse_address(obj.journal_root), obj.outcome
         )
-        calls = None
-        if wire.calls is not None:
-            calls = CallAccount(tuple(wire.calls.dispatched), tuple(wire.calls.resolved))
-        segment = make_executed(address, calls)
-    elif kind == SUSPENDED:
-        segment = make_suspended(
-            _snapshot(wire.snapshot), parse_address(_required(wire.manifest, "manifest", kind))
-        )
-    elif kind == RESUMED:
+        c = wire.calls
+        calls = None if c is None else CallAccount(tuple(c.dispatched), tuple(c.resolved))
+        segment = Executed(parse_address(wire.attestation), calls)
+    elif type(wire) is SuspendedWire:
+        segment = Suspended(_snapshot(wire.snapshot), parse_address(wire.manifest))
+    elif type(wire) is ResumedWire:
         segment = make_resumed(
-            _snapshot(wire.snapshot),
-            parse_address(_required(wire.manifest, "manifest", kind)),
-            _required(wire.idle_uj, "idle_uj", kind),  # type: ignore[arg-type]
-            _required(wire.idle_provenance, "idle_provenance", kind),  # type: ignore[arg-type]
-            _required(wire.idle_meter, "idle_meter", kind),  # type: ignore[arg-type]
+            _snapshot(wire.snapshot), parse_address(wire.manifest), wire.idle_uj,
+            wire.idle_provenance, wire.idle_meter,
         )
     else:
         segment = ClosedSegment()
@@ -261,28 +243,31 @@ def _snapshot_wire(snapshot: Snapshot) -> SnapshotWire:
 
 def segment_to_wire(sealed: SealedSegment) -> SegmentWire:
     seg = sealed.segment
-    wire = SegmentWire(
-        kind=seg.kind, index=sealed.index, head=format_address(sealed.head),
-        seal=base64.b64encode(sealed.seal).decode("ascii"),
-    )
+    common = {"index": sealed.index, "head": format_address(sealed.head),
+              "seal": base64.b64encode(sealed.seal).decode("ascii")}
     if isinstance(seg, Executed):
         att = sealed.attestation
         assert att is not None
-        wire.attestation = format_address(seg.attestation)
-        wire.attestation_object = AttestationWire(
-            ReceiptWire(att.receipt.uj, att.receipt.provenance, att.receipt.meter),
-            format_address(att.journal_root), att.outcome,
-        )
+        calls = None
         if seg.calls is not None:
-            wire.calls = CallsWire(list(seg.calls.dispatched), list(seg.calls.resolved))
-    elif isinstance(seg, Suspended | Resumed):
-        wire.snapshot = _snapshot_wire(seg.snapshot)
-        wire.manifest = format_address(seg.manifest)
-        if isinstance(seg, Resumed):
-            wire.idle_uj = seg.idle_uj
-            wire.idle_provenance = seg.idle_provenance
-            wire.idle_meter = seg.idle_meter
-    return wire
+            calls = CallsWire(list(seg.calls.dispatched), list(seg.calls.resolved))
+        return ExecutedWire(
+            **common, attestation=format_address(seg.attestation),
+            attestation_object=AttestationWire(
+                ReceiptWire(att.receipt.uj, att.receipt.provenance, att.receipt.meter),
+                format_address(att.journal_root), att.outcome,
+            ),
+            calls=calls,
+        )
+    if isinstance(seg, Suspended):
+        return SuspendedWire(**common, snapshot=_snapshot_wire(seg.snapshot),
+                             manifest=format_address(seg.manifest))
+    if isinstance(seg, Resumed):
+        return ResumedWire(
+            **common, snapshot=_snapshot_wire(seg.snapshot), manifest=format_address(seg.manifest),
+            idle_uj=seg.idle_uj, idle_provenance=seg.idle_provenance, idle_meter=seg.idle_meter,
+        )
+    return ClosedWire(**common)
 
 
 def encode_envelope(

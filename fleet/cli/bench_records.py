@@ -1,0 +1,100 @@
+"""``fleet bench records``: record verification throughput against bare Ed25519 in one run."""
+
+from __future__ import annotations
+
+import json
+import statistics
+import time
+from collections.abc import Callable
+
+import click
+from nacl.signing import SigningKey
+
+from fleet.address import digest
+from fleet.builder import RecordBuilder
+from fleet.cli._app import bench
+from fleet.seal import seal_message
+from fleet.segment import CallAccount, make_snapshot
+from fleet.verify import verify_record
+from fleet.wire import decode_record, encode_record
+
+
+def sample_record(segments: int) -> RecordBuilder:
+    """A record cycling execute (accounted) / suspend / resume, both park forms."""
+    b = RecordBuilder(SigningKey(bytes([3]) * 32), digest(b"bench-unit"), digest(b"grants"))
+    manifest = digest(b"manifest")
+    park = None
+    i = 0
+    while b.state.index < segments:
+        phase = b.state.phase
+        if phase == "parked":
+            assert park is not None
+            b.resume(park, manifest, 1000 + i, "estimated", "estimate:storage@1.2W/TB")
+        elif phase == "ran" and i % 4 == 3:
+            park = (make_snapshot(transcript=digest(b"t%d" % i)) if i % 8 == 3 else
+                    make_snapshot(fs_root=digest(b"f%d" % i), mem_image=digest(b"m%d" % i)))
+            b.suspend(park, manifest)
+        else:
+            calls = CallAccount((f"call-{i}",), (f"call-{i - 4}",) if i >= 4 else ())
+            b.execute(uj=10_000 + i, provenance="measured", meter="rapl:package-0",
+                      journal_root=digest(b"j%d" % i), calls=calls)
+        i += 1
+    return b
+
+
+def best_rate(count: int, fn: Callable[[], object], repeats: int) -> tuple[float, list[float]]:
+    """Median items/s over ``repeats`` timed runs (and all the rates)."""
+    rates = []
+    for _ in range(repeats):
+        start = time.process_time()
+        fn()
+        rates.append(count / (time.process_time() - start))
+    return statistics.median(rates), rates
+
+
+def measure(segments: int, repeats: int) -> dict[str, object]:
+    b = sample_record(segments)
+    data = encode_record(b.to_record())
+    unsealed = decode_record(data)
+    unsealed.host_key = None
+    key = b._key.verify_key  # the host key itself, as a verifier would hold it
+    messages = [(seal_message(b.run, s.index, s.head), s.seal) for s in b.sealed]
+
+    def chain_only() -> None:
+        verify_record(unsealed)
+
+    def sealed() -> None:
+        verify_record(decode_record(data))
+
+    def bare() -> None:
+        verify = key.verify
+        for msg, sig in messages:
+            verify(msg, sig)
+
+    chain, _ = best_rate(segments, chain_only, repeats)
+    with_seals, _ = best_rate(segments, sealed, repeats)
+    bare_rate, _ = best_rate(segments, bare, repeats)
+    return {
+        "segments": segments,
+        "repeats": repeats,
+        "record_bytes": len(data),
+        "chain_segments_per_s": round(chain),
+        "sealed_segments_per_s": round(with_seals),
+        "bare_ed25519_verifies_per_s": round(bare_rate),
+        "sealed_over_bare_time_ratio": round(bare_rate / with_seals, 3),
+        "statistic": "median of repeats, CPU time of this process (one core); chain and sealed include JSON decode",
+    }
+
+
+@bench.command("records")
+@click.option("--segments", default=20_000, show_default=True, type=click.IntRange(1))
+@click.option("--repeats", default=5, show_default=True, type=click.IntRange(1))
+@click.option("--json", "as_json", is_flag=True, help="Print JSON only.")
+def bench_records(segments: int, repeats: int, as_json: bool) -> None:
+    """Record verification: chain only, with seals, and bare Ed25519 on the same seals."""
+    result = measure(segments, repeats)
+    if as_json:
+        click.echo(json.dumps(result))
+        return
+    for k, v in result.items():
+        click.echo(f"{k}: {v}")
