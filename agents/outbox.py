@@ -177,9 +177,13 @@ class Outbox:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def on_put(self, listener: Callable[[], None]) -> None:
-        """Call ``listener()`` after every committed put (used to wake a publisher)."""
+    def on_put(self, listener: Callable[[], None]) -> Callable[[], None]:
+        """Call ``listener()`` after every committed put (to wake a publisher).
+
+        Returns a function that unregisters it.
+        """
         self._listeners.append(listener)
+        return lambda: self._listeners.remove(listener)
 
     # -- writing -------------------------------------------------------------------------
 
