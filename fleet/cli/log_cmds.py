@@ -1,0 +1,156 @@
+"""Fleet-log commands: ``keygen``, ``note verify``, ``checkpoint verify``, ``verify-proof``.
+
+Each verifying command exits 0 only when everything checked holds; otherwise exit 1 with
+one line ``<RuleName>: <what failed>``. A missing or unreadable file or key is a user error
+(exit 2), also one line.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+import click
+
+from fleet.checkpoint import parse_checkpoint
+from fleet.cli._app import CheckFailed, UserError, cli
+from fleet.log_errors import LogError, MalformedKey
+from fleet.note import Verifier, generate_signer, open_note, parse_verifier_key, valid_name
+from fleet.proof_bundle import verify_bundle
+
+_UNSAFE = re.compile(r"[^A-Za-z0-9._-]")
+
+vkey_option = click.option(
+    "--vkey",
+    "vkeys",
+    multiple=True,
+    required=True,
+    metavar="VKEY",
+    help="Verifier key: a file holding name+keyid+base64, or that text itself (repeatable).",
+)
+
+
+def _read_text(path: str, what: str) -> str:
+    try:
+        return Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UserError(f"cannot read {what} {path}: {exc.strerror or exc}") from exc
+
+
+def load_verifiers(values: tuple[str, ...]) -> list[Verifier]:
+    """Verifier keys from files (or literal key text when no such file exists)."""
+    verifiers = []
+    for value in values:
+        if Path(value).exists() or "+" not in value:
+            text = _read_text(value, "verifier key file")
+        else:
+            text = value
+        try:
+            verifiers.append(parse_verifier_key(text.strip()))
+        except MalformedKey as exc:
+            raise UserError(f"MalformedKey: {value}: {exc}") from exc
+    return verifiers
+
+
+def _failed(exc: LogError) -> CheckFailed:
+    return CheckFailed(f"{exc.rule}: {exc}")
+
+
+def _emit(as_json: bool, doc: dict[str, Any], line: str) -> None:
+    click.echo(json.dumps(doc, sort_keys=True) if as_json else line)
+
+
+@cli.command()
+@click.argument("name")
+@click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False),
+              help="Directory to write NAME.key (mode 0600) and NAME.vkey into.")  # fmt: skip
+def keygen(name: str, out_dir: str) -> None:
+    """Generate an Ed25519 note key pair for NAME (e.g. the log's origin)."""
+    if not valid_name(name):
+        raise UserError(f"invalid key name {name!r}: it must be non-empty, without spaces or '+'")
+    stem = _UNSAFE.sub("_", name)
+    folder = Path(out_dir)
+    key_path, vkey_path = folder / f"{stem}.key", folder / f"{stem}.vkey"
+    for path in (key_path, vkey_path):
+        if path.exists():
+            raise UserError(f"{path} exists; refusing to overwrite a key")
+    signer = generate_signer(name)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        fd = os.open(key_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as handle:
+            handle.write(signer.text() + "\n")
+        vkey_path.write_text(signer.verifier().text() + "\n")
+    except OSError as exc:
+        raise UserError(f"cannot write keys to {folder}: {exc.strerror or exc}") from exc
+    click.echo(f"wrote {key_path} (secret) and {vkey_path}: {signer.verifier().text()}")
+
+
+@cli.group()
+def note() -> None:
+    """C2SP signed notes."""
+
+
+@note.command("verify")
+@click.argument("file")
+@vkey_option
+def note_verify(file: str, vkeys: tuple[str, ...]) -> None:
+    """Verify any signed note FILE against the verifier key(s)."""
+    verifiers = load_verifiers(vkeys)
+    try:
+        opened = open_note(_read_text(file, "note"), verifiers)
+    except LogError as exc:
+        raise _failed(exc) from exc
+    names = ", ".join(f"{s.name}+{s.key_id:08x}" for s in opened.verified)
+    click.echo(f"note verified: signed by {names}")
+
+
+@cli.group(invoke_without_command=True)
+@click.pass_context
+def checkpoint(ctx: click.Context) -> None:
+    """Signed checkpoints of the fleet log (bare: fetch the latest from a ledger)."""
+    if ctx.invoked_subcommand is None:
+        raise UserError("fleet checkpoint needs a ledger: not yet")
+
+
+@checkpoint.command("verify")
+@click.argument("file")
+@vkey_option
+@click.option("--json", "as_json", is_flag=True, help="Print {origin, size, root} as JSON.")
+def checkpoint_verify(file: str, vkeys: tuple[str, ...], as_json: bool) -> None:
+    """Verify a signed checkpoint FILE and print its origin, size and (base64) root."""
+    verifiers = load_verifiers(vkeys)
+    try:
+        parsed = parse_checkpoint(open_note(_read_text(file, "checkpoint"), verifiers).text)
+    except LogError as exc:
+        raise _failed(exc) from exc
+    doc = {"origin": parsed.origin, "size": parsed.size, "root": parsed.root_base64()}
+    _emit(as_json, doc, f"checkpoint verified: {parsed.origin} size {parsed.size} root "
+                        f"{parsed.root_base64()}")  # fmt: skip
+
+
+@cli.command("verify-proof")
+@click.argument("file")
+@vkey_option
+@click.option("--json", "as_json", is_flag=True, help="Print what the bundle proves as JSON.")
+def verify_proof(file: str, vkeys: tuple[str, ...], as_json: bool) -> None:
+    """Verify a proof bundle FILE (as printed by `fleet prove`) offline."""
+    verifiers = load_verifiers(vkeys)
+    try:
+        bundle = json.loads(_read_text(file, "proof bundle"))
+    except json.JSONDecodeError as exc:
+        raise CheckFailed(f"MalformedBundle: {file} is not JSON: {exc.msg}") from exc
+    try:
+        proved = verify_bundle(bundle, verifiers)
+    except LogError as exc:
+        raise _failed(exc) from exc
+    keys = ("origin", "tree_size", "leaf_index", "run", "index", "head")
+    doc = {key: bundle[key] for key in keys}
+    line = (
+        f"proof verified: {bundle['run']} segment {proved.leaf.index} head {bundle['head']}"
+        f" is leaf {proved.leaf_index} of {proved.checkpoint.origin} size {proved.checkpoint.size}"
+    )
+    _emit(as_json, doc, line)
