@@ -103,3 +103,20 @@ def test_keygen_writes_private_key_0600_and_keys_work(tmp_path):
     assert fleet("note", "verify", str(tmp_path / "n.note"), "--vkey", str(vkey)).returncode == 0
     again = fleet("keygen", "fleet.example/log", "--out", str(tmp_path / "keys"))
     assert again.returncode == 2
+
+
+def test_bench_merkle_json_keys():
+    """`fleet bench merkle --json` reports every figure for both implementations."""
+    out = fleet("bench", "merkle", "--leaves", "300", "--proofs", "50", "--json")
+    assert out.returncode == 0, out.stderr
+    figures = json.loads(out.stdout)
+    assert figures["leaves"] == 300
+    for impl in ("ours", "pymerkle"):
+        assert {
+            "append_per_s",
+            "inclusion_p50_ms",
+            "inclusion_p99_ms",
+            "consistency_p50_ms",
+            "consistency_p99_ms",
+            "peak_rss_mb",
+        } <= set(figures[impl])
