@@ -116,7 +116,11 @@ async def connect(
     **options: Any,
 ) -> Client:
     """Connect for publishing: reconnect forever; ``user_credentials`` is a ``.creds`` file,
-    ``nkeys_seed`` an nkey seed file (both passed to ``nats.connect`` unchanged)."""
+    ``nkeys_seed`` an nkey seed file (both passed to ``nats.connect`` unchanged). Connection
+    errors and reconnects are logged briefly unless callbacks are given in ``options``."""
+    options.setdefault("error_cb", _log_error)
+    options.setdefault("disconnected_cb", _log_disconnected)
+    options.setdefault("reconnected_cb", _log_reconnected)
     return await nats.connect(
         servers,
         name=name,
@@ -127,6 +131,18 @@ async def connect(
         nkeys_seed=nkeys_seed,
         **options,
     )
+
+
+async def _log_error(err: Exception) -> None:
+    log.warning("nats: %s", err or type(err).__name__)
+
+
+async def _log_disconnected() -> None:
+    log.info("nats: disconnected; reconnecting")
+
+
+async def _log_reconnected() -> None:
+    log.info("nats: reconnected")
 
 
 class Publisher:
@@ -211,7 +227,12 @@ class Publisher:
         by_run: dict[str, list[Entry]] = {}
         for entry in pending:
             by_run.setdefault(entry.run, []).append(entry)
-        await asyncio.gather(*(self._send_run(rows, report) for rows in by_run.values()))
+        try:
+            async with asyncio.TaskGroup() as group:
+                for rows in by_run.values():
+                    group.create_task(self._send_run(rows, report))
+        except ExceptionGroup as failed:  # e.g. the connection was closed under us
+            raise failed.exceptions[0] from failed
         return True
 
     async def _send_run(self, rows: list[Entry], report: DrainReport) -> None:

@@ -38,6 +38,25 @@ def _put(box: Outbox, run: str, idx: int, kind: str = "executed") -> int:
     return box.put(run, idx, kind, subject, msg_id, payload)  # type: ignore[arg-type]
 
 
+def _fill(box: Outbox, runs: list[str], per_run: int) -> int:
+    """Put ``per_run`` segments of each run, interleaved; return how many."""
+    for idx in range(per_run):
+        for run in runs:
+            _put(box, run, idx)
+    return per_run * len(runs)
+
+
+def _assert_each_once_in_order(box: Outbox, messages: list, runs: list[str], per_run: int) -> None:
+    """The stream holds every segment of ``runs`` exactly once, each run in idx order."""
+    mine = [m for m in messages if m[1] in {segment_subject(HOST, r) for r in runs}]
+    ids = [m[2]["Nats-Msg-Id"] for m in mine]
+    assert len(ids) == per_run * len(runs) == len(set(ids))
+    for run in runs:
+        ordered = [m for m in mine if m[1] == segment_subject(HOST, run)]
+        assert [m[3] for m in ordered] == [_seg(run, i)[2] for i in range(per_run)]
+        assert box.last_acked_seq(run) == ordered[-1][0]
+
+
 async def _with_js(
     servers: str | list[str],
     body: Callable[[nats.aio.client.Client, nats.js.JetStreamContext], Awaitable[object]],
@@ -207,12 +226,8 @@ def test_retries_until_the_stream_exists_and_reports_remaining_on_timeout(
 def test_server_restart_mid_drain_loses_and_duplicates_nothing(nats_server: NatsServer, tmp_path):
     """A server killed and restarted during a drain: every segment lands once, in run order."""
     box = Outbox(tmp_path / "o.db")
-    runs = [f"b3:{c * 43}" for c in "CDEF"]
-    per_run = 150
-    for idx in range(per_run):
-        for run in runs:
-            _put(box, run, idx)
-    total = per_run * len(runs)
+    runs, per_run = [f"b3:{c * 43}" for c in "CDEF"], 150
+    total = _fill(box, runs, per_run)
 
     async def body(nc, js):
         publisher = Publisher(box, js, backoff=FAST, ack_timeout=0.5)
@@ -230,12 +245,7 @@ def test_server_restart_mid_drain_loses_and_duplicates_nothing(nats_server: Nats
     assert time.monotonic() - started < 60
     assert report.remaining == 0 and report.stopped == []
     assert report.acked == total
-    ids = [m[2]["Nats-Msg-Id"] for m in messages]
-    assert len(ids) == total == len(set(ids))
-    for run in runs:
-        mine = [m for m in messages if m[1] == segment_subject(HOST, run)]
-        assert [m[3] for m in mine] == [_seg(run, i)[2] for i in range(per_run)]
-        assert box.last_acked_seq(run) == mine[-1][0]
+    _assert_each_once_in_order(box, messages, runs, per_run)
 
 
 def test_run_forever_wakes_on_put_and_stops(nats_server: NatsServer, tmp_path):
@@ -296,3 +306,33 @@ def test_r3_stream_answers_a_lost_ack_resend_as_duplicate(nats_cluster: NatsClus
     assert (report.acked, report.duplicates) == (1, 1)
     assert box.get(row).acked_seq == first.seq  # type: ignore[union-attr]
     assert len(messages) == 1
+
+
+@pytest.mark.slow
+def test_stream_leader_killed_mid_drain_loses_and_duplicates_nothing(
+    nats_cluster: NatsCluster, tmp_path
+):
+    """With the R3 stream's leader killed during a drain, every segment lands once, in order."""
+    box = Outbox(tmp_path / "o.db")
+    runs, per_run = [f"b3:{c * 43}" for c in "GHIJ"], 60
+    total = _fill(box, runs, per_run)
+
+    async def body(nc, js):
+        await _publish_raw(js, "b3:" + "Z" * 43, 0, expected=0)  # wait for the stream to answer
+        leader = await asyncio.to_thread(nats_cluster.stream_leader, STREAM)
+        publisher = Publisher(box, js, backoff=FAST, ack_timeout=1.0)
+        drain = asyncio.ensure_future(publisher.drain(timeout=90))
+        while box.stats().pending_count > total - 40:
+            await asyncio.sleep(0.005)
+        assert not drain.done()
+        await asyncio.to_thread(nats_cluster.kill, leader)
+        report = await drain
+        new_leader = await asyncio.to_thread(nats_cluster.stream_leader, STREAM)
+        return leader, new_leader, report, await _messages(js)
+
+    leader, new_leader, report, messages = asyncio.run(
+        _with_js(nats_cluster.urls, body, replicas=3)
+    )
+    assert new_leader != leader
+    assert report.remaining == 0 and report.stopped == [] and report.acked == total
+    _assert_each_once_in_order(box, messages, runs, per_run)
