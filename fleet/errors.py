@@ -89,3 +89,30 @@ class IndexGap(RecordError):
 
 class Fork(RecordError):
     """A second, different segment at an index the run already holds."""
+
+
+# -- refusals of the ledger's fold, beyond the record's own rules ----------------------------
+
+
+class UnknownHost(RecordError):
+    """A segment from a host the ledger has not enrolled (or not yet, at that stream position)."""
+
+
+class RevokedHost(RecordError):
+    """A segment from a host revoked before this stream position; its earlier segments stay."""
+
+
+class SubjectMismatch(RecordError):
+    """A segment published on a subject that is not its own host's and run's."""
+
+
+class RunMismatch(RecordError):
+    """A message whose run is not the genesis head of its unit and grant ids."""
+
+
+class ForeignRun(RecordError):
+    """A segment for a run that another host started."""
+
+
+class Replay(RecordError):
+    """A segment the ledger already folded, arriving again (e.g. after the dedup window)."""

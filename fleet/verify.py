@@ -39,13 +39,14 @@ def fold_sealed(
         raise IndexGap(
             f"segment index {sealed.index} where {state.index + 1} was next", segment=sealed.index
         )
+    # The seal first: a forged segment is BadSeal whatever else it breaks.
+    if verify_key is not None:
+        check_seal(verify_key, state.run, sealed.index, sealed.head, sealed.seal)
     nxt, head = state.prepare(sealed.segment, sealed.attestation)
     if head != sealed.head:
         raise HeadMismatch(
             "the stated head is not the head recomputed from genesis", segment=sealed.index
         )
-    if verify_key is not None:
-        check_seal(verify_key, state.run, sealed.index, sealed.head, sealed.seal)
     state.apply(sealed.segment, sealed.attestation, nxt, head)
 
 

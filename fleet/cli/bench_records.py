@@ -82,7 +82,8 @@ def measure(segments: int, repeats: int) -> dict[str, object]:
         "sealed_segments_per_s": round(with_seals),
         "bare_ed25519_verifies_per_s": round(bare_rate),
         "sealed_over_bare_time_ratio": round(bare_rate / with_seals, 3),
-        "statistic": "median of repeats, CPU time of this process (one core); chain and sealed include JSON decode",
+        "statistic": "median of repeats; CPU time of this process (one core); "
+                     "chain and sealed include the JSON decode of the record",
     }
 
 

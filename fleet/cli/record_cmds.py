@@ -78,9 +78,3 @@ def verify(record_file: str, host_key: str | None, as_json: bool) -> None:
         "  wait proof: " + str(wait["verdict"])
         + (f" (segment {wait['segment']})" if "segment" in wait else "")
     )
-
-
-@cli.command()
-def demo() -> None:
-    """Start the embedded stack, stream simulated hosts, prove and verify a run."""
-    click.echo("fleet demo: not yet (the pipeline lands with issue 4)")

@@ -1,0 +1,167 @@
+"""The host API a program on a host uses to record its runs.
+
+    host = Host("build-7", Path("/var/lib/fleet/host"))
+    run = host.open_run(unit_id, grants_id)
+    run.execute(uj=..., provenance="measured", meter="rapl:package-0", journal_root=...)
+    run.suspend(make_snapshot(transcript=...), manifest)
+    run.resume(snapshot, manifest, idle_uj=..., provenance="estimated", meter="...")
+    run.close()
+
+Every call checks the segment with the pure core first (a refused segment raises its named
+rule and never leaves the host), seals it with the host's Ed25519 key and writes it to the
+durable outbox before anything is sent. The publisher (``agents.publisher``) drains the
+outbox to JetStream.
+
+Crash safety: the outbox put is the commit point. The host then saves the run's state in
+``runs.db``; if it dies in between, :meth:`Host.open_run` finds the outbox row beyond the
+saved state and folds it in, so the run continues at the right index instead of sealing a
+second, different segment there (which the ledger would refuse as a fork).
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+import sqlite3
+from pathlib import Path
+
+import msgspec
+from nacl.signing import SigningKey
+
+from agents.outbox import DEFAULT_LIMIT_BYTES, DEFAULT_RESERVE, Outbox
+from fleet.address import format_address, parse_address
+from fleet.builder import RecordBuilder
+from fleet.run_codec import state_from_json, state_to_json
+from fleet.seal import encode_key
+from fleet.segment import CallAccount, Snapshot
+from fleet.subjects import check_host_name, segment_subject
+from fleet.verify import fold_sealed
+from fleet.wire import SealedSegment, decode_envelope, encode_envelope
+
+KEY_FILE = "host.key"
+PUB_FILE = "host.pub"
+
+
+def load_or_create_key(data_dir: Path) -> SigningKey:
+    """The host's sealing key (base64 seed in ``host.key``, mode 0600), created once."""
+    path = data_dir / KEY_FILE
+    if path.exists():
+        return SigningKey(base64.b64decode(path.read_text().strip(), validate=True))
+    key = SigningKey.generate()
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(base64.b64encode(bytes(key)).decode() + "\n")
+        f.flush()
+        os.fsync(f.fileno())
+    (data_dir / PUB_FILE).write_text(encode_key(bytes(key.verify_key)) + "\n")
+    return key
+
+
+class Host:
+    """One host: its key, its outbox and the state of the runs it records."""
+
+    def __init__(self, name: str, data_dir: Path | str, *,
+                 outbox_limit: int = DEFAULT_LIMIT_BYTES, reserve: float = DEFAULT_RESERVE
+                 ) -> None:
+        self.name = check_host_name(name)
+        self.dir = Path(data_dir)
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.key = load_or_create_key(self.dir)
+        self.outbox = Outbox(self.dir / "outbox.db", limit_bytes=outbox_limit, reserve=reserve)
+        self._db = sqlite3.connect(self.dir / "runs.db", isolation_level=None,
+                                   check_same_thread=False)
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute("PRAGMA synchronous=FULL")
+        self._db.execute("CREATE TABLE IF NOT EXISTS runs (run TEXT PRIMARY KEY,"
+                         " state BLOB NOT NULL)")
+
+    @property
+    def public_key(self) -> str:
+        return encode_key(bytes(self.key.verify_key))
+
+    def close(self) -> None:
+        self._db.close()
+        self.outbox.close()
+
+    def open_run(self, unit_id: bytes, grants_id: bytes) -> HostRun:
+        """Start a run, or pick up the one already recorded for this unit and grant set."""
+        builder = RecordBuilder(self.key, unit_id, grants_id)
+        run = format_address(builder.run)
+        row = self._db.execute("SELECT state FROM runs WHERE run = ?", (run,)).fetchone()
+        if row is not None:
+            builder.state = state_from_json(msgspec.json.decode(row[0]))
+        hr = HostRun(self, builder)
+        hr._catch_up()
+        return hr
+
+    def run_ids(self) -> list[str]:
+        return [r for (r,) in self._db.execute("SELECT run FROM runs ORDER BY rowid")]
+
+    def _save(self, run: str, builder: RecordBuilder) -> None:
+        self._db.execute("INSERT INTO runs (run, state) VALUES (?, ?) ON CONFLICT(run)"
+                         " DO UPDATE SET state = excluded.state",
+                         (run, msgspec.json.encode(state_to_json(builder.state))))
+
+    def _outbox_rows_after(self, run: str, index: int) -> list[bytes]:
+        """Payloads the outbox holds for ``run`` beyond ``index`` (the crash window)."""
+        with sqlite3.connect(self.outbox.path) as db:
+            rows = db.execute("SELECT payload FROM segments WHERE run = ? AND idx > ?"
+                              " ORDER BY idx", (run, index)).fetchall()
+        return [bytes(p) for (p,) in rows]
+
+
+class HostRun:
+    """One run on its host. Methods return the sealed segment they wrote to the outbox."""
+
+    def __init__(self, host: Host, builder: RecordBuilder) -> None:
+        self.host = host
+        self.builder = builder
+        self.run = format_address(builder.run)
+        self.subject = segment_subject(host.name, self.run)
+
+    @property
+    def state(self):  # noqa: ANN201 - RunState, kept loose to avoid a cycle in docs
+        return self.builder.state
+
+    def _catch_up(self) -> None:
+        for payload in self.host._outbox_rows_after(self.run, self.builder.state.index):
+            env = decode_envelope(payload)
+            fold_sealed(self.builder.state, env.sealed, self.host.key.verify_key)
+        self.host._save(self.run, self.builder)
+
+    def _emit(self, make: object) -> SealedSegment:
+        before = state_to_json(self.builder.state)
+        sealed: SealedSegment = make()  # type: ignore[operator]
+        b = self.builder
+        payload = encode_envelope(self.host.name, b.run, b.state.unit_id, b.state.grants_id,
+                                  sealed)
+        try:
+            self.host.outbox.put(self.run, sealed.index, sealed.segment.kind, self.subject,
+                                 format_address(sealed.head), payload)
+        except BaseException:
+            b.state = state_from_json(before)
+            b.sealed.pop()
+            raise
+        b.sealed.clear()  # the outbox holds them; the host keeps only state
+        self.host._save(self.run, b)
+        return sealed
+
+    def execute(self, *, uj: int, provenance: str, meter: str, journal_root: bytes,
+                outcome: str = "ok", calls: CallAccount | None = None) -> SealedSegment:
+        return self._emit(lambda: self.builder.execute(
+            uj=uj, provenance=provenance, meter=meter, journal_root=journal_root,
+            outcome=outcome, calls=calls))
+
+    def suspend(self, snapshot: Snapshot, manifest: bytes) -> SealedSegment:
+        return self._emit(lambda: self.builder.suspend(snapshot, manifest))
+
+    def resume(self, snapshot: Snapshot, manifest: bytes, *, idle_uj: int, provenance: str,
+               meter: str) -> SealedSegment:
+        return self._emit(lambda: self.builder.resume(snapshot, manifest, idle_uj, provenance,
+                                                      meter))
+
+    def close(self) -> SealedSegment:
+        return self._emit(self.builder.close)
+
+
+__all__ = ["Host", "HostRun", "load_or_create_key", "parse_address"]

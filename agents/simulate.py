@@ -1,0 +1,141 @@
+"""A traffic generator: simulated hosts recording runs and streaming them to JetStream.
+
+Each simulated host has its own folder (key, outbox, run states). A run follows a plan fixed
+by the host's salt and the run's number: accounted executes, parks of both forms with their
+idle energy, resumes, and a close. Because each plan step is one segment and the host keeps
+its state, a simulator killed at any point picks up every run at the step it reached.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import os
+import random
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from agents.energy import IntervalMeter, image_park_idle, transcript_park_idle
+from agents.host import Host, HostRun
+from agents.publisher import Publisher
+from fleet.address import digest
+from fleet.segment import CallAccount, Snapshot, make_snapshot
+from ledger.service import connect
+
+MANIFEST = digest(b"fleet-sim/manifest/python3.11")
+
+
+@dataclass(frozen=True)
+class Step:
+    kind: str
+    form: str = ""  # "image" or "transcript" for a park
+
+
+def plan(rng: random.Random) -> list[Step]:
+    """A run's steps: 1-3 executes, then 0-2 park/resume cycles each followed by executes."""
+    steps = [Step("executed") for _ in range(rng.randint(1, 3))]
+    for _ in range(rng.randint(0, 2)):
+        form = rng.choice(["image", "transcript"])
+        steps += [Step("suspended", form), Step("resumed", form)]
+        steps += [Step("executed") for _ in range(rng.randint(1, 2))]
+    if rng.random() < 0.9:
+        steps.append(Step("closed"))
+    return steps
+
+
+def salt(host_dir: Path) -> bytes:
+    path = host_dir / "sim.salt"
+    if not path.exists():
+        path.write_text(os.urandom(16).hex())
+    return bytes.fromhex(path.read_text().strip())
+
+
+def snapshot_for(run: HostRun, form: str) -> Snapshot:
+    tag = run.run.encode() + b"%d" % run.state.index
+    if form == "transcript":
+        return make_snapshot(transcript=digest(b"transcript" + tag))
+    return make_snapshot(fs_root=digest(b"fs" + tag), mem_image=digest(b"mem" + tag))
+
+
+def work(rounds: int) -> bytes:
+    h = b""
+    for i in range(rounds):
+        h = hashlib.sha256(h + i.to_bytes(4, "big")).digest()
+    return h
+
+
+def advance(run: HostRun, steps: list[Step], number: int) -> bool:
+    """Record the run's next planned step; False when the plan is done."""
+    i = run.state.index
+    if i >= len(steps):
+        return False
+    step = steps[i]
+    if step.kind == "executed":
+        meter = IntervalMeter().start()
+        journal = work(200 + 50 * (i % 5))
+        r = meter.stop()
+        # Dispatch a call in this interval; resolve the previous interval's call later on,
+        # so a well-behaved run proves NonBlocking.
+        earlier = [j for j in range(i) if steps[j].kind == "executed"]
+        dispatched = (f"call-{number}-{i}",)
+        resolved = (f"call-{number}-{earlier[-1]}",) if earlier else ()
+        run.execute(uj=r.uj, provenance=r.provenance, meter=r.meter,
+                    journal_root=digest(journal), calls=CallAccount(dispatched, resolved))
+    elif step.kind == "suspended":
+        run.suspend(snapshot_for(run, step.form), MANIFEST)
+    elif step.kind == "resumed":
+        snap = run.state.parked
+        assert snap is not None
+        seconds = 3600.0 * (1 + i % 5)
+        idle = (transcript_park_idle(64_000, seconds) if step.form == "transcript"
+                else image_park_idle(20 * 10**9, seconds, memory_bytes=2 * 10**9))
+        run.resume(snap, MANIFEST, idle_uj=idle.uj, provenance=idle.provenance, meter=idle.meter)
+    else:
+        run.close()
+    return True
+
+
+def record_runs(host: Host, runs: int) -> int:
+    """Record every planned step of ``runs`` runs on ``host``; returns segments written."""
+    s = salt(host.dir)
+    active: list[tuple[HostRun, list[Step], int]] = []
+    for number in range(runs):
+        unit = digest(b"unit/" + s + b"/%d" % number)
+        grants = digest(b"grants/fleet-sim/v1")
+        rng = random.Random(s + b"%d" % number)
+        active.append((host.open_run(unit, grants), plan(rng), number))
+    written = 0
+    while active:
+        still = []
+        for run, steps, number in active:
+            if advance(run, steps, number):
+                written += 1
+                still.append((run, steps, number))
+        active = still
+    return written
+
+
+async def simulate_host(name: str, host_dir: Path, runs: int, servers: list[str],
+                        nkey: Path | None = None, drain_timeout: float = 120.0) -> dict:
+    """Record ``runs`` runs and publish everything; returns counts."""
+    host = Host(name, host_dir)
+    started = time.monotonic()
+    try:
+        nc = await connect(servers, nkey, name=f"fleet-host-{name}",
+                           inbox_prefix=f"_INBOX.{name}" if nkey else None)
+        try:
+            publisher = Publisher(host.outbox, nc.jetstream(timeout=5.0))
+            recorder = asyncio.get_running_loop().run_in_executor(None, record_runs, host, runs)
+            while not recorder.done():
+                await publisher.drain(timeout=1.0)
+                await asyncio.sleep(0.05)
+            written = await recorder
+            report = await publisher.drain(timeout=drain_timeout)
+            return {"host": name, "runs": runs, "segments_written": written,
+                    "remaining": report.remaining, "public_key": host.public_key,
+                    "seconds": round(time.monotonic() - started, 3)}
+        finally:
+            await nc.drain()
+    finally:
+        host.close()

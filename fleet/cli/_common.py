@@ -1,0 +1,47 @@
+"""Options and helpers shared by the commands that talk to a ledger."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import click
+
+from fleet.cli._app import CheckFailed, UserError
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def nats_options(fn: F) -> F:
+    """``--nats URL`` and ``--nkey PATH`` for commands that call the ledger's API."""
+    fn = click.option("--nkey", type=click.Path(dir_okay=False, path_type=Path),
+                      help="NATS nkey seed file (the read-only 'reader' user).")(fn)
+    fn = click.option("--nats", "url", envvar="FLEET_NATS", default="nats://127.0.0.1:4222",
+                      show_default=True, help="NATS server URL(s), comma separated.")(fn)
+    return fn
+
+
+def api(url: str, endpoint: str, body: dict[str, Any] | None = None,
+        nkey: Path | None = None, timeout: float = 10.0) -> Any:
+    """Call the ledger; one readable line and a non-zero exit when that fails."""
+    from ledger.client import ApiError, LedgerUnreachable, call_sync
+
+    try:
+        return call_sync(url, endpoint, body, nkey=nkey, timeout=timeout)
+    except LedgerUnreachable as exc:
+        raise UserError(str(exc)) from None
+    except ApiError as exc:
+        raise CheckFailed(f"the ledger refused: {exc} (code {exc.code})") from None
+
+
+def emit_json(doc: Any) -> None:
+    click.echo(json.dumps(doc, indent=None, sort_keys=False))
+
+
+def progress(text: str) -> None:
+    """A progress line on a terminal only (never mixed into JSON on stdout)."""
+    if sys.stderr.isatty():
+        click.echo("\r" + text, nl=False, err=True)

@@ -1,0 +1,151 @@
+"""Host commands: ``host enroll``, ``host revoke`` (operator actions on a ledger's data
+folder) and ``host simulate`` (the traffic generator)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+
+import click
+
+from fleet.cli._app import CheckFailed, UserError, cli
+from fleet.cli._common import emit_json
+
+
+@cli.group()
+def host() -> None:
+    """Hosts: enrollment and simulation."""
+
+
+def _store(data: Path):  # noqa: ANN202 - a LedgerStore, imported lazily
+    from ledger.store import LedgerStore
+
+    if not data.is_dir():
+        raise UserError(f"{data}: not a ledger data folder")
+    return LedgerStore(data)
+
+
+@host.command("enroll")
+@click.argument("name")
+@click.option("--pubkey", required=True, help="The host's Ed25519 public key (base64).")
+@click.option("--data", type=click.Path(file_okay=False, path_type=Path), required=True,
+              help="The ledger's data folder (the ledger may be running).")
+def host_enroll(name: str, pubkey: str, data: Path) -> None:
+    """Let the ledger fold segments sealed by this host key (from now on)."""
+    from ledger.store import StoreError
+
+    store = _store(data)
+    try:
+        store.enroll(name, pubkey)
+    except StoreError as exc:
+        raise UserError(str(exc)) from None
+    finally:
+        store.close()
+    click.echo(f"enrolled {name}")
+
+
+@host.command("revoke")
+@click.argument("name")
+@click.option("--data", type=click.Path(file_okay=False, path_type=Path), required=True,
+              help="The ledger's data folder (the ledger may be running).")
+def host_revoke(name: str, data: Path) -> None:
+    """Refuse the host's later segments; its earlier ones stay in the log."""
+    from ledger.store import StoreError
+
+    store = _store(data)
+    try:
+        store.revoke(name)
+    except StoreError as exc:
+        raise UserError(str(exc)) from None
+    finally:
+        store.close()
+    click.echo(f"revoked {name}")
+
+
+@host.command("simulate")
+@click.option("--hosts", type=click.IntRange(1), default=1, show_default=True,
+              help="Simulated hosts (more than one: one process each).")
+@click.option("--runs", type=click.IntRange(1), default=5, show_default=True,
+              help="Runs on each host.")
+@click.option("--nats", "url", envvar="FLEET_NATS", default="nats://127.0.0.1:4222",
+              show_default=True, help="NATS server URL(s), comma separated.")
+@click.option("--data", type=click.Path(file_okay=False, path_type=Path),
+              default=Path("fleet-hosts"), show_default=True,
+              help="Host folder (one host) or parent of host folders (several).")
+@click.option("--name", help="Host name (one host) or name prefix (several). Default 'host'.")
+@click.option("--nkey", type=click.Path(dir_okay=False, path_type=Path),
+              help="NATS nkey seed file of this host's user.")
+@click.option("--enroll-into", type=click.Path(file_okay=False, path_type=Path),
+              help="Enroll the simulated hosts into this ledger data folder first.")
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON summary.")
+def host_simulate(hosts: int, runs: int, url: str, data: Path, name: str | None,
+                  nkey: Path | None, enroll_into: Path | None, as_json: bool) -> None:
+    """Record and stream simulated runs; a killed simulator resumes where it stopped."""
+    servers = [u.strip() for u in url.split(",") if u.strip()]
+    if hosts == 1:
+        summary = _one_host(name or "host", data, runs, servers, nkey, enroll_into)
+        if as_json:
+            emit_json(summary)
+        else:
+            click.echo(f"{summary['host']}: {summary['segments_written']} segments in "
+                       f"{summary['runs']} runs, {summary['remaining']} unsent")
+        if summary["remaining"]:
+            raise CheckFailed(f"{summary['remaining']} segments could not be sent")
+        return
+    import subprocess
+
+    from agents.sim_procs import simulator_command
+
+    prefix = name or "host"
+    procs = [subprocess.Popen(simulator_command(f"{prefix}{i}", runs, url, data / f"{prefix}{i}",
+                                                enroll_into, nkey),
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for i in range(1, hosts + 1)]
+    results, failed = [], []
+    for p in procs:
+        out, err = p.communicate()
+        if p.returncode == 0:
+            results.append(json.loads(out.strip().splitlines()[-1]))
+        else:
+            failed.append((err.strip().splitlines() or ["?"])[-1])
+    if as_json:
+        emit_json({"hosts": results, "failed": failed})
+    else:
+        for r in results:
+            click.echo(f"{r['host']}: {r['segments_written']} segments in {r['runs']} runs")
+    if failed:
+        raise CheckFailed(f"{len(failed)} simulated hosts failed: {failed[0]}")
+
+
+def _one_host(name: str, host_dir: Path, runs: int, servers: list[str], nkey: Path | None,
+              enroll_into: Path | None) -> dict:
+    from agents.host import load_or_create_key
+    from agents.simulate import simulate_host
+    from fleet.seal import encode_key
+    from fleet.subjects import check_host_name
+
+    try:
+        check_host_name(name)
+    except ValueError as exc:
+        raise UserError(str(exc)) from None
+    host_dir.mkdir(parents=True, exist_ok=True)
+    if enroll_into is not None:
+        from ledger.store import StoreError
+
+        key = load_or_create_key(host_dir)
+        store = _store(enroll_into)
+        try:
+            known = {h["name"]: h for h in store.host_rows()}
+            pub = encode_key(bytes(key.verify_key))
+            h = known.get(name)
+            if h is None or h["public_key"] != pub:  # never un-revokes a revoked host
+                store.enroll(name, pub)
+        except StoreError as exc:
+            raise UserError(str(exc)) from None
+        finally:
+            store.close()
+    try:
+        return asyncio.run(simulate_host(name, host_dir, runs, servers, nkey))
+    except OSError as exc:
+        raise UserError(f"cannot reach NATS at {','.join(servers)}: {exc}") from None

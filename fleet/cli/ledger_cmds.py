@@ -1,0 +1,302 @@
+"""Commands for running a ledger and asking it things: ``ledger serve``, ``up``,
+``status``, ``prove``, ``consistency``, ``run ...``, ``rejections``."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+from pathlib import Path
+from typing import Any
+
+import click
+
+from fleet.cli._app import UserError, cli
+from fleet.cli._common import api, emit_json, nats_options
+
+
+def _ledger_config(data: Path, servers: list[str], **kw: Any) -> Any:
+    from ledger.service import LedgerConfig
+
+    return LedgerConfig(data_dir=data, servers=servers, **kw)
+
+
+async def serve_until_signal(config: Any, on_ready: Any = None) -> None:
+    """Run a ledger until SIGINT/SIGTERM, then stop it cleanly."""
+    from ledger.service import Ledger
+
+    ledger = Ledger(config)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        await ledger.start()
+        if on_ready is not None:
+            on_ready(ledger)
+        await ledger.run(stop)
+    finally:
+        await ledger.close()
+
+
+def ledger_options(fn: Any) -> Any:
+    for option in reversed([
+        click.option("--name", default="ledger", show_default=True,
+                     help="Ledger name; its durable consumer is ledger-NAME."),
+        click.option("--origin", help="Checkpoint origin (default fleet-ledger.local/NAME); "
+                     "fixed by the key once created."),
+        click.option("--replicas", type=click.IntRange(1, 5), default=1, show_default=True,
+                     help="Stream replicas (3 in a cluster)."),
+        click.option("--checkpoint-every", type=click.IntRange(1), default=1000,
+                     show_default=True, help="Sign a checkpoint every N new leaves..."),
+        click.option("--checkpoint-ms", type=click.IntRange(1), default=1000,
+                     show_default=True, help="...or every T milliseconds with new leaves."),
+        click.option("--dedup-window", type=float, default=120.0, show_default=True,
+                     help="Broker duplicate window in seconds."),
+    ]):
+        fn = option(fn)
+    return fn
+
+
+@cli.group()
+def ledger() -> None:
+    """Run the ledger service."""
+
+
+@ledger.command("serve")
+@click.option("--nats", "url", required=True, help="NATS server URL(s), comma separated.")
+@click.option("--data", type=click.Path(file_okay=False, path_type=Path), required=True,
+              help="The ledger's data folder (store and signing key).")
+@click.option("--nkey", type=click.Path(dir_okay=False, path_type=Path),
+              help="NATS nkey seed file of the ledger user.")
+@ledger_options
+def ledger_serve(url: str, data: Path, nkey: Path | None, name: str, origin: str | None,
+                 replicas: int, checkpoint_every: int, checkpoint_ms: int,
+                 dedup_window: float) -> None:
+    """The ledger and its API, against an existing NATS server or cluster."""
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    servers = [u.strip() for u in url.split(",") if u.strip()]
+    config = _ledger_config(data, servers, name=name, origin=origin, nkey=nkey,
+                            replicas=replicas, checkpoint_every=checkpoint_every,
+                            checkpoint_ms=checkpoint_ms, dedup_window_s=dedup_window)
+
+    def ready(led: Any) -> None:
+        click.echo(f"ledger {name} serving: origin {led.origin}, data {data}", err=True)
+
+    try:
+        asyncio.run(serve_until_signal(config, ready))
+    except OSError as exc:
+        raise UserError(f"cannot start the ledger: {exc}") from None
+    except Exception as exc:
+        if "nats" in type(exc).__module__:
+            raise UserError(f"cannot reach NATS at {url}: {exc}") from None
+        raise
+
+
+@cli.command()
+@click.option("--data", type=click.Path(file_okay=False, path_type=Path),
+              default=Path("fleet-data"), show_default=True, help="Data folder.")
+@click.option("--nats", "url", help="Use this NATS server or cluster instead of starting one.")
+@click.option("--nats-port", type=click.IntRange(0, 65535), default=4222, show_default=True,
+              help="Port of the local nats-server started when no --nats is given.")
+@click.option("--simulate", "sim_hosts", type=click.IntRange(0), default=0,
+              help="Also run this many simulated hosts (enrolled for convenience).")
+@click.option("--runs", type=click.IntRange(1), default=5, show_default=True,
+              help="Runs per simulated host.")
+@ledger_options
+def up(data: Path, url: str | None, nats_port: int, sim_hosts: int, runs: int, name: str,
+       origin: str | None, replicas: int, checkpoint_every: int, checkpoint_ms: int,
+       dedup_window: float) -> None:
+    """Start a local nats-server (JetStream, in DATA/nats), the ledger and its API."""
+    from ledger.natsd import NatsServer, NatsServerError
+
+    data.mkdir(parents=True, exist_ok=True)
+    server = None
+    try:
+        if url is None:
+            server = NatsServer(store_dir=data / "nats", port=nats_port).start()
+            url = server.url
+        click.echo(f"nats: {url}", err=True)
+        config = _ledger_config(data / "ledger", [url], name=name, origin=origin,
+                                replicas=replicas, checkpoint_every=checkpoint_every,
+                                checkpoint_ms=checkpoint_ms, dedup_window_s=dedup_window)
+        sims: list[Any] = []
+
+        def ready(led: Any) -> None:
+            click.echo(f"ledger: origin {led.origin}; vkey in {data / 'ledger' / 'ledger.vkey'}",
+                       err=True)
+            if sim_hosts:
+                from agents.sim_procs import spawn_simulators
+                sims.extend(spawn_simulators(sim_hosts, runs, url, data / "hosts",
+                                             enroll_into=data / "ledger"))
+            click.echo("up; Ctrl-C stops everything", err=True)
+
+        try:
+            asyncio.run(serve_until_signal(config, ready))
+        finally:
+            for proc in sims:
+                with contextlib.suppress(Exception):
+                    proc.terminate()
+                    proc.wait(10)
+    except NatsServerError as exc:
+        raise UserError(f"cannot start nats-server: {exc}") from None
+    finally:
+        if server is not None:
+            server.close()
+
+
+def _offline_store(data: Path) -> Any:
+    from ledger.store import DB_NAME, LedgerStore
+
+    if not (data / DB_NAME).exists():
+        raise UserError(f"{data}: no ledger store here ({DB_NAME} is missing)")
+    return LedgerStore(data)
+
+
+@cli.command()
+@nats_options
+@click.option("--data", type=click.Path(file_okay=False, path_type=Path),
+              help="Read a ledger's data folder offline instead of asking it over NATS.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+def status(url: str, nkey: Path | None, data: Path | None, as_json: bool) -> None:
+    """The ledger's origin, key, tree size, root, runs, refusals and lag."""
+    if data is not None:
+        from fleet.note import parse_signer_key
+        from ledger import views
+        from ledger.keys import KEY_FILE
+
+        store = _offline_store(data)
+        try:
+            signer = parse_signer_key((data / KEY_FILE).read_text())
+            doc = views.status(store, origin=signer.name, vkey=signer.verifier().text(),
+                               lag=None, healthy=True, detail="offline")
+        finally:
+            store.close()
+    else:
+        doc = api(url, "status", nkey=nkey)
+    if as_json:
+        emit_json(doc)
+        return
+    click.echo(f"origin      {doc['origin']}")
+    click.echo(f"vkey        {doc['vkey']}")
+    click.echo(f"tree size   {doc['tree_size']}   root {doc['root']}")
+    click.echo(f"runs        {doc['runs']}   segments folded {doc['segments_folded']}")
+    rejected = ", ".join(f"{k} {v}" for k, v in sorted(doc["rejected"].items())) or "none"
+    click.echo(f"rejected    {rejected}")
+    click.echo(f"stream seq  {doc['stream_seq']}   lag {doc['lag']}   health {doc['health']}")
+
+
+@cli.command()
+@click.argument("run")
+@click.option("--index", type=click.IntRange(1), help="Segment index (default: the latest).")
+@click.option("--json", "as_json", is_flag=True, help="Print the bundle as JSON (default).")
+@click.option("--out", type=click.Path(dir_okay=False, path_type=Path),
+              help="Write the bundle to FILE.")
+@nats_options
+def prove(run: str, index: int | None, as_json: bool, out: Path | None, url: str,
+          nkey: Path | None) -> None:
+    """The membership proof bundle of a run's head (or of one segment)."""
+    body: dict[str, Any] = {"run": run}
+    if index is not None:
+        body["index"] = index
+    bundle = api(url, "prove", body, nkey=nkey)
+    import json
+
+    text = json.dumps(bundle, indent=2) + "\n"
+    if out is not None:
+        out.write_text(text)
+        if not as_json:
+            click.echo(f"wrote {out}: leaf {bundle['leaf_index']} of {bundle['tree_size']}",
+                       err=True)
+            return
+    click.echo(text, nl=False)
+
+
+@cli.command()
+@click.argument("old", type=click.IntRange(0))
+@click.argument("new", type=click.IntRange(0))
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@nats_options
+def consistency(old: int, new: int, as_json: bool, url: str, nkey: Path | None) -> None:
+    """The RFC 9162 consistency proof between two tree sizes."""
+    doc = api(url, "consistency", {"old": old, "new": new}, nkey=nkey)
+    if as_json:
+        emit_json(doc)
+        return
+    click.echo(f"{doc['old']} -> {doc['new']}: {len(doc['proof'])} hashes")
+    for h in doc["proof"]:
+        click.echo(f"  {h}")
+
+
+@cli.group()
+def run() -> None:
+    """Runs the ledger holds."""
+
+
+@run.command("show")
+@click.argument("run_id", metavar="RUN")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@nats_options
+def run_show(run_id: str, as_json: bool, url: str, nkey: Path | None) -> None:
+    """Phase, segments, energy totals and wait-proof verdict of a run."""
+    doc = api(url, "run", {"run": run_id}, nkey=nkey)
+    if as_json:
+        emit_json(doc)
+        return
+    e = doc["energy"]
+    click.echo(f"run {doc['run']} on {doc['host']}")
+    click.echo(f"  {doc['segments']} segments, phase {doc['phase']}, head {doc['head']}")
+    click.echo(f"  energy {e['total_uj']} uJ (measured {e['by_provenance_uj']['measured']}, "
+               f"estimated {e['by_provenance_uj']['estimated']}; idle "
+               f"{sum(e['idle_uj'].values())})")
+    wp = doc["wait_proof"]
+    click.echo(f"  wait proof {wp['verdict']}"
+               + (f" (segment {wp['segment']})" if "segment" in wp else ""))
+
+
+@run.command("list")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@nats_options
+def run_list(as_json: bool, url: str, nkey: Path | None) -> None:
+    """Every run the ledger holds."""
+    doc = api(url, "runs", nkey=nkey)
+    if as_json:
+        emit_json(doc["runs"])
+        return
+    for r in doc["runs"]:
+        click.echo(f"{r['run']}  {r['host']:<16} {r['segments']:>4}  {r['phase']}")
+
+
+@run.command("export")
+@click.argument("run_id", metavar="RUN")
+@click.option("--out", type=click.Path(dir_okay=False, path_type=Path), required=True,
+              help="Where to write the record file.")
+@nats_options
+def run_export(run_id: str, out: Path, url: str, nkey: Path | None) -> None:
+    """Write a run's record file (what ``fleet verify`` reads)."""
+    import json
+
+    doc = api(url, "export", {"run": run_id}, nkey=nkey)
+    out.write_text(json.dumps(doc, indent=2) + "\n")
+    click.echo(f"wrote {out}", err=True)
+
+
+@cli.command()
+@click.option("--limit", type=click.IntRange(1), default=100, show_default=True)
+@click.option("--host", help="Only this host's refusals.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@nats_options
+def rejections(limit: int, host: str | None, as_json: bool, url: str, nkey: Path | None
+               ) -> None:
+    """Segments the ledger refused, newest first, with the rule each broke."""
+    body: dict[str, Any] = {"limit": limit}
+    if host:
+        body["host"] = host
+    doc = api(url, "rejections", body, nkey=nkey)
+    if as_json:
+        emit_json(doc["rejections"])
+        return
+    for r in doc["rejections"]:
+        where = f"{r['run']} #{r['index']}" if r["run"] else r["subject"]
+        click.echo(f"seq {r['stream_seq']:>8}  {r['host'] or '-':<16} {r['rule']:<20} {where}")

@@ -1,0 +1,181 @@
+"""The ledger's fold of one message, as a pure decision.
+
+``decide`` takes what the ledger received (subject, bytes, stream sequence), the enrolled
+hosts and a view of the runs folded so far, and returns either :class:`Accepted` (the run
+state has been advanced and the leaf to append is given) or :class:`Refused` with the rule
+broken. It does no I/O: the NATS consumer and the SQLite store are its caller, and an
+offline verifier with the same inputs reaches the same decisions.
+
+Order of checks (the first failure is the rule reported):
+
+1. decodable envelope within size limits (``MalformedSegment``, ``ValueOutOfRange``, ...)
+2. published on its own host's and run's subject (``SubjectMismatch``)
+3. host enrolled before, and not revoked before, this stream position
+   (``UnknownHost``, ``RevokedHost``)
+4. run equals the genesis head of its unit and grants (``RunMismatch``); an existing run
+   belongs to the host that started it (``ForeignRun``)
+5. position: for an index already folded, the seal (``BadSeal``), then the chain from the
+   held previous head (``HeadMismatch``), then ``Replay`` (the same segment again) or
+   ``Fork`` (a different, validly sealed segment at that index); beyond the next index is
+   ``IndexGap``
+6. the seal under the host's key (``BadSeal``), then the record's own rules and the head.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+from nacl.signing import VerifyKey
+
+from fleet.address import format_address
+from fleet.errors import (
+    AttestationMismatch,
+    FleetError,
+    ForeignRun,
+    Fork,
+    HeadMismatch,
+    IndexGap,
+    RecordError,
+    Replay,
+    RevokedHost,
+    RunMismatch,
+    SubjectMismatch,
+    UnknownHost,
+)
+from fleet.leaf import encode_leaf
+from fleet.record import RunState, chain, genesis
+from fleet.seal import check_seal
+from fleet.subjects import SEGMENTS, segment_subject
+from fleet.verify import fold_sealed
+from fleet.wire import Envelope, decode_envelope
+
+
+@dataclass(frozen=True, slots=True)
+class HostEntry:
+    """An enrolled host key, valid for stream sequences in (enrolled_after, revoked_after]."""
+
+    name: str
+    verify_key: VerifyKey
+    enrolled_after: int = 0
+    revoked_after: int | None = None
+
+
+@dataclass(slots=True)
+class RunSlot:
+    """A run as the fold sees it: the host that started it and its state."""
+
+    host: str
+    state: RunState
+
+
+@dataclass(frozen=True, slots=True)
+class Accepted:
+    host: str
+    run: bytes
+    index: int
+    head: bytes
+    kind: str
+    leaf: bytes
+    slot: RunSlot
+    created: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Refused:
+    rule: str
+    detail: str
+    host: str | None
+    run: bytes | None
+    index: int | None
+
+
+def subject_host(subject: str) -> str | None:
+    """The host token of a segment subject, if the subject has the segment shape."""
+    parts = subject.split(".")
+    if len(parts) == 4 and f"{parts[0]}.{parts[1]}" == SEGMENTS:
+        return parts[2]
+    return None
+
+
+def decide(
+    subject: str,
+    data: bytes,
+    stream_seq: int,
+    hosts: Mapping[str, HostEntry],
+    get_run: Callable[[bytes], RunSlot | None],
+    head_at: Callable[[bytes, int], bytes | None],
+) -> Accepted | Refused:
+    """Fold one message or refuse it; an accepted message has advanced ``get_run``'s slot."""
+    host = subject_host(subject)
+    env: Envelope | None = None
+    try:
+        env = decode_envelope(data)
+        return _decide(subject, env, stream_seq, hosts, get_run, head_at)
+    except FleetError as exc:
+        index = exc.segment if isinstance(exc, RecordError) else None
+        return Refused(exc.rule, str(exc), host, None if env is None else env.run, index)
+
+
+def _decide(
+    subject: str,
+    env: Envelope,
+    stream_seq: int,
+    hosts: Mapping[str, HostEntry],
+    get_run: Callable[[bytes], RunSlot | None],
+    head_at: Callable[[bytes, int], bytes | None],
+) -> Accepted:
+    sealed = env.sealed
+    index = sealed.index
+    if subject != segment_subject(env.host, format_address(env.run)):
+        raise SubjectMismatch(
+            f"published on {subject!r}, not on its own host's and run's subject", segment=index
+        )
+    entry = hosts.get(env.host)
+    if entry is None or stream_seq <= entry.enrolled_after:
+        raise UnknownHost(f"host {env.host!r} is not enrolled", segment=index)
+    if entry.revoked_after is not None and stream_seq > entry.revoked_after:
+        raise RevokedHost(f"host {env.host!r} was revoked", segment=index)
+    if genesis(env.unit_id, env.grants_id) != env.run:
+        raise RunMismatch("the run is not the genesis head of its unit and grants",
+                          segment=index)
+    slot = get_run(env.run)
+    created = slot is None
+    if slot is None:
+        slot = RunSlot(env.host, RunState.open(env.unit_id, env.grants_id))
+    elif slot.host != env.host:
+        raise ForeignRun(f"the run belongs to host {slot.host!r}", segment=index)
+    state = slot.state
+    if index <= state.index:
+        _refuse_old_index(env, state, entry, head_at)
+    if index > state.index + 1:
+        raise IndexGap(f"segment {index} where {state.index + 1} was next", segment=index)
+    fold_sealed(state, sealed, entry.verify_key)
+    return Accepted(env.host, env.run, index, state.head, sealed.segment.kind,
+                    encode_leaf(env.run, index, state.head), slot, created)
+
+
+def _refuse_old_index(
+    env: Envelope,
+    state: RunState,
+    entry: HostEntry,
+    head_at: Callable[[bytes, int], bytes | None],
+) -> None:
+    """A message for an index the run already holds: say exactly what it is."""
+    sealed = env.sealed
+    index = sealed.index
+    check_seal(entry.verify_key, env.run, index, sealed.head, sealed.seal)
+    previous = env.run if index == 1 else head_at(env.run, index - 1)
+    held = state.head if index == state.index else head_at(env.run, index)
+    if previous is None or held is None:  # pragma: no cover - the store holds every index
+        raise Fork(f"segment {index} cannot be compared with the run", segment=index)
+    att = sealed.attestation
+    if att is not None and att.address() != getattr(sealed.segment, "attestation", None):
+        raise AttestationMismatch(
+            "the attestation object does not hash to the recorded address", segment=index)
+    if chain(previous, sealed.segment) != sealed.head:
+        raise HeadMismatch("the stated head is not the head recomputed from the run",
+                           segment=index)
+    if sealed.head == held:
+        raise Replay(f"segment {index} of this run is already folded", segment=index)
+    raise Fork(f"the run already holds a different segment {index}", segment=index)

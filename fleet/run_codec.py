@@ -1,0 +1,59 @@
+"""The state of a run as JSON, so the ledger can keep it between batches and restarts."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fleet.address import format_address, parse_address
+from fleet.record import Energy, RunState
+from fleet.segment import ImageSnapshot, Snapshot, make_snapshot
+from fleet.wait_proof import WaitTracker
+
+
+def _snapshot_json(snapshot: Snapshot | None) -> dict[str, str] | None:
+    if snapshot is None:
+        return None
+    if isinstance(snapshot, ImageSnapshot):
+        out = {"fs_root": format_address(snapshot.fs_root)}
+        if snapshot.mem_image is not None:
+            out["mem_image"] = format_address(snapshot.mem_image)
+        return out
+    return {"transcript": format_address(snapshot.transcript)}
+
+
+def state_to_json(state: RunState) -> dict[str, Any]:
+    w = state.wait
+    return {
+        "unit_id": format_address(state.unit_id),
+        "grants_id": format_address(state.grants_id),
+        "index": state.index,
+        "head": format_address(state.head),
+        "phase": state.phase,
+        "parked": _snapshot_json(state.parked),
+        "parked_manifest": None if state.parked_manifest is None
+        else format_address(state.parked_manifest),
+        "receipts": state.energy.receipts,
+        "idle": state.energy.idle,
+        "wait": {
+            "dispatched": sorted(w.dispatched), "resolved": sorted(w.resolved),
+            "accounted": w.accounted, "unaccounted": w.unaccounted,
+            "first_malformed": w.first_malformed, "first_blocked": w.first_blocked,
+        },
+    }
+
+
+def state_from_json(doc: dict[str, Any]) -> RunState:
+    state = RunState.open(parse_address(doc["unit_id"]), parse_address(doc["grants_id"]))
+    state.index = doc["index"]
+    state.head = parse_address(doc["head"])
+    state.phase = doc["phase"]
+    parked = doc["parked"]
+    if parked is not None:
+        state.parked = make_snapshot(**{k: parse_address(v) for k, v in parked.items()})
+    if doc["parked_manifest"] is not None:
+        state.parked_manifest = parse_address(doc["parked_manifest"])
+    state.energy = Energy(dict(doc["receipts"]), dict(doc["idle"]))
+    w = doc["wait"]
+    state.wait = WaitTracker(set(w["dispatched"]), set(w["resolved"]), w["accounted"],
+                             w["unaccounted"], w["first_malformed"], w["first_blocked"])
+    return state

@@ -1,0 +1,142 @@
+"""The ledger's request/reply API: a ``nats.micro`` service in a queue group, so ledger
+replicas share the load. Requests and replies are JSON; a failure replies with a micro
+error header (code and one-line description) that the CLI prints as is.
+
+    fleet.api.status       {}                          -> status JSON
+    fleet.api.checkpoint   {}                          -> {"size", "root", "checkpoint"}
+    fleet.api.prove        {"run", "index"?}           -> proof bundle
+    fleet.api.consistency  {"old", "new"?}             -> {"old", "new", "proof", ...}
+    fleet.api.run          {"run"}                     -> run status
+    fleet.api.runs         {}                          -> {"runs": [...]}
+    fleet.api.export       {"run"}                     -> the run's record file
+    fleet.api.rejections   {"limit"?, "host"?}         -> {"rejections": [...]}
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
+
+from nats.aio.client import Client
+from nats.micro import add_service
+from nats.micro.request import Request
+from nats.micro.service import Service
+
+from fleet.errors import FleetError
+from fleet.subjects import API_QUEUE, API_SERVICE, api_subject
+from ledger import views
+
+if TYPE_CHECKING:
+    from ledger.service import Ledger
+
+Handler = Callable[[dict[str, Any]], Awaitable[Any]]
+
+
+class BadRequest(Exception):
+    pass
+
+
+def _field(body: dict[str, Any], name: str, kind: type, required: bool = True) -> Any:
+    value = body.get(name)
+    if value is None:
+        if required:
+            raise BadRequest(f"the request needs {name!r}")
+        return None
+    if not isinstance(value, kind) or isinstance(value, bool):
+        raise BadRequest(f"{name!r} must be a {kind.__name__}")
+    return value
+
+
+class LedgerApi:
+    def __init__(self, ledger: Ledger) -> None:
+        self.ledger = ledger
+        self.service: Service | None = None
+
+    async def start(self, nc: Client) -> None:
+        self.service = await add_service(
+            nc, name=API_SERVICE, version="0.1.0", queue_group=API_QUEUE,
+            description="fleet ledger: checkpoints, proofs, run status",
+            metadata={"origin": self.ledger.origin, "ledger": self.ledger.config.name},
+        )
+        endpoints: dict[str, Handler] = {
+            "status": self.status, "checkpoint": self.checkpoint, "prove": self.prove,
+            "consistency": self.consistency, "run": self.run, "runs": self.runs,
+            "export": self.export, "rejections": self.rejections,
+        }
+        for name, handler in endpoints.items():
+            await self.service.add_endpoint(name=name, subject=api_subject(name),
+                                            handler=self._wrap(handler))
+
+    async def stop(self) -> None:
+        if self.service is not None:
+            await self.service.stop()
+
+    @staticmethod
+    def _wrap(handler: Handler) -> Callable[[Request], Awaitable[None]]:
+        async def respond(req: Request) -> None:
+            try:
+                body = json.loads(req.data or b"{}")
+                if not isinstance(body, dict):
+                    raise BadRequest("the request must be a JSON object")
+                result = await handler(body)
+            except (BadRequest, json.JSONDecodeError) as exc:
+                await req.respond_error("400", f"bad request: {exc}")
+                return
+            except views.NotFound as exc:
+                await req.respond_error("404", str(exc))
+                return
+            except FleetError as exc:
+                await req.respond_error("422", f"{exc.rule}: {exc}")
+                return
+            except Exception as exc:
+                await req.respond_error("500", f"{type(exc).__name__}: {exc}")
+                return
+            await req.respond(result if isinstance(result, bytes) else views.encode(result))
+        return respond
+
+    async def status(self, body: dict[str, Any]) -> Any:
+        led = self.ledger
+        lag = await led.stream_lag()
+        return views.status(led.store, origin=led.origin, vkey=led.signer.verifier().text(),
+                            lag=lag, healthy=led.healthy, detail=led.health_detail)
+
+    async def checkpoint(self, body: dict[str, Any]) -> Any:
+        led = self.ledger
+        if led.store.last_checkpoint() is None:
+            led.sign_checkpoint()
+        return views.checkpoint_json(led.store.last_checkpoint())
+
+    async def prove(self, body: dict[str, Any]) -> Any:
+        run = _field(body, "run", str)
+        index = _field(body, "index", int, required=False)
+        store = self.ledger.store
+        row = store.run_row(run)
+        if row is None:
+            raise views.NotFound(f"no run {run} in this ledger")
+        idx = row["segments"] if index is None else index
+        seg = store.segment(run, idx)
+        if seg is None:
+            raise views.NotFound(f"run {run} has no segment {idx}")
+        checkpoint = self.ledger.checkpoint_covering(seg[1])
+        return views.prove(store, run, idx, checkpoint)
+
+    async def consistency(self, body: dict[str, Any]) -> Any:
+        store = self.ledger.store
+        old = _field(body, "old", int)
+        new = _field(body, "new", int, required=False)
+        return views.consistency(store, old, store.tree.size() if new is None else new)
+
+    async def run(self, body: dict[str, Any]) -> Any:
+        return views.run_status(self.ledger.store, _field(body, "run", str))
+
+    async def runs(self, body: dict[str, Any]) -> Any:
+        return {"runs": self.ledger.store.list_runs()}
+
+    async def export(self, body: dict[str, Any]) -> Any:
+        return views.export_record(self.ledger.store, _field(body, "run", str))
+
+    async def rejections(self, body: dict[str, Any]) -> Any:
+        limit = _field(body, "limit", int, required=False) or 100
+        host = _field(body, "host", str, required=False)
+        return {"rejections": self.ledger.store.rejections(limit, host)}

@@ -1,0 +1,276 @@
+"""The ledger service: consume the FLEET stream, fold in batches, sign checkpoints, serve.
+
+One batch is: fetch up to ``batch`` messages from the ledger's durable pull consumer, decide
+each with the pure fold (:func:`fleet.fold.decide`), commit the batch's leaves, runs,
+refusals and the highest stream sequence decided in one SQLite transaction, and only then
+ack (AckAll on the last message). Messages at or below the stored watermark are skipped, so
+a crash anywhere folds nothing twice. A batch the store cannot commit (full or read-only
+disk) is not acked: the ledger marks itself unhealthy, naks the batch and retries with
+backoff until the disk is back, losing nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import nats
+from nats.aio.client import Client
+from nats.aio.msg import Msg
+from nats.js import JetStreamContext
+from nats.js.errors import FetchTimeoutError
+
+from fleet.checkpoint import check_consistent_then_sign, make_checkpoint, parse_checkpoint
+from fleet.fold import Accepted, RunSlot, decide
+from fleet.note import Signer
+from fleet.subjects import CHECKPOINTS, STREAM, rejection_subject
+from ledger.api import LedgerApi
+from ledger.keys import load_or_create_signer
+from ledger.store import Incoming, LedgerStore
+from ledger.stream import ensure_consumer, ensure_stream
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class LedgerConfig:
+    data_dir: Path
+    servers: list[str]
+    name: str = "ledger"
+    origin: str | None = None
+    nkey: Path | None = None
+    replicas: int = 1
+    dedup_window_s: float = 120.0
+    batch: int = 512
+    checkpoint_every: int = 1000
+    checkpoint_ms: int = 1000
+    run_cache: int = 50_000
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+async def connect(servers: list[str], nkey: Path | None = None, name: str = "fleet",
+                  inbox_prefix: str | None = None, **kwargs: Any) -> Client:
+    """A NATS connection that keeps reconnecting (servers restart, leaders move)."""
+    opts: dict[str, Any] = dict(servers=servers, name=name, max_reconnect_attempts=-1,
+                                reconnect_time_wait=0.5, connect_timeout=3.0)
+    if nkey is not None:
+        opts["nkeys_seed"] = str(nkey)
+    if inbox_prefix is not None:
+        opts["inbox_prefix"] = inbox_prefix
+    opts.update(kwargs)
+    return await nats.connect(**opts)
+
+
+class Ledger:
+    def __init__(self, config: LedgerConfig) -> None:
+        self.config = config
+        self.store = LedgerStore(config.data_dir)
+        origin = config.origin or f"fleet-ledger.local/{config.name}"
+        self.signer: Signer = load_or_create_signer(config.data_dir, origin)
+        self.origin = self.signer.name
+        self.healthy = True
+        self.health_detail = "ok"
+        self.stream_last_seq = 0
+        self.folded_total = 0
+        self.started = time.monotonic()
+        self._runs: OrderedDict[bytes, RunSlot] = OrderedDict()
+        self._hosts = self.store.hosts()
+        self._hosts_version = self.store.data_version()
+        self._last_checkpoint_at = time.monotonic()
+        self.nc: Client | None = None
+        self.js: JetStreamContext | None = None
+        self.api: LedgerApi | None = None
+
+    # -- state helpers --------------------------------------------------------------------
+
+    def _get_run(self, run: bytes) -> RunSlot | None:
+        slot = self._runs.get(run)
+        if slot is None:
+            slot = self.store.load_run(run)
+            if slot is not None:
+                self._remember(run, slot)
+        else:
+            self._runs.move_to_end(run)
+        return slot
+
+    def _remember(self, run: bytes, slot: RunSlot) -> None:
+        self._runs[run] = slot
+        self._runs.move_to_end(run)
+        while len(self._runs) > self.config.run_cache:
+            self._runs.popitem(last=False)
+
+    def _refresh_hosts(self) -> None:
+        version = self.store.data_version()
+        if version != self._hosts_version:
+            self._hosts = self.store.hosts()
+            self._hosts_version = version
+
+    # -- folding --------------------------------------------------------------------------
+
+    def fold_messages(self, msgs: list[tuple[int, str, bytes]]) -> tuple[list[Incoming], int]:
+        """Decide messages (stream seq, subject, data) above the watermark and commit them."""
+        self._refresh_hosts()
+        watermark = self.store.watermark()
+        batch: list[Incoming] = []
+        top = watermark
+        for seq, subject, data in msgs:
+            if seq <= watermark:
+                continue
+            decision = decide(subject, data, seq, self._hosts, self._get_run, self.store.head_at)
+            if isinstance(decision, Accepted) and decision.created:
+                self._remember(decision.run, decision.slot)
+            batch.append(Incoming(seq, subject, data, decision))
+            top = max(top, seq)
+        if top == watermark:
+            return [], watermark
+        try:
+            self.store.commit_batch(batch, top)
+        except Exception:
+            # The decisions advanced cached run states that were never stored: forget them.
+            self._runs.clear()
+            raise
+        self.folded_total += sum(isinstance(b.decision, Accepted) for b in batch)
+        return batch, top
+
+    # -- checkpoints ----------------------------------------------------------------------
+
+    def checkpoint_due(self) -> bool:
+        size = self.store.tree.size()
+        last = self.store.last_checkpoint()
+        signed = 0 if last is None else last[0]
+        if size <= signed:
+            return False
+        if size - signed >= self.config.checkpoint_every:
+            return True
+        elapsed_ms = (time.monotonic() - self._last_checkpoint_at) * 1000
+        return elapsed_ms >= self.config.checkpoint_ms
+
+    def sign_checkpoint(self) -> str | None:
+        """Sign the current tree if it grew, after checking it extends the last one signed."""
+        size = self.store.tree.size()
+        last = self.store.last_checkpoint()
+        if last is not None and last[0] == size:
+            return last[2]
+        new = make_checkpoint(self.origin, size, self.store.tree.root(size))
+        previous = None if last is None else parse_checkpoint(_note_body(last[2]))
+        proof = [] if last is None or last[0] == 0 else self.store.tree.consistency_proof(
+            last[0], size)
+        note = check_consistent_then_sign(previous, new, proof, self.signer)
+        self.store.add_checkpoint(size, new.root, note)
+        self._last_checkpoint_at = time.monotonic()
+        return note
+
+    def checkpoint_covering(self, leaf_index: int) -> tuple[int, bytes, str]:
+        """A signed checkpoint whose tree holds ``leaf_index``, signing one if none does."""
+        found = self.store.checkpoint_at_least(leaf_index + 1)
+        if found is None:
+            self.sign_checkpoint()
+            found = self.store.checkpoint_at_least(leaf_index + 1)
+        assert found is not None
+        return found
+
+    # -- the service loop -----------------------------------------------------------------
+
+    async def start(self) -> None:
+        cfg = self.config
+        self.nc = await connect(cfg.servers, cfg.nkey, name=f"fleet-ledger-{cfg.name}")
+        self.js = self.nc.jetstream(timeout=10.0)
+        await ensure_stream(self.js, cfg.replicas, cfg.dedup_window_s)
+        self.api = LedgerApi(self)
+        await self.api.start(self.nc)
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Fold until ``stop`` is set."""
+        if self.nc is None:
+            await self.start()
+        assert self.js is not None and self.nc is not None
+        backoff = 0.2
+        sub = None
+        while not stop.is_set():
+            try:
+                if sub is None:
+                    durable = await ensure_consumer(self.js, self.config.name,
+                                                    self.store.watermark())
+                    sub = await self.js.pull_subscribe_bind(durable, STREAM)
+                await self._one_batch(sub)
+                backoff = 0.2
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # the ledger keeps running through any single failure
+                self.healthy = False
+                self.health_detail = f"{type(exc).__name__}: {exc}"
+                log.warning("fold loop: %s; retrying in %.1fs", self.health_detail, backoff)
+                with contextlib.suppress(Exception):
+                    if sub is not None:
+                        await sub.unsubscribe()
+                sub = None
+                with contextlib.suppress(asyncio.TimeoutError):
+                    await asyncio.wait_for(stop.wait(), backoff)
+                backoff = min(backoff * 2, 5.0)
+        with contextlib.suppress(Exception):
+            if sub is not None:
+                await sub.unsubscribe()
+
+    async def _one_batch(self, sub: Any) -> None:
+        try:
+            msgs: list[Msg] = await sub.fetch(self.config.batch, timeout=0.25)
+        except (TimeoutError, FetchTimeoutError, nats.errors.TimeoutError):
+            msgs = []
+        if msgs:
+            items = [(m.metadata.sequence.stream, m.subject, m.data) for m in msgs]
+            try:
+                batch, _ = self.fold_messages(items)
+            except Exception:
+                for m in msgs:
+                    with contextlib.suppress(Exception):
+                        await m.nak(delay=1.0)
+                raise
+            await msgs[-1].ack()
+            self.stream_last_seq = max(self.stream_last_seq, msgs[-1].metadata.sequence.stream)
+            await self._publish_refusals(batch)
+        self.healthy = True
+        self.health_detail = "ok"
+        if self.checkpoint_due():
+            note = self.sign_checkpoint()
+            if note is not None and self.nc is not None:
+                await self.nc.publish(CHECKPOINTS, note.encode())
+
+    async def _publish_refusals(self, batch: list[Incoming]) -> None:
+        assert self.nc is not None
+        for item in batch:
+            d = item.decision
+            if isinstance(d, Accepted) or d.host is None:
+                continue
+            body = {"stream_seq": item.stream_seq, "subject": item.subject, "rule": d.rule,
+                    "detail": d.detail, "index": d.index}
+            with contextlib.suppress(Exception):
+                await self.nc.publish(rejection_subject(d.host), msgspec.json.encode(body))
+
+    async def stream_lag(self) -> int:
+        if self.js is None:
+            return 0
+        with contextlib.suppress(Exception):
+            info = await self.js.stream_info(STREAM)
+            self.stream_last_seq = info.state.last_seq
+        return max(0, self.stream_last_seq - self.store.watermark())
+
+    async def close(self) -> None:
+        if self.api is not None:
+            with contextlib.suppress(Exception):
+                await self.api.stop()
+        if self.nc is not None:
+            with contextlib.suppress(Exception):
+                await self.nc.drain()
+        self.store.close()
+
+
+def _note_body(note: str) -> str:
+    """The text of a signed note (everything before the blank line and signatures)."""
+    return note.split("\n\n", 1)[0] + "\n"

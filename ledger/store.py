@@ -1,0 +1,275 @@
+"""The ledger's SQLite store: runs, segments, refusals, hosts, checkpoints, the Merkle tree
+and the stream watermark, all in one database file so one transaction commits a whole batch.
+
+The watermark is the highest stream sequence whose message has been decided (folded or
+refused). It is written in the same transaction as the leaves and rows that message
+produced, so after a crash the ledger resumes at ``watermark + 1`` and nothing is decided
+twice. WAL journal, ``synchronous=FULL``: a committed batch survives power loss.
+
+Host enrollment is written by the operator's ``fleet host enroll`` into this same file
+while the ledger may be running; the ledger notices through ``PRAGMA data_version``.
+"""
+
+from __future__ import annotations
+
+import base64
+import sqlite3
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import msgspec
+from nacl.signing import VerifyKey
+
+from fleet.address import format_address, parse_address
+from fleet.fold import Accepted, HostEntry, Refused, RunSlot
+from fleet.merkle import leaf_hash
+from fleet.run_codec import state_from_json, state_to_json
+from fleet.seal import decode_key
+from fleet.subjects import check_host_name
+from ledger.tree_store import TreeStore
+
+DB_NAME = "ledger.db"
+
+_SCHEMA = (
+    "CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
+    "CREATE TABLE IF NOT EXISTS hosts (name TEXT PRIMARY KEY, public_key TEXT NOT NULL,"
+    " enrolled_after INTEGER NOT NULL, revoked_after INTEGER, enrolled_at REAL NOT NULL)",
+    "CREATE TABLE IF NOT EXISTS runs (run TEXT PRIMARY KEY, host TEXT NOT NULL,"
+    " segments INTEGER NOT NULL, head TEXT NOT NULL, phase TEXT NOT NULL,"
+    " state BLOB NOT NULL, first_seq INTEGER NOT NULL, last_seq INTEGER NOT NULL)",
+    "CREATE TABLE IF NOT EXISTS segments (run TEXT NOT NULL, idx INTEGER NOT NULL,"
+    " head TEXT NOT NULL, kind TEXT NOT NULL, leaf_index INTEGER NOT NULL,"
+    " stream_seq INTEGER NOT NULL, payload BLOB NOT NULL, PRIMARY KEY (run, idx))",
+    "CREATE TABLE IF NOT EXISTS rejections (id INTEGER PRIMARY KEY, stream_seq INTEGER NOT NULL,"
+    " subject TEXT NOT NULL, host TEXT, run TEXT, idx INTEGER, rule TEXT NOT NULL,"
+    " detail TEXT NOT NULL, payload BLOB NOT NULL, at REAL NOT NULL)",
+    "CREATE INDEX IF NOT EXISTS rejections_rule ON rejections (rule)",
+    "CREATE TABLE IF NOT EXISTS checkpoints (size INTEGER PRIMARY KEY, root BLOB NOT NULL,"
+    " note TEXT NOT NULL, at REAL NOT NULL)",
+)
+
+
+class StoreError(Exception):
+    """The store cannot do what was asked (bad name, unknown host, unwritable disk)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Incoming:
+    """One decided message of a batch, with what the store keeps of it."""
+
+    stream_seq: int
+    subject: str
+    payload: bytes
+    decision: Accepted | Refused
+
+
+def connect(path: Path) -> sqlite3.Connection:
+    conn = sqlite3.connect(str(path), isolation_level=None, timeout=30.0,
+                           check_same_thread=False)
+    conn.execute("PRAGMA journal_mode=WAL")
+    conn.execute("PRAGMA synchronous=FULL")
+    conn.execute("PRAGMA busy_timeout=30000")
+    return conn
+
+
+class LedgerStore:
+    def __init__(self, data_dir: Path | str) -> None:
+        self.dir = Path(data_dir)
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.path = self.dir / DB_NAME
+        self.conn = connect(self.path)
+        with self.transaction():
+            for statement in _SCHEMA:
+                self.conn.execute(statement)
+            self.tree = TreeStore(self.conn)
+
+    def close(self) -> None:
+        self.conn.close()
+
+    @contextmanager
+    def transaction(self) -> Iterator[sqlite3.Connection]:
+        self.conn.execute("BEGIN IMMEDIATE")
+        try:
+            yield self.conn
+        except BaseException:
+            self.conn.execute("ROLLBACK")
+            raise
+        self.conn.execute("COMMIT")
+
+    # -- meta -----------------------------------------------------------------------------
+
+    def meta(self, key: str, default: str | None = None) -> str | None:
+        row = self.conn.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
+        return default if row is None else row[0]
+
+    def set_meta(self, key: str, value: str) -> None:
+        self.conn.execute("INSERT INTO meta (key, value) VALUES (?, ?) ON CONFLICT(key)"
+                          " DO UPDATE SET value = excluded.value", (key, value))
+
+    def watermark(self) -> int:
+        return int(self.meta("watermark", "0") or 0)
+
+    def data_version(self) -> int:
+        return int(self.conn.execute("PRAGMA data_version").fetchone()[0])
+
+    # -- hosts ----------------------------------------------------------------------------
+
+    def enroll(self, name: str, public_key: str) -> None:
+        """Enroll (or re-key) a host; it is valid for stream positions after the watermark."""
+        try:
+            check_host_name(name)
+            decode_key(public_key)
+        except ValueError as exc:
+            raise StoreError(str(exc)) from None
+        with self.transaction():
+            self.conn.execute(
+                "INSERT INTO hosts (name, public_key, enrolled_after, revoked_after, enrolled_at)"
+                " VALUES (?, ?, ?, NULL, ?) ON CONFLICT(name) DO UPDATE SET"
+                " public_key = excluded.public_key, enrolled_after = excluded.enrolled_after,"
+                " revoked_after = NULL, enrolled_at = excluded.enrolled_at",
+                (name, public_key, self.watermark(), time.time()),
+            )
+
+    def revoke(self, name: str) -> None:
+        """Refuse the host's segments after the current watermark; earlier ones stay."""
+        with self.transaction():
+            cur = self.conn.execute(
+                "UPDATE hosts SET revoked_after = ? WHERE name = ? AND revoked_after IS NULL",
+                (self.watermark(), name),
+            )
+            if cur.rowcount == 0:
+                known = self.conn.execute("SELECT 1 FROM hosts WHERE name = ?", (name,))
+                if known.fetchone() is None:
+                    raise StoreError(f"no enrolled host named {name!r}")
+
+    def hosts(self) -> dict[str, HostEntry]:
+        rows = self.conn.execute(
+            "SELECT name, public_key, enrolled_after, revoked_after FROM hosts")
+        return {
+            name: HostEntry(name, VerifyKey(base64.b64decode(key)), enrolled, revoked)
+            for name, key, enrolled, revoked in rows
+        }
+
+    def host_rows(self) -> list[dict[str, Any]]:
+        rows = self.conn.execute("SELECT name, public_key, enrolled_after, revoked_after"
+                                 " FROM hosts ORDER BY name")
+        return [{"name": n, "public_key": k, "enrolled_after": e, "revoked_after": r}
+                for n, k, e, r in rows]
+
+    # -- runs -----------------------------------------------------------------------------
+
+    def load_run(self, run: bytes) -> RunSlot | None:
+        row = self.conn.execute("SELECT host, state FROM runs WHERE run = ?",
+                                (format_address(run),)).fetchone()
+        if row is None:
+            return None
+        return RunSlot(row[0], state_from_json(msgspec.json.decode(row[1])))
+
+    def head_at(self, run: bytes, index: int) -> bytes | None:
+        row = self.conn.execute("SELECT head FROM segments WHERE run = ? AND idx = ?",
+                                (format_address(run), index)).fetchone()
+        return None if row is None else parse_address(row[0])
+
+    # -- the batch ------------------------------------------------------------------------
+
+    def commit_batch(self, batch: Sequence[Incoming], watermark: int) -> int:
+        """Write a batch's leaves, runs, segments and refusals with the new watermark, in one
+        transaction. Returns the tree size after it."""
+        with self.transaction() as db:
+            size = self.tree.size()
+            leaves: list[bytes] = []
+            segment_rows = []
+            runs: dict[str, tuple[Accepted, int]] = {}
+            first_seq: dict[str, int] = {}
+            refusals = []
+            now = time.time()
+            for item in batch:
+                d = item.decision
+                if isinstance(d, Accepted):
+                    run = format_address(d.run)
+                    segment_rows.append((run, d.index, format_address(d.head), d.kind,
+                                         size + len(leaves), item.stream_seq, item.payload))
+                    leaves.append(leaf_hash(d.leaf))
+                    runs[run] = (d, item.stream_seq)
+                    first_seq.setdefault(run, item.stream_seq)
+                else:
+                    refusals.append((item.stream_seq, item.subject, d.host,
+                                     None if d.run is None else format_address(d.run), d.index,
+                                     d.rule, d.detail, item.payload, now))
+            db.executemany("INSERT INTO segments (run, idx, head, kind, leaf_index, stream_seq,"
+                           " payload) VALUES (?, ?, ?, ?, ?, ?, ?)", segment_rows)
+            db.executemany(
+                "INSERT INTO runs (run, host, segments, head, phase, state, first_seq, last_seq)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT(run) DO UPDATE SET"
+                " segments = excluded.segments, head = excluded.head, phase = excluded.phase,"
+                " state = excluded.state, last_seq = excluded.last_seq",
+                [(run, d.host, d.slot.state.index, format_address(d.slot.state.head),
+                  d.slot.state.phase, msgspec.json.encode(state_to_json(d.slot.state)),
+                  first_seq[run], seq) for run, (d, seq) in runs.items()],
+            )
+            db.executemany("INSERT INTO rejections (stream_seq, subject, host, run, idx, rule,"
+                           " detail, payload, at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)", refusals)
+            new_size = self.tree.append(leaves)
+            self.set_meta("watermark", str(watermark))
+        return new_size
+
+    # -- checkpoints ----------------------------------------------------------------------
+
+    def last_checkpoint(self) -> tuple[int, bytes, str] | None:
+        row = self.conn.execute(
+            "SELECT size, root, note FROM checkpoints ORDER BY size DESC LIMIT 1").fetchone()
+        return None if row is None else (row[0], row[1], row[2])
+
+    def checkpoint_at_least(self, size: int) -> tuple[int, bytes, str] | None:
+        row = self.conn.execute("SELECT size, root, note FROM checkpoints WHERE size >= ?"
+                                " ORDER BY size LIMIT 1", (size,)).fetchone()
+        return None if row is None else (row[0], row[1], row[2])
+
+    def add_checkpoint(self, size: int, root: bytes, note: str) -> None:
+        with self.transaction():
+            self.conn.execute("INSERT OR IGNORE INTO checkpoints (size, root, note, at)"
+                              " VALUES (?, ?, ?, ?)", (size, root, note, time.time()))
+
+    # -- reads ----------------------------------------------------------------------------
+
+    def run_row(self, run: str) -> dict[str, Any] | None:
+        row = self.conn.execute("SELECT run, host, segments, head, phase, state FROM runs"
+                                " WHERE run = ?", (run,)).fetchone()
+        if row is None:
+            return None
+        return {"run": row[0], "host": row[1], "segments": row[2], "head": row[3],
+                "phase": row[4], "state": msgspec.json.decode(row[5])}
+
+    def list_runs(self) -> list[dict[str, Any]]:
+        rows = self.conn.execute("SELECT run, host, segments, head, phase FROM runs"
+                                 " ORDER BY first_seq")
+        return [{"run": r, "host": h, "segments": n, "head": hd, "phase": p}
+                for r, h, n, hd, p in rows]
+
+    def segment(self, run: str, index: int) -> tuple[str, int] | None:
+        """(head, leaf index) of segment ``index`` of ``run``."""
+        row = self.conn.execute("SELECT head, leaf_index FROM segments WHERE run = ? AND idx = ?",
+                                (run, index)).fetchone()
+        return None if row is None else (row[0], row[1])
+
+    def payloads(self, run: str) -> list[bytes]:
+        rows = self.conn.execute("SELECT payload FROM segments WHERE run = ? ORDER BY idx",
+                                 (run,))
+        return [bytes(p) for (p,) in rows]
+
+    def counts(self) -> dict[str, Any]:
+        runs = self.conn.execute("SELECT COUNT(*) FROM runs").fetchone()[0]
+        segs = self.conn.execute("SELECT COUNT(*) FROM segments").fetchone()[0]
+        rejected = dict(self.conn.execute("SELECT rule, COUNT(*) FROM rejections GROUP BY rule"))
+        return {"runs": runs, "segments_folded": segs, "rejected": rejected}
+
+    def rejections(self, limit: int = 100, host: str | None = None) -> list[dict[str, Any]]:
+        sql = ("SELECT stream_seq, subject, host, run, idx, rule, detail, at FROM rejections"
+               + (" WHERE host = ?" if host else "") + " ORDER BY id DESC LIMIT ?")
+        args: tuple[Any, ...] = (host, limit) if host else (limit,)
+        keys = ("stream_seq", "subject", "host", "run", "index", "rule", "detail", "at")
+        return [dict(zip(keys, row, strict=True)) for row in self.conn.execute(sql, args)]

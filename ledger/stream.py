@@ -1,0 +1,86 @@
+"""Provisioning the FLEET stream and a ledger's durable pull consumer, idempotently."""
+
+from __future__ import annotations
+
+import logging
+
+from nats.js import JetStreamContext
+from nats.js.api import (
+    AckPolicy,
+    ConsumerConfig,
+    DeliverPolicy,
+    DiscardPolicy,
+    RetentionPolicy,
+    StorageType,
+    StreamConfig,
+)
+from nats.js.errors import NotFoundError
+
+from fleet.subjects import SEGMENTS, STREAM
+from fleet.wire import MAX_MESSAGE
+
+log = logging.getLogger(__name__)
+
+
+def stream_config(replicas: int = 1, dedup_window_s: float = 120.0) -> StreamConfig:
+    return StreamConfig(
+        name=STREAM,
+        subjects=[f"{SEGMENTS}.>"],
+        retention=RetentionPolicy.LIMITS,
+        storage=StorageType.FILE,
+        num_replicas=replicas,
+        duplicate_window=dedup_window_s,
+        max_msg_size=MAX_MESSAGE,
+        discard=DiscardPolicy.OLD,
+        deny_delete=True,
+        deny_purge=True,
+        allow_rollup_hdrs=False,
+    )
+
+
+async def ensure_stream(
+    js: JetStreamContext, replicas: int = 1, dedup_window_s: float = 120.0
+) -> None:
+    """Create the stream, or update it to this configuration (replicas, window, limits)."""
+    config = stream_config(replicas, dedup_window_s)
+    try:
+        await js.stream_info(STREAM)
+    except NotFoundError:
+        await js.add_stream(config)
+        return
+    await js.update_stream(config)
+
+
+def consumer_name(ledger: str) -> str:
+    return f"ledger-{ledger}"
+
+
+async def ensure_consumer(js: JetStreamContext, ledger: str, watermark: int) -> str:
+    """The ledger's own durable pull consumer, positioned just after ``watermark``.
+
+    A consumer that is ahead of the store (the store was deleted or restored from an old
+    backup) is recreated at ``watermark + 1``, so the ledger replays what its store lacks
+    instead of trusting the consumer's position.
+    """
+    durable = consumer_name(ledger)
+    try:
+        info = await js.consumer_info(STREAM, durable)
+    except NotFoundError:
+        info = None
+    if info is not None:
+        floor = info.ack_floor.stream_seq if info.ack_floor else 0
+        if floor <= watermark:
+            return durable
+        log.warning("consumer %s is at %d, store at %d: replaying from the store's position",
+                    durable, floor, watermark)
+        await js.delete_consumer(STREAM, durable)
+    await js.add_consumer(STREAM, ConsumerConfig(
+        durable_name=durable,
+        deliver_policy=DeliverPolicy.BY_START_SEQUENCE,
+        opt_start_seq=watermark + 1,
+        ack_policy=AckPolicy.ALL,
+        ack_wait=30.0,
+        max_ack_pending=20_000,
+        filter_subject=f"{SEGMENTS}.>",
+    ))
+    return durable

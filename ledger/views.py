@@ -1,0 +1,126 @@
+"""Answers the ledger gives (status, run status, proofs, exports), read from its store.
+
+The request/reply API and the offline CLI (``--data DIR``) both call these, so a script
+sees the same JSON whether it asks a running ledger or reads a stopped one's folder.
+"""
+
+from __future__ import annotations
+
+import base64
+from typing import Any
+
+import msgspec
+
+from fleet.address import parse_address
+from fleet.checkpoint import parse_checkpoint
+from fleet.errors import FleetError
+from fleet.leaf import encode_leaf
+from fleet.proof_bundle import build_bundle
+from fleet.run_codec import state_from_json
+from fleet.seal import decode_key
+from fleet.wait_proof import verdict_json
+from fleet.wire import RecordWire, decode_envelope, encode_record, segment_to_wire
+from ledger.store import LedgerStore
+
+
+class NotFound(Exception):
+    """The run, segment or size asked for is not in this ledger."""
+
+
+def status(store: LedgerStore, *, origin: str, vkey: str, lag: int | None = None,
+           healthy: bool = True, detail: str = "ok") -> dict[str, Any]:
+    size = store.tree.size()
+    last = store.last_checkpoint()
+    counts = store.counts()
+    return {
+        "origin": origin,
+        "vkey": vkey,
+        "tree_size": size,
+        "root": store.tree.root(size).hex(),
+        "runs": counts["runs"],
+        "segments_folded": counts["segments_folded"],
+        "rejected": counts["rejected"],
+        "stream_seq": store.watermark(),
+        "lag": lag,
+        "checkpoint_size": None if last is None else last[0],
+        "hosts": store.host_rows(),
+        "healthy": healthy,
+        "health": detail,
+    }
+
+
+def run_status(store: LedgerStore, run: str) -> dict[str, Any]:
+    row = store.run_row(run)
+    if row is None:
+        raise NotFound(f"no run {run} in this ledger")
+    state = state_from_json(row["state"])
+    return {
+        "run": row["run"], "host": row["host"], "segments": row["segments"],
+        "head": row["head"], "phase": row["phase"],
+        "energy": state.energy.as_json(), "wait_proof": verdict_json(state.wait_proof()),
+    }
+
+
+def prove(store: LedgerStore, run: str, index: int | None,
+          checkpoint: tuple[int, bytes, str]) -> dict[str, Any]:
+    """The proof bundle of segment ``index`` (default: the latest) of ``run``."""
+    row = store.run_row(run)
+    if row is None:
+        raise NotFound(f"no run {run} in this ledger")
+    idx = row["segments"] if index is None else index
+    seg = store.segment(run, idx)
+    if seg is None:
+        raise NotFound(f"run {run} has no segment {idx}")
+    head, leaf_index = seg
+    size, _root, note = checkpoint
+    leaf = encode_leaf(parse_address(run), idx, parse_address(head))
+    return build_bundle(
+        origin=parse_checkpoint(note.split("\n\n", 1)[0] + "\n").origin, tree_size=size,
+        leaf_index=leaf_index, leaf=leaf,
+        inclusion=store.tree.inclusion_proof(leaf_index, size), checkpoint=note,
+    )
+
+
+def consistency(store: LedgerStore, old: int, new: int) -> dict[str, Any]:
+    size = store.tree.size()
+    if not 0 <= old <= new <= size:
+        raise NotFound(f"sizes must satisfy 0 <= old <= new <= {size}")
+    proof = [] if old in (0, new) else store.tree.consistency_proof(old, new)
+    return {"old": old, "new": new, "old_root": store.tree.root(old).hex(),
+            "new_root": store.tree.root(new).hex(), "proof": [h.hex() for h in proof]}
+
+
+def export_record(store: LedgerStore, run: str) -> bytes:
+    """The run's record file (``fleet verify`` reads it), rebuilt from the folded messages."""
+    row = store.run_row(run)
+    if row is None:
+        raise NotFound(f"no run {run} in this ledger")
+    envelopes = [decode_envelope(p) for p in store.payloads(run)]
+    host_key = None
+    hosts = {h["name"]: h["public_key"] for h in store.host_rows()}
+    if row["host"] in hosts:
+        host_key = hosts[row["host"]]
+        decode_key(host_key)
+    first = envelopes[0]
+    record = RecordWire(
+        unit_id=row["state"]["unit_id"], grants_id=row["state"]["grants_id"], run=run,
+        host_key=host_key, segments=[segment_to_wire(e.sealed) for e in envelopes],
+    )
+    assert first.run == parse_address(run)
+    return encode_record(record)
+
+
+def checkpoint_json(checkpoint: tuple[int, bytes, str] | None) -> dict[str, Any]:
+    if checkpoint is None:
+        raise NotFound("the ledger has signed no checkpoint yet")
+    size, root, note = checkpoint
+    return {"size": size, "root": bytes(root).hex(),
+            "root_base64": base64.b64encode(root).decode(), "checkpoint": note}
+
+
+def encode(doc: Any) -> bytes:
+    return msgspec.json.encode(doc)
+
+
+__all__ = ["FleetError", "NotFound", "checkpoint_json", "consistency", "encode",
+           "export_record", "prove", "run_status", "status"]
