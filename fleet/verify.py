@@ -16,6 +16,7 @@ from fleet.address import format_address, parse_address
 from fleet.errors import HeadMismatch, IndexGap, MalformedSegment, RecordError
 from fleet.record import Energy, RunState
 from fleet.seal import check_seal, decode_key
+from fleet.verify_fast import fast_check
 from fleet.wait_proof import Verdict
 from fleet.wire import RECORD_FORMAT, RecordWire, SealedSegment, segment_from_wire
 
@@ -50,11 +51,16 @@ def fold_sealed(
     state.apply(sealed.segment, sealed.attestation, nxt, head)
 
 
-def verify_record(record: RecordWire, host_key: str | None = None) -> RecordReport:
+def verify_record(
+    record: RecordWire, host_key: str | None = None, *, fast: bool = True
+) -> RecordReport:
     """Verify ``record`` from genesis; ``host_key`` pins the key expected to seal it.
 
     Without a pinned key the record's own ``host_key`` checks the seals; a record naming no
-    key at all verifies its chain only and reports ``sealed=False``.
+    key at all verifies its chain only and reports ``sealed=False``. A record that passes
+    the fast path (:mod:`fleet.verify_fast`) is valid; any other goes through the reference
+    path, segment by segment, which raises the first failure by name (``fast=False`` forces
+    the reference path for every record).
     """
     if record.format != RECORD_FORMAT:
         raise MalformedSegment(f"unknown record format {record.format!r}")
@@ -68,6 +74,15 @@ def verify_record(record: RecordWire, host_key: str | None = None) -> RecordRepo
     state = RunState.open(parse_address(record.unit_id), parse_address(record.grants_id))
     if record.run is not None and parse_address(record.run) != state.run:
         raise HeadMismatch("the record's run is not the genesis head of its unit and grants")
+    if fast:
+        found = fast_check(record, state.run, verify_key)
+        if found is not None:
+            segments, head, phase, energy, wait = found
+            return RecordReport(
+                run=format_address(state.run), segments=segments, head=format_address(head),
+                phase=phase, energy=energy, wait_proof=wait.verdict(),
+                sealed=verify_key is not None,
+            )
     for position, wire in enumerate(record.segments, start=1):
         try:
             sealed = segment_from_wire(wire)

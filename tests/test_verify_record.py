@@ -13,6 +13,7 @@ from nacl.signing import SigningKey
 from fleet.errors import FleetError, RecordError
 from fleet.seal import encode_key
 from fleet.verify import verify_record
+from fleet.verify_fast import fast_check
 from fleet.wire import decode_record, encode_record
 
 from recgen import records
@@ -26,7 +27,9 @@ def record_bytes(builder) -> bytes:
 @given(records())
 def test_random_valid_records_verify(builder):
     """Any record built through the rules verifies offline to the builder's own state."""
-    report = verify_record(decode_record(record_bytes(builder)))
+    decoded = decode_record(record_bytes(builder))
+    assert fast_check(decoded, builder.run, builder._key.verify_key) is not None
+    report = verify_record(decoded)
     st_ = builder.state
     assert report.segments == st_.index and report.phase == st_.phase
     assert report.energy.total_uj == st_.energy.total_uj
@@ -117,3 +120,27 @@ def test_seal_moved_to_another_index_or_run_fails():
         verify_record(decode_record(json.dumps(doc).encode()))
     assert (info.value.rule, info.value.segment) == ("BadSeal", 2)
     assert base64.b64decode(doc["segments"][0]["seal"])
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(records(max_segments=6), st.data())
+def test_fast_path_agrees_with_reference_path(builder, data):
+    """The fast verifier accepts exactly the records the reference path accepts, with the
+    same report, on valid and on one-byte-mutated records."""
+    original = record_bytes(builder)
+    candidates = [original]
+    pos = data.draw(st.integers(0, len(original) - 1))
+    new = data.draw(st.integers(0, 255).filter(lambda b: b != original[pos]))
+    candidates.append(original[:pos] + bytes([new]) + original[pos + 1:])
+    for blob in candidates:
+        try:
+            rec = decode_record(blob)
+        except FleetError:
+            continue
+        outcomes = []
+        for fast in (True, False):
+            try:
+                outcomes.append(verify_record(rec, fast=fast))
+            except FleetError as exc:
+                outcomes.append((exc.rule, getattr(exc, "segment", None)))
+        assert outcomes[0] == outcomes[1]
