@@ -1,0 +1,407 @@
+"""Shared pieces of the fault-injection and fuzz suites: real processes, streams, folds.
+
+- :class:`LedgerProc` runs ``fleet ledger serve`` as a child process (its log in a file),
+  so a test can SIGKILL it by pid, restart it on the same data folder, or limit its writes.
+- :func:`stream_messages` reads every message of the FLEET stream, in stream order.
+- :func:`reference_fold` folds those messages, fault-free, into a fresh store, and
+  :func:`store_summary` reads what a ledger's store holds, so two folds compare byte for byte.
+- :class:`PureFold` is the fold with in-memory state, for the refusal table and the fuzzers.
+- :func:`sealed_run` builds a host's genuine messages; :func:`forge` seals a segment the
+  builder would refuse (to make the fold, not the host, name the rule).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import nats
+from nacl.signing import SigningKey
+from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
+
+from fleet import errors
+from fleet.address import digest, format_address
+from fleet.builder import RecordBuilder
+from fleet.fold import Accepted, HostEntry, Refused, RunSlot, decide
+from fleet.leaf import encode_leaf
+from fleet.merkle import fold as merkle_fold
+from fleet.merkle import leaf_hash
+from fleet.record import RunState, chain
+from fleet.run_codec import state_to_json
+from fleet.seal import seal
+from fleet.segment import CallAccount, Segment, make_snapshot
+from fleet.subjects import STREAM, segment_subject
+from fleet.wire import SealedSegment, encode_envelope
+
+FLEET = [sys.executable, "-m", "fleet.cli.__main__"]
+
+# Every rule the fold can name: the classes of fleet.errors below FleetError.
+RULES = frozenset(
+    name for name, obj in vars(errors).items()
+    if isinstance(obj, type) and issubclass(obj, errors.FleetError)
+    and obj not in (errors.FleetError, errors.RecordError)
+)
+
+
+def fleet(*args: str, timeout: float = 60.0, check: bool = True
+          ) -> subprocess.CompletedProcess[str]:
+    """Run the ``fleet`` CLI in a child process and return its result."""
+    result = subprocess.run([*FLEET, *args], capture_output=True, text=True, timeout=timeout,
+                            stdin=subprocess.DEVNULL, check=False)
+    if check and result.returncode != 0:
+        raise AssertionError(f"fleet {' '.join(args)} failed ({result.returncode}):\n"
+                             f"{result.stdout}\n{result.stderr}")
+    return result
+
+
+# -- a ledger as a child process ------------------------------------------------------------
+
+
+class LedgerProc:
+    """``fleet ledger serve`` in a child process; stopped (by pid) when the context exits."""
+
+    def __init__(self, url: str, data: Path, *extra: str, log: Path | None = None) -> None:
+        self.url = url
+        self.data = data
+        self.extra = list(extra)
+        self.log = log or data.parent / f"{data.name}.log"
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.starts = 0
+
+    def start(self, wait: bool = True, preexec: Any = None) -> LedgerProc:
+        assert self.proc is None or self.proc.poll() is not None
+        self.log.parent.mkdir(parents=True, exist_ok=True)
+        mark = self.log.stat().st_size if self.log.exists() else 0
+        with self.log.open("ab") as out:
+            self.proc = subprocess.Popen(
+                [*FLEET, "ledger", "serve", "--nats", self.url, "--data", str(self.data),
+                 "--checkpoint-ms", "200", *self.extra],
+                stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+                start_new_session=True, preexec_fn=preexec,
+            )
+        self.starts += 1
+        if wait:
+            self.wait_ready(mark)
+        return self
+
+    def wait_ready(self, mark: int = 0, timeout: float = 30.0) -> None:
+        deadline = time.monotonic() + timeout
+        while b"serving" not in self.log.read_bytes()[mark:]:
+            assert self.proc is not None
+            if self.proc.poll() is not None:
+                raise AssertionError(f"the ledger exited ({self.proc.returncode}):\n"
+                                     + self.log_text()[-3000:])
+            if time.monotonic() > deadline:
+                raise AssertionError("the ledger did not start:\n" + self.log_text()[-3000:])
+            time.sleep(0.02)
+
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None
+        return self.proc.pid
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def kill(self) -> None:
+        """SIGKILL by pid: a crash, nothing flushed."""
+        if self.alive():
+            assert self.proc is not None
+            os.kill(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(10)
+
+    def stop(self) -> int | None:
+        """SIGTERM by pid (SIGKILL after 15 s); the exit code."""
+        if self.proc is None:
+            return None
+        if self.proc.poll() is None:
+            os.kill(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(15)
+            except subprocess.TimeoutExpired:
+                os.kill(self.proc.pid, signal.SIGKILL)
+                self.proc.wait(10)
+        return self.proc.returncode
+
+    def log_text(self) -> str:
+        return self.log.read_text(errors="replace") if self.log.exists() else ""
+
+    def status(self, timeout: float = 10.0) -> dict[str, Any]:
+        """``fleet status --json`` against this ledger's API."""
+        out = fleet("status", "--json", "--nats", self.url, timeout=timeout + 20)
+        return json.loads(out.stdout)
+
+    def __enter__(self) -> LedgerProc:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.kill()
+
+
+# -- reading the stream and the stores ---------------------------------------------------
+
+
+async def _stream_messages(url: str | list[str]) -> list[tuple[int, str, bytes]]:
+    nc = await nats.connect(url, connect_timeout=5, max_reconnect_attempts=20,
+                            reconnect_time_wait=0.2)
+    try:
+        js = nc.jetstream(timeout=10.0)
+        info = await js.stream_info(STREAM)
+        last = info.state.last_seq
+        out: list[tuple[int, str, bytes]] = []
+        if info.state.messages == 0:
+            return out
+        sub = await js.pull_subscribe(
+            "fleet.seg.>", stream=STREAM,
+            config=ConsumerConfig(deliver_policy=DeliverPolicy.ALL, ack_policy=AckPolicy.NONE,
+                                  inactive_threshold=30.0),
+        )
+        try:
+            while not out or out[-1][0] < last:
+                for m in await sub.fetch(1000, timeout=5.0):
+                    out.append((m.metadata.sequence.stream, m.subject, m.data))
+        finally:
+            with contextlib.suppress(Exception):
+                await sub.unsubscribe()
+        return out
+    finally:
+        await nc.close()
+
+
+def stream_messages(url: str | list[str]) -> list[tuple[int, str, bytes]]:
+    """Every message of FLEET as (stream seq, subject, data), in stream order."""
+    return asyncio.run(_stream_messages(url))
+
+
+async def stream_state(url: str | list[str]) -> tuple[int, int]:
+    """(messages, last seq) of the FLEET stream."""
+    nc = await nats.connect(url, connect_timeout=5)
+    try:
+        info = await nc.jetstream(timeout=10.0).stream_info(STREAM)
+        return info.state.messages, info.state.last_seq
+    finally:
+        await nc.close()
+
+
+@dataclass
+class Summary:
+    """What a ledger store holds, in comparable form."""
+
+    size: int
+    root: bytes
+    watermark: int
+    segments: list[tuple[str, int, str, int, int]]  # run, idx, head, leaf index, stream seq
+    rejections: list[tuple[int, str]]  # stream seq, rule
+    runs: list[tuple[str, str, int, str, str]] = field(default_factory=list)
+
+    def check_leaves(self) -> None:
+        """Every folded segment is exactly one leaf: leaf indexes 0..size-1 once each, and
+        the tree's root is the root of exactly those leaves in that order."""
+        by_leaf = sorted(self.segments, key=lambda s: s[3])
+        assert [s[3] for s in by_leaf] == list(range(self.size)), "leaf indexes not 0..n-1"
+        assert len({(s[0], s[1]) for s in self.segments}) == len(self.segments)
+        from fleet.address import parse_address
+
+        hashes = [leaf_hash(encode_leaf(parse_address(r), i, parse_address(h)))
+                  for r, i, h, _, _ in by_leaf]
+        assert merkle_fold(hashes) == self.root if hashes else True
+
+
+def store_summary(data: Path) -> Summary:
+    """Read a (stopped or running) ledger's store without writing to it."""
+    db = sqlite3.connect(f"file:{data / 'ledger.db'}?mode=ro", uri=True, timeout=30)
+    try:
+        from ledger.tree_store import TreeStore
+
+        tree = TreeStore(db)
+        size = tree.size()
+        root = tree.root(size)
+        wm = db.execute("SELECT value FROM meta WHERE key = 'watermark'").fetchone()
+        segments = [tuple(r) for r in db.execute(
+            "SELECT run, idx, head, leaf_index, stream_seq FROM segments ORDER BY leaf_index")]
+        rejections = [tuple(r) for r in db.execute(
+            "SELECT stream_seq, rule FROM rejections ORDER BY stream_seq")]
+        runs = [tuple(r) for r in db.execute(
+            "SELECT run, host, segments, head, phase FROM runs ORDER BY run")]
+    finally:
+        db.close()
+    return Summary(size, root, int(wm[0]) if wm else 0, segments, rejections, runs)  # type: ignore[arg-type]
+
+
+def host_rows(data: Path) -> list[tuple[str, str, int, int | None]]:
+    db = sqlite3.connect(f"file:{data / 'ledger.db'}?mode=ro", uri=True, timeout=30)
+    try:
+        return [tuple(r) for r in db.execute(  # type: ignore[misc]
+            "SELECT name, public_key, enrolled_after, revoked_after FROM hosts ORDER BY name")]
+    finally:
+        db.close()
+
+
+def reference_fold(messages: list[tuple[int, str, bytes]],
+                   hosts: list[tuple[str, str, int, int | None]], data: Path,
+                   batch: int = 500) -> Summary:
+    """Fold ``messages`` fault-free into a new store in ``data`` with the same enrollments."""
+    from ledger.service import Ledger, LedgerConfig
+    from ledger.store import LedgerStore
+
+    store = LedgerStore(data)
+    with store.transaction():
+        store.conn.executemany(
+            "INSERT INTO hosts (name, public_key, enrolled_after, revoked_after, enrolled_at)"
+            " VALUES (?, ?, ?, ?, 0)", hosts)
+    store.close()
+    ledger = Ledger(LedgerConfig(data_dir=data, servers=[]))
+    try:
+        for i in range(0, len(messages), batch):
+            ledger.fold_messages(messages[i:i + batch])
+    finally:
+        ledger.store.close()
+    return store_summary(data)
+
+
+# -- a pure fold with in-memory state --------------------------------------------------
+
+
+class PureFold:
+    """The ledger's fold over dicts: hosts, run slots and stored heads, no I/O."""
+
+    def __init__(self, hosts: dict[str, HostEntry]) -> None:
+        self.hosts = hosts
+        self.runs: dict[bytes, RunSlot] = {}
+        self.heads: dict[tuple[bytes, int], bytes] = {}
+        self.leaves: list[bytes] = []
+        self.seq = 0
+
+    def get_run(self, run: bytes) -> RunSlot | None:
+        return self.runs.get(run)
+
+    def head_at(self, run: bytes, index: int) -> bytes | None:
+        return self.heads.get((run, index))
+
+    def feed(self, subject: str, data: bytes) -> Accepted | Refused:
+        self.seq += 1
+        d = decide(subject, data, self.seq, self.hosts, self.get_run, self.head_at)
+        if isinstance(d, Accepted):
+            self.runs[d.run] = d.slot
+            self.heads[(d.run, d.index)] = d.head
+            self.leaves.append(d.leaf)
+        return d
+
+    def snapshot(self) -> Any:
+        """Everything the fold's state holds, as plain comparable data."""
+        return (
+            sorted((run, slot.host, json.dumps(state_to_json(slot.state), sort_keys=True))
+                   for run, slot in self.runs.items()),
+            sorted(self.heads.items()),
+            list(self.leaves),
+        )
+
+
+# -- genuine and forged messages ---------------------------------------------------------
+
+MANIFEST = digest(b"fleet-test/manifest")
+GRANTS = digest(b"fleet-test/grants")
+
+
+def host_key(name: str) -> SigningKey:
+    return SigningKey(digest(b"fleet-test/host-key/" + name.encode()))
+
+
+def entry(name: str, enrolled_after: int = 0, revoked_after: int | None = None) -> HostEntry:
+    return HostEntry(name, host_key(name).verify_key, enrolled_after, revoked_after)
+
+
+@dataclass
+class SealedRun:
+    """A host's run: its builder and the (subject, envelope bytes) of each segment."""
+
+    host: str
+    builder: RecordBuilder
+    messages: list[tuple[str, bytes]] = field(default_factory=list)
+
+    @property
+    def run(self) -> bytes:
+        return self.builder.run
+
+    @property
+    def subject(self) -> str:
+        return segment_subject(self.host, format_address(self.builder.run))
+
+    def envelope(self, sealed: SealedSegment) -> bytes:
+        s = self.builder.state
+        return encode_envelope(self.host, s.run, s.unit_id, s.grants_id, sealed)
+
+    def add(self, sealed: SealedSegment) -> bytes:
+        data = self.envelope(sealed)
+        self.messages.append((self.subject, data))
+        return data
+
+    def execute(self, n: int = 0, **kw: Any) -> bytes:
+        args = dict(uj=1000 + n, provenance="measured", meter="rapl:package-0",
+                    journal_root=digest(b"journal%d" % n),
+                    calls=CallAccount((f"c{n}",), ()))
+        args.update(kw)
+        return self.add(self.builder.execute(**args))
+
+    def park(self, n: int = 0, transcript: bool = False) -> bytes:
+        snap = (make_snapshot(transcript=digest(b"t%d" % n)) if transcript
+                else make_snapshot(fs_root=digest(b"fs%d" % n), mem_image=digest(b"m%d" % n)))
+        return self.add(self.builder.suspend(snap, MANIFEST))
+
+    def resume(self, idle_uj: int = 5000) -> bytes:
+        snap = self.builder.state.parked
+        assert snap is not None
+        return self.add(self.builder.resume(snap, MANIFEST, idle_uj, "estimated",
+                                            "estimate:storage"))
+
+    def close(self) -> bytes:
+        return self.add(self.builder.close())
+
+
+def sealed_run(host: str, unit: bytes | str, plan: str = "eprec") -> SealedRun:
+    """A genuine run of ``host``: ``plan`` letters e(xecute) p(ark) r(esume) c(lose)."""
+    unit_id = digest(unit.encode() if isinstance(unit, str) else unit)
+    r = SealedRun(host, RecordBuilder(host_key(host), unit_id, GRANTS))
+    for n, step in enumerate(plan):
+        {"e": lambda n=n: r.execute(n), "p": lambda n=n: r.park(n, transcript=n % 2 == 1),
+         "r": lambda: r.resume(), "c": r.close}[step]()
+    return r
+
+
+def forge(key: SigningKey, state: RunState, segment: Segment, attestation: Any = None,
+          *, index: int | None = None, head: bytes | None = None) -> SealedSegment:
+    """A validly sealed segment the builder would refuse: the host signs whatever it likes."""
+    idx = state.index + 1 if index is None else index
+    h = chain(state.head, segment) if head is None else head
+    return SealedSegment(idx, segment, h, seal(key, state.run, idx, h), attestation)
+
+
+@contextlib.contextmanager
+def deadline(seconds: float) -> Iterator[None]:
+    """Fail (not hang) a block that takes longer than ``seconds``."""
+    start = time.monotonic()
+    yield
+    took = time.monotonic() - start
+    assert took <= seconds, f"took {took:.1f}s, bound {seconds}s"
+
+
+def wait_until(pred: Any, timeout: float, what: str, interval: float = 0.1) -> Any:
+    deadline_at = time.monotonic() + timeout
+    last: Any = None
+    while time.monotonic() < deadline_at:
+        last = pred()
+        if last:
+            return last
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what} (last: {last!r})")
