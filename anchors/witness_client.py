@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
+import asyncio
 import http.client
 import urllib.parse
 from dataclasses import dataclass
-from typing import Protocol
+from pathlib import Path
 
+from anchors.base import Anchor, AnchorError, ProofSource, Receipt
+from fleet.cosignature import WitnessKey, parse_signature_lines, parse_witness_key
+from fleet.cosignature import verify_cosignature_lines as verify_lines
+from fleet.log_errors import LogError
+from fleet.note import parse_note
 from fleet.witness import SIZE_CONTENT_TYPE, format_request
-
-
-class ProofSource(Protocol):
-    def consistency_proof(self, old_size: int, new_size: int | None = None) -> list[bytes]: ...
 
 
 @dataclass(frozen=True)
@@ -62,3 +64,41 @@ def submit(url: str, note: str, size: int, known_size: int, proofs: ProofSource,
             return reply, known_size if held is None else held
         known_size = held
     return reply, known_size
+
+
+def load_witness_key(value: str) -> WitnessKey:
+    """A witness verifier key from a file, or the key text itself."""
+    path = Path(value)
+    text = path.read_text() if "+" not in value or path.exists() else value
+    return parse_witness_key(text)
+
+
+class WitnessAnchor(Anchor):
+    """Submits each checkpoint to one witness; the receipt is its verified cosignature."""
+
+    kind = "witness"
+
+    def __init__(self, name: str, url: str, vkey: str, timeout: float = 10.0) -> None:
+        super().__init__(name)
+        self.url = url
+        self.key = load_witness_key(vkey)
+        self.timeout = timeout
+        self.known_size = 0
+
+    async def anchor(self, note: str, size: int, proofs: ProofSource) -> Receipt:
+        try:
+            reply, self.known_size = await asyncio.to_thread(
+                submit, self.url, note, size, self.known_size, proofs, self.timeout)
+        except (OSError, http.client.HTTPException) as exc:
+            raise AnchorError(f"witness {self.url} unreachable: {exc}") from exc
+        if reply.status != 200:
+            detail = reply.body.decode(errors="replace").strip()[:200]
+            raise AnchorError(f"witness {self.url} answered {reply.status}: {detail}")
+        try:
+            body = parse_note(note)[0]
+            found = verify_lines(body, parse_signature_lines(reply.body.decode()), [self.key])
+        except (LogError, UnicodeDecodeError) as exc:
+            raise AnchorError(f"witness {self.url} sent a bad cosignature: {exc}") from exc
+        if not found:
+            raise AnchorError(f"witness {self.url} sent no cosignature by {self.key.text()}")
+        return Receipt(self.name, self.kind, size, "".join(c.signature.line() for c in found))

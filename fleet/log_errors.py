@@ -125,3 +125,14 @@ class SizeMismatch(BundleError):
 
 class LeafMismatch(BundleError):
     """The leaf bytes do not bind the run, index or head the bundle states."""
+
+
+# -- anchors ------------------------------------------------------------------------------
+
+
+class MissingCosignatures(BundleError):
+    """Fewer known witnesses cosigned the bundle's checkpoint (or a later one) than required."""
+
+
+class BadTimestamp(BundleError):
+    """An RFC 3161 receipt whose token, imprint or certificate chain does not verify."""

@@ -53,6 +53,8 @@ class LedgerConfig:
     checkpoint_ms: int = 1000
     run_cache: int = 50_000
     extra: dict[str, Any] = field(default_factory=dict)
+    # anchors.base.AnchorConfig entries; anchored by a task beside the fold (anchors.runner).
+    anchors: list[Any] = field(default_factory=list)
 
 
 async def connect(servers: list[str], nkey: Path | None = None, name: str = "fleet",
@@ -87,6 +89,8 @@ class Ledger:
         self.nc: Client | None = None
         self.js: JetStreamContext | None = None
         self.api: LedgerApi | None = None
+        self._anchor_task: asyncio.Task[None] | None = None
+        self._anchor_stop = asyncio.Event()
 
     # -- state helpers --------------------------------------------------------------------
 
@@ -185,6 +189,19 @@ class Ledger:
         await ensure_stream(self.js, cfg.replicas, cfg.dedup_window_s)
         self.api = LedgerApi(self)
         await self.api.start(self.nc)
+        if cfg.anchors:
+            self._start_anchors()
+
+    def _start_anchors(self) -> None:
+        """Anchor checkpoints in a task of its own, with its own store connection."""
+        from anchors.base import build_anchor
+        from anchors.runner import AnchorRunner
+
+        nc = self.nc
+        publish = None if nc is None else nc.publish
+        runner = AnchorRunner(self.store.path, [build_anchor(c) for c in self.config.anchors],
+                              publish)
+        self._anchor_task = asyncio.create_task(runner.run(self._anchor_stop))
 
     async def run(self, stop: asyncio.Event) -> None:
         """Fold until ``stop`` is set."""
@@ -262,6 +279,10 @@ class Ledger:
         return max(0, self.stream_last_seq - self.store.watermark())
 
     async def close(self) -> None:
+        if self._anchor_task is not None:
+            self._anchor_stop.set()
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self._anchor_task, 10)
         if self.api is not None:
             with contextlib.suppress(Exception):
                 await self.api.stop()

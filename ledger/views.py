@@ -11,6 +11,7 @@ from typing import Any
 
 import msgspec
 
+from anchors import store as anchor_store
 from fleet.address import parse_address
 from fleet.checkpoint import parse_checkpoint
 from fleet.errors import FleetError
@@ -46,6 +47,7 @@ def status(store: LedgerStore, *, origin: str, vkey: str, lag: int | None = None
         "hosts": store.host_rows(),
         "healthy": healthy,
         "health": detail,
+        "anchors": anchor_store.anchor_status(store.conn),
     }
 
 
@@ -74,11 +76,13 @@ def prove(store: LedgerStore, run: str, index: int | None,
     head, leaf_index = seg
     size, _root, note = checkpoint
     leaf = encode_leaf(parse_address(run), idx, parse_address(head))
-    return build_bundle(
+    bundle = build_bundle(
         origin=parse_checkpoint(note.split("\n\n", 1)[0] + "\n").origin, tree_size=size,
         leaf_index=leaf_index, leaf=leaf,
         inclusion=store.tree.inclusion_proof(leaf_index, size), checkpoint=note,
     )
+    bundle.update(anchor_store.bundle_fields(store.conn, store.tree, size))
+    return bundle
 
 
 def consistency(store: LedgerStore, old: int, new: int) -> dict[str, Any]:

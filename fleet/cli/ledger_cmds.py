@@ -54,6 +54,10 @@ def ledger_options(fn: Any) -> Any:
                      show_default=True, help="...or every T milliseconds with new leaves."),
         click.option("--dedup-window", type=float, default=120.0, show_default=True,
                      help="Broker duplicate window in seconds."),
+        click.option("--anchors", "anchors_file",
+                     type=click.Path(dir_okay=False, exists=True, path_type=Path),
+                     help="TOML file of anchors (witnesses, TSAs, NATS) for the checkpoints; "
+                          "see docs/anchoring.md."),
     ]):
         fn = option(fn)
     return fn
@@ -73,13 +77,16 @@ def ledger() -> None:
 @ledger_options
 def ledger_serve(url: str, data: Path, nkey: Path | None, name: str, origin: str | None,
                  replicas: int, checkpoint_every: int, checkpoint_ms: int,
-                 dedup_window: float) -> None:
+                 dedup_window: float, anchors_file: Path | None = None) -> None:
     """The ledger and its API, against an existing NATS server or cluster."""
+    from fleet.cli.anchor_cmds import load_anchors_option
+
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     servers = [u.strip() for u in url.split(",") if u.strip()]
     config = _ledger_config(data, servers, name=name, origin=origin, nkey=nkey,
                             replicas=replicas, checkpoint_every=checkpoint_every,
-                            checkpoint_ms=checkpoint_ms, dedup_window_s=dedup_window)
+                            checkpoint_ms=checkpoint_ms, dedup_window_s=dedup_window,
+                            anchors=load_anchors_option(anchors_file))
 
     def ready(led: Any) -> None:
         click.echo(f"ledger {name} serving: origin {led.origin}, data {data}", err=True)
@@ -107,10 +114,12 @@ def ledger_serve(url: str, data: Path, nkey: Path | None, name: str, origin: str
 @ledger_options
 def up(data: Path, url: str | None, nats_port: int, sim_hosts: int, runs: int, name: str,
        origin: str | None, replicas: int, checkpoint_every: int, checkpoint_ms: int,
-       dedup_window: float) -> None:
+       dedup_window: float, anchors_file: Path | None = None) -> None:
     """Start a local nats-server (JetStream, in DATA/nats), the ledger and its API."""
+    from fleet.cli.anchor_cmds import load_anchors_option
     from ledger.natsd import NatsServer, NatsServerError
 
+    anchors = load_anchors_option(anchors_file)
     data.mkdir(parents=True, exist_ok=True)
     server = None
     try:
@@ -120,7 +129,8 @@ def up(data: Path, url: str | None, nats_port: int, sim_hosts: int, runs: int, n
         click.echo(f"nats: {url}", err=True)
         config = _ledger_config(data / "ledger", [url], name=name, origin=origin,
                                 replicas=replicas, checkpoint_every=checkpoint_every,
-                                checkpoint_ms=checkpoint_ms, dedup_window_s=dedup_window)
+                                checkpoint_ms=checkpoint_ms, dedup_window_s=dedup_window,
+                                anchors=anchors)
         sims: list[Any] = []
 
         def ready(led: Any) -> None:
@@ -185,6 +195,10 @@ def status(url: str, nkey: Path | None, data: Path | None, as_json: bool) -> Non
     rejected = ", ".join(f"{k} {v}" for k, v in sorted(doc["rejected"].items())) or "none"
     click.echo(f"rejected    {rejected}")
     click.echo(f"stream seq  {doc['stream_seq']}   lag {doc['lag']}   health {doc['health']}")
+    for a in doc.get("anchors", []):
+        error = f"   error ({a['failures']}x) {a['error']}" if a["error"] else ""
+        click.echo(f"anchor      {a['name']} ({a['kind']}): anchored size {a['anchored_size']}"
+                   f"   lag {a['lag']} leaves, {a['lag_s'] or 0:.1f}s{error}")
 
 
 @cli.command()

@@ -136,8 +136,17 @@ def checkpoint_verify(file: str, vkeys: tuple[str, ...], as_json: bool) -> None:
 @click.argument("file")
 @vkey_option
 @click.option("--json", "as_json", is_flag=True, help="Print what the bundle proves as JSON.")
-def verify_proof(file: str, vkeys: tuple[str, ...], as_json: bool) -> None:
-    """Verify a proof bundle FILE (as printed by `fleet prove`) offline."""
+@click.option("--witness-vkey", "witness_vkeys", multiple=True, metavar="VKEY",
+              help="A witness's cosignature/v1 verifier key (file or text); repeatable.")
+@click.option("--require-witnesses", type=click.IntRange(0), default=0, metavar="K",
+              help="Fail unless K of the given witnesses cosigned the checkpoint (or a later "
+                   "one it is consistent with).")
+@click.option("--tsa-ca", "tsa_cas", multiple=True, metavar="PEM",
+              help="Trust anchor(s) of RFC 3161 receipts; checks the bundle's TSA receipts.")
+def verify_proof(file: str, vkeys: tuple[str, ...], as_json: bool,
+                 witness_vkeys: tuple[str, ...] = (), require_witnesses: int = 0,
+                 tsa_cas: tuple[str, ...] = ()) -> None:
+    """Verify a proof bundle FILE (as printed by `fleet prove`) offline, and its anchors."""
     verifiers = load_verifiers(vkeys)
     try:
         bundle = json.loads(_read_text(file, "proof bundle"))
@@ -153,4 +162,13 @@ def verify_proof(file: str, vkeys: tuple[str, ...], as_json: bool) -> None:
         f"proof verified: {bundle['run']} segment {proved.leaf.index} head {bundle['head']}"
         f" is leaf {proved.leaf_index} of {proved.checkpoint.origin} size {proved.checkpoint.size}"
     )
+    if "anchors" in bundle or witness_vkeys or require_witnesses or tsa_cas:
+        from fleet.cli.anchor_cmds import check_anchors
+
+        report = check_anchors(bundle, proved.checkpoint, verifiers, witness_vkeys,
+                               require_witnesses, tsa_cas)
+        doc["anchors"] = [c.as_json() for c in report.checks]
+        doc["witnesses"] = list(report.witnesses)
+        line += "".join(f"\n  {'verified' if c.verified else 'unchecked'} {c.kind} {c.anchor}"
+                        f" (size {c.size}): {c.detail}" for c in report.checks)
     _emit(as_json, doc, line)

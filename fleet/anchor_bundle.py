@@ -1,0 +1,145 @@
+"""Anchor receipts in a proof bundle, and their offline verification.
+
+``fleet prove`` adds three optional keys to a bundle (the keys of
+:mod:`fleet.proof_bundle` are unchanged)::
+
+    anchors              [{"anchor", "kind", "size", "receipt"}]  one per anchor: its receipt
+                         of the smallest anchored checkpoint >= the bundle's tree size
+    anchor_checkpoints   {"<size>": signed note}   the ledger's checkpoints of those sizes
+                         when larger than the bundle's
+    anchor_consistency   {"<size>": [hex, ...]}    RFC 9162 consistency proofs from the
+                         bundle's tree size to each of those sizes
+
+:func:`verify_anchors` runs after :func:`fleet.proof_bundle.verify_bundle`. For each
+receipt it takes the checkpoint it covers - the bundle's own, or a later one that must be
+signed by the ledger's key, have the same origin and extend the bundle's tree by its
+consistency proof - and checks the receipt against that checkpoint's body: witness
+cosignatures under the witness keys given (:mod:`fleet.cosignature`; unknown witnesses
+are reported unchecked), RFC 3161 receipts by the ``tsa_check`` callable given (the
+caller's, since X.509 lives outside this pure core), NATS receipts are pointers and
+reported as such. Cosignatures carried in the bundle's checkpoint note count too.
+``require_witnesses = K`` raises :class:`~fleet.log_errors.MissingCosignatures` unless K
+distinct known witnesses cosigned.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from fleet.checkpoint import Checkpoint, open_checkpoint
+from fleet.cosignature import (
+    WitnessKey,
+    cosignatures,
+    parse_signature_lines,
+    verify_cosignature_lines,
+)
+from fleet.log_errors import MalformedBundle, MissingCosignatures, OriginMismatch, SizeMismatch
+from fleet.merkle import verify_consistency
+from fleet.note import Verifier, parse_note
+
+TsaCheck = Callable[[str, str], str]
+"""(base64 receipt, checkpoint body) -> a description of what verified; raises on failure."""
+
+_HEX = re.compile(r"[0-9a-f]{64}\Z")
+
+
+@dataclass(frozen=True)
+class AnchorCheck:
+    anchor: str
+    kind: str
+    size: int
+    verified: bool
+    detail: str
+
+    def as_json(self) -> dict[str, Any]:
+        return {"anchor": self.anchor, "kind": self.kind, "size": self.size,
+                "verified": self.verified, "detail": self.detail}
+
+
+@dataclass(frozen=True)
+class AnchorReport:
+    checks: tuple[AnchorCheck, ...]
+    witnesses: tuple[str, ...]
+    """Names of the distinct known witnesses whose cosignatures verified."""
+
+
+def _receipts(bundle: dict[str, Any]) -> list[dict[str, Any]]:
+    receipts = bundle.get("anchors", [])
+    if not isinstance(receipts, list):
+        raise MalformedBundle("bundle field 'anchors' is not a list")
+    for item in receipts:
+        if not (isinstance(item, dict) and isinstance(item.get("anchor"), str)
+                and isinstance(item.get("kind"), str) and isinstance(item.get("receipt"), str)
+                and isinstance(item.get("size"), int) and not isinstance(item["size"], bool)):
+            raise MalformedBundle("an anchors entry needs anchor, kind, size and receipt")
+    return receipts
+
+
+def _covered_body(bundle: dict[str, Any], checkpoint: Checkpoint, size: int,
+                  verifiers: Sequence[Verifier]) -> str:
+    """The body of the checkpoint of ``size`` that extends the bundle's ``checkpoint``."""
+    if size == checkpoint.size:
+        return parse_note(bundle["checkpoint"])[0]
+    if size < checkpoint.size:
+        raise MalformedBundle(f"a receipt for size {size} does not cover tree size "
+                              f"{checkpoint.size}")
+    notes, proofs = bundle.get("anchor_checkpoints"), bundle.get("anchor_consistency")
+    if not isinstance(notes, dict) or not isinstance(notes.get(str(size)), str):
+        raise MalformedBundle(f"anchor_checkpoints has no checkpoint of size {size}")
+    if not isinstance(proofs, dict) or not isinstance(proofs.get(str(size)), list):
+        raise MalformedBundle(f"anchor_consistency has no proof to size {size}")
+    later = open_checkpoint(notes[str(size)], verifiers)
+    if later.origin != checkpoint.origin:
+        raise OriginMismatch(f"anchored checkpoint origin {later.origin!r} is not "
+                             f"{checkpoint.origin!r}")
+    if later.size != size:
+        raise SizeMismatch(f"anchored checkpoint has size {later.size}, listed as {size}")
+    proof = []
+    for item in proofs[str(size)]:
+        if not isinstance(item, str) or _HEX.match(item) is None:
+            raise MalformedBundle("anchor_consistency holds a hash that is not 64 lowercase hex")
+        proof.append(bytes.fromhex(item))
+    verify_consistency(checkpoint.size, size, proof, checkpoint.root, later.root)
+    return parse_note(notes[str(size)])[0]
+
+
+def verify_anchors(
+    bundle: dict[str, Any],
+    checkpoint: Checkpoint,
+    verifiers: Iterable[Verifier],
+    witnesses: Iterable[WitnessKey] = (),
+    require_witnesses: int = 0,
+    tsa_check: TsaCheck | None = None,
+) -> AnchorReport:
+    """Check a verified bundle's anchor receipts (see the module docstring)."""
+    verifiers, witnesses = list(verifiers), list(witnesses)
+    checks: list[AnchorCheck] = []
+    cosigners: dict[tuple[str, int], str] = {}
+    for found in cosignatures(bundle["checkpoint"], witnesses):
+        cosigners[(found.witness.name, found.witness.key_id)] = found.witness.name
+    for item in _receipts(bundle):
+        name, kind, size, receipt = item["anchor"], item["kind"], item["size"], item["receipt"]
+        body = _covered_body(bundle, checkpoint, size, verifiers)
+        if kind == "witness":
+            found = verify_cosignature_lines(body, parse_signature_lines(receipt), witnesses)
+            for c in found:
+                cosigners[(c.witness.name, c.witness.key_id)] = c.witness.name
+            detail = ", ".join(f"cosigned by {c.witness.name} at {c.timestamp}" for c in found)
+            checks.append(AnchorCheck(name, kind, size, bool(found),
+                                      detail or "cosigned by a witness whose key was not given"))
+        elif kind == "tsa":
+            if tsa_check is None:
+                checks.append(AnchorCheck(name, kind, size, False, "no TSA trust anchor given"))
+            else:
+                checks.append(AnchorCheck(name, kind, size, True, tsa_check(receipt, body)))
+        else:
+            checks.append(AnchorCheck(name, kind, size, False,
+                                      f"{kind} receipt (a pointer, not checkable offline)"))
+    if len(cosigners) < require_witnesses:
+        names = ", ".join(sorted(cosigners.values())) or "none"
+        raise MissingCosignatures(f"{len(cosigners)} known witnesses cosigned ({names}); "
+                                  f"{require_witnesses} required")
+    return AnchorReport(tuple(checks), tuple(sorted(cosigners.values())))

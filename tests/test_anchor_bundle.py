@@ -1,0 +1,115 @@
+"""Proof bundles carry witness cosignatures; verify-proof checks them and counts a quorum."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+from anchor_helpers import anchored, fleet, publish_run, running_ledger, wait_for
+
+from anchors.base import AnchorConfig
+from anchors.witness_server import RunningWitness, Witness
+from fleet.cosignature import generate_witness_signer
+from fleet.note import generate_signer
+
+ORIGIN = "fleet-ledger.local/anchored"
+
+
+def test_prove_carries_cosignatures_and_require_witnesses_counts_them(nats_server, tmp_path):
+    """`fleet prove` after two witnesses cosigned gives a bundle that `fleet verify-proof
+    --require-witnesses 2` accepts with both witness keys and refuses with one; `fleet status`
+    shows each witness's anchored size and lag."""
+    data = tmp_path / "ledger"
+    data.mkdir()
+    # The ledger's key must exist before the witnesses learn it: create it as the ledger will.
+    from ledger.keys import load_or_create_signer
+
+    log_vkey = load_or_create_signer(data, ORIGIN).verifier()
+    signers = [generate_witness_signer(f"witness.test/w{i}") for i in (1, 2)]
+    witnesses = [RunningWitness(Witness(s, [log_vkey], tmp_path / f"w{i}"))
+                 for i, s in enumerate(signers)]
+    try:
+        configs = [AnchorConfig("witness", f"w{i + 1}", {"url": w.url, "vkey": s.key().text()})
+                   for i, (s, w) in enumerate(zip(signers, witnesses, strict=True))]
+
+        async def scenario():
+            async with running_ledger(nats_server.url, data, configs) as ledger:
+                run = await publish_run(nats_server.url, "unit-a")
+                await wait_for(lambda: ledger.store.run_row(run), 20, "the run to fold")
+                await wait_for(lambda: anchored(ledger, {"w1", "w2"}), 20, "both cosignatures")
+                prove = await asyncio.to_thread(fleet, "prove", run, "--nats", nats_server.url)
+                status = await asyncio.to_thread(fleet, "status", "--nats", nats_server.url)
+                return run, prove, status
+
+        _run, prove, status = asyncio.run(scenario())
+    finally:
+        for w in witnesses:
+            w.close()
+    assert prove.returncode == 0, prove.stderr
+    bundle = json.loads(prove.stdout)
+    assert {a["anchor"] for a in bundle["anchors"]} == {"w1", "w2"}
+    assert "w1 (witness): anchored size 3   lag 0 leaves" in status.stdout, status.stdout
+    bundle_file = tmp_path / "bundle.json"
+    bundle_file.write_text(prove.stdout)
+    vkey = log_vkey.text()
+    both = [arg for s in signers for arg in ("--witness-vkey", s.key().text())]
+    ok = fleet("verify-proof", str(bundle_file), "--vkey", vkey, *both,
+               "--require-witnesses", "2", "--json")
+    assert ok.returncode == 0, ok.stderr
+    assert json.loads(ok.stdout)["witnesses"] == ["witness.test/w1", "witness.test/w2"]
+    one = fleet("verify-proof", str(bundle_file), "--vkey", vkey, "--witness-vkey",
+                signers[0].key().text(), "--require-witnesses", "2")
+    assert one.returncode == 2  # asking for more witnesses than keys given is a usage error
+    one = fleet("verify-proof", str(bundle_file), "--vkey", vkey,
+                "--witness-vkey", signers[0].key().text(),
+                "--witness-vkey", generate_witness_signer("witness.test/w3").key().text(),
+                "--require-witnesses", "2")
+    assert one.returncode == 1 and one.stderr.startswith("MissingCosignatures"), one.stderr
+    # A cosignature tampered in the bundle is a named failure, not a smaller count.
+    tampered = dict(bundle)
+    first = bundle["anchors"][0]
+    sig = first["receipt"].rstrip("\n").rsplit(" ", 1)
+    flipped = sig[1][:20] + ("A" if sig[1][20] != "A" else "B") + sig[1][21:]
+    tampered["anchors"] = [{**first, "receipt": f"{sig[0]} {flipped}\n"}, *bundle["anchors"][1:]]
+    bundle_file.write_text(json.dumps(tampered))
+    bad = fleet("verify-proof", str(bundle_file), "--vkey", vkey, *both)
+    assert bad.returncode == 1 and bad.stderr.startswith("BadSignature"), bad.stderr
+    assert generate_signer(ORIGIN).verifier() != log_vkey
+
+
+def _later_bundle(log, fork=None):
+    """A bundle (anchor keys only) on size 5 whose witness receipt covers size 9."""
+    from fleet.cosignature import parse_witness_key
+
+    witness = generate_witness_signer("witness.test/w1")
+    later = fork or log
+    body = later.note(9).split("\n\n")[0] + "\n"
+    receipt = witness.cosign(body, 1700000000).line()
+    bundle = {
+        "checkpoint": log.note(5),
+        "anchors": [{"anchor": "w1", "kind": "witness", "size": 9, "receipt": receipt}],
+        "anchor_checkpoints": {"9": later.note(9)},
+        "anchor_consistency": {"9": [h.hex() for h in log.consistency_proof(5, 9)]},
+    }
+    return bundle, parse_witness_key(witness.key().text())
+
+
+def test_a_later_anchored_checkpoint_counts_only_through_its_consistency_proof():
+    """A cosignature of a later checkpoint covers the bundle's when the consistency proof from
+    the bundle's size holds, and is a named proof failure when the later one is a fork."""
+    import pytest
+    from witness_helpers import MemLog
+
+    from fleet.anchor_bundle import verify_anchors
+    from fleet.checkpoint import open_checkpoint
+    from fleet.log_errors import RootMismatch
+
+    signer = generate_signer(ORIGIN)
+    log = MemLog(signer, 9)
+    bundle, wkey = _later_bundle(log)
+    cp = open_checkpoint(bundle["checkpoint"], [signer.verifier()])
+    report = verify_anchors(bundle, cp, [signer.verifier()], [wkey], require_witnesses=1)
+    assert report.witnesses == ("witness.test/w1",) and report.checks[0].verified
+    forked, wkey = _later_bundle(log, MemLog(signer, 9, seed=b"fork", fork_at=7))
+    with pytest.raises(RootMismatch):
+        verify_anchors(forked, cp, [signer.verifier()], [wkey])
