@@ -31,6 +31,7 @@ from nacl.signing import VerifyKey
 from fleet.address import format_address
 from fleet.errors import (
     AttestationMismatch,
+    BadSeal,
     FleetError,
     ForeignRun,
     Fork,
@@ -98,6 +99,32 @@ def subject_host(subject: str) -> str | None:
     return None
 
 
+def decode(subject: str, data: bytes) -> Envelope | Refused:
+    """The message's envelope, or its refusal when it does not decode."""
+    try:
+        return decode_envelope(data)
+    except FleetError as exc:
+        index = exc.segment if isinstance(exc, RecordError) else None
+        return Refused(exc.rule, str(exc), subject_host(subject), None, index)
+
+
+def seal_valid(env: Envelope, hosts: Mapping[str, HostEntry]) -> bool | None:
+    """Whether the seal verifies under the host's enrolled key (``None``: no such host).
+
+    It depends on nothing but the message and the key, so a ledger may compute it for a
+    whole batch in parallel before the serial fold and hand it to :func:`decide_envelope`.
+    """
+    entry = hosts.get(env.host)
+    if entry is None:
+        return None
+    s = env.sealed
+    try:
+        check_seal(entry.verify_key, env.run, s.index, s.head, s.seal)
+    except BadSeal:
+        return False
+    return True
+
+
 def decide(
     subject: str,
     data: bytes,
@@ -107,14 +134,28 @@ def decide(
     head_at: Callable[[bytes, int], bytes | None],
 ) -> Accepted | Refused:
     """Fold one message or refuse it; an accepted message has advanced ``get_run``'s slot."""
-    host = subject_host(subject)
-    env: Envelope | None = None
+    env = decode(subject, data)
+    if isinstance(env, Refused):
+        return env
+    return decide_envelope(subject, env, stream_seq, hosts, get_run, head_at)
+
+
+def decide_envelope(
+    subject: str,
+    env: Envelope,
+    stream_seq: int,
+    hosts: Mapping[str, HostEntry],
+    get_run: Callable[[bytes], RunSlot | None],
+    head_at: Callable[[bytes, int], bytes | None],
+    seal_ok: bool | None = None,
+) -> Accepted | Refused:
+    """:func:`decide` for a decoded message; ``seal_ok`` is :func:`seal_valid`'s answer if
+    the caller already has it (the seal is then not checked again)."""
     try:
-        env = decode_envelope(data)
-        return _decide(subject, env, stream_seq, hosts, get_run, head_at)
+        return _decide(subject, env, stream_seq, hosts, get_run, head_at, seal_ok)
     except FleetError as exc:
         index = exc.segment if isinstance(exc, RecordError) else None
-        return Refused(exc.rule, str(exc), host, None if env is None else env.run, index)
+        return Refused(exc.rule, str(exc), subject_host(subject), env.run, index)
 
 
 def _decide(
@@ -124,6 +165,7 @@ def _decide(
     hosts: Mapping[str, HostEntry],
     get_run: Callable[[bytes], RunSlot | None],
     head_at: Callable[[bytes, int], bytes | None],
+    seal_ok: bool | None,
 ) -> Accepted:
     sealed = env.sealed
     index = sealed.index
@@ -147,10 +189,12 @@ def _decide(
         raise ForeignRun(f"the run belongs to host {slot.host!r}", segment=index)
     state = slot.state
     if index <= state.index:
-        _refuse_old_index(env, state, entry, head_at)
+        _refuse_old_index(env, state, entry, head_at, seal_ok)
     if index > state.index + 1:
         raise IndexGap(f"segment {index} where {state.index + 1} was next", segment=index)
-    fold_sealed(state, sealed, entry.verify_key)
+    if seal_ok is False:
+        raise _bad_seal(index)
+    fold_sealed(state, sealed, None if seal_ok else entry.verify_key)
     return Accepted(env.host, env.run, index, state.head, sealed.segment.kind,
                     encode_leaf(env.run, index, state.head), slot, created)
 
@@ -160,11 +204,15 @@ def _refuse_old_index(
     state: RunState,
     entry: HostEntry,
     head_at: Callable[[bytes, int], bytes | None],
+    seal_ok: bool | None,
 ) -> None:
     """A message for an index the run already holds: say exactly what it is."""
     sealed = env.sealed
     index = sealed.index
-    check_seal(entry.verify_key, env.run, index, sealed.head, sealed.seal)
+    if seal_ok is None:
+        check_seal(entry.verify_key, env.run, index, sealed.head, sealed.seal)
+    elif not seal_ok:
+        raise _bad_seal(index)
     previous = env.run if index == 1 else head_at(env.run, index - 1)
     held = state.head if index == state.index else head_at(env.run, index)
     if previous is None or held is None:  # pragma: no cover - the store holds every index
@@ -179,3 +227,8 @@ def _refuse_old_index(
     if sealed.head == held:
         raise Replay(f"segment {index} of this run is already folded", segment=index)
     raise Fork(f"the run already holds a different segment {index}", segment=index)
+
+
+def _bad_seal(index: int) -> BadSeal:
+    return BadSeal("the seal does not verify under the host key for this run, index and head",
+                   segment=index)

@@ -16,6 +16,7 @@ import contextlib
 import logging
 import time
 from collections import OrderedDict
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -28,9 +29,10 @@ from nats.js import JetStreamContext
 from nats.js.errors import FetchTimeoutError
 
 from fleet.checkpoint import check_consistent_then_sign, make_checkpoint, parse_checkpoint
-from fleet.fold import Accepted, RunSlot, decide
+from fleet.fold import Accepted, Refused, RunSlot, decide_envelope, decode, seal_valid
 from fleet.note import Signer
 from fleet.subjects import CHECKPOINTS, STREAM, rejection_subject
+from fleet.wire import Envelope
 from ledger.api import LedgerApi
 from ledger.keys import load_or_create_signer
 from ledger.store import Incoming, LedgerStore
@@ -86,6 +88,7 @@ class Ledger:
         self._hosts = self.store.hosts()
         self._hosts_version = self.store.data_version()
         self._last_checkpoint_at = time.monotonic()
+        self._pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="fleet-seals")
         self.nc: Client | None = None
         self.js: JetStreamContext | None = None
         self.api: LedgerApi | None = None
@@ -124,10 +127,15 @@ class Ledger:
         watermark = self.store.watermark()
         batch: list[Incoming] = []
         top = watermark
-        for seq, subject, data in msgs:
-            if seq <= watermark:
-                continue
-            decision = decide(subject, data, seq, self._hosts, self._get_run, self.store.head_at)
+        fresh = [(seq, subject, data, decode(subject, data))
+                 for seq, subject, data in msgs if seq > watermark]
+        seals = self._check_seals([e for *_, e in fresh])
+        for (seq, subject, data, env), seal_ok in zip(fresh, seals, strict=True):
+            if isinstance(env, Refused):
+                decision: Accepted | Refused = env
+            else:
+                decision = decide_envelope(subject, env, seq, self._hosts, self._get_run,
+                                           self.store.head_at, seal_ok)
             if isinstance(decision, Accepted) and decision.created:
                 self._remember(decision.run, decision.slot)
             batch.append(Incoming(seq, subject, data, decision))
@@ -142,6 +150,20 @@ class Ledger:
             raise
         self.folded_total += sum(isinstance(b.decision, Accepted) for b in batch)
         return batch, top
+
+    def _check_seals(self, envs: list[Envelope | Refused]) -> list[bool | None]:
+        """Seal verdicts for a batch, computed on the pool's threads (libsodium releases the
+        GIL), since seals need nothing from the fold's state."""
+        hosts = self._hosts
+
+        def check(part: list[Envelope | Refused]) -> list[bool | None]:
+            return [None if isinstance(e, Refused) else seal_valid(e, hosts) for e in part]
+
+        if len(envs) < 64:
+            return check(envs)
+        half = len(envs) // 2
+        first, second = self._pool.map(check, [envs[:half], envs[half:]])
+        return first + second
 
     # -- checkpoints ----------------------------------------------------------------------
 
@@ -289,6 +311,7 @@ class Ledger:
         if self.nc is not None:
             with contextlib.suppress(Exception):
                 await self.nc.drain()
+        self._pool.shutdown(wait=True)
         self.store.close()
 
 

@@ -1,0 +1,30 @@
+"""``fleet bench ingest``: raw JetStream vs the ledger's fold vs end to end, in one run."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import click
+
+from fleet.cli._app import bench
+
+
+@bench.command("ingest")
+@click.option("--segments", default=20_000, show_default=True, type=click.IntRange(100),
+              help="Messages for the raw baseline and the fold phase.")
+@click.option("--rate", default=2000.0, show_default=True, type=click.FloatRange(1),
+              help="Target publish rate of the end-to-end phase (segments/s).")
+@click.option("--e2e-segments", default=10_000, show_default=True, type=click.IntRange(100),
+              help="Segments published in the end-to-end phase.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON only.")
+def bench_ingest(segments: int, rate: float, e2e_segments: int, as_json: bool) -> None:
+    """Raw nats-py publish/consume, the ledger folding a pre-filled stream, end to end."""
+    from ledger.bench_ingest import run_bench
+
+    result = asyncio.run(run_bench(segments, rate, e2e_segments))
+    if as_json:
+        click.echo(json.dumps(result))
+        return
+    for k, v in result.items():
+        click.echo(f"{k}: {v}")

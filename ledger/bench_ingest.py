@@ -1,0 +1,231 @@
+"""The ingest benchmark: raw JetStream rates, the ledger's fold rate, and end to end latency.
+
+All three phases run in one process against one fresh nats-server, on the same messages:
+
+(a) raw: publish N messages of the sealed segments' median size with nats-py (a window of
+    acks in flight), then pull-consume them in batches with no processing;
+(b) fold: the same N sealed segments pre-filled into a fresh stream, then a ledger started
+    on it, timed until its watermark reaches the stream's last sequence;
+(c) end to end: hosts publish sealed segments at a paced rate (with the host protocol's
+    Nats-Msg-Id and expected-last-subject-sequence headers) while the ledger folds and signs
+    checkpoints; the latency of a segment is the time from its PubAck to the signing of the
+    first checkpoint whose tree holds its leaf.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import statistics
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from nacl.signing import SigningKey
+from nats.js.api import AckPolicy, ConsumerConfig
+
+from fleet.address import digest, format_address
+from fleet.builder import RecordBuilder
+from fleet.segment import CallAccount, make_snapshot
+from fleet.subjects import STREAM, segment_subject
+from fleet.wire import encode_envelope
+from ledger.natsd import NatsServer
+from ledger.service import Ledger, LedgerConfig, connect
+from ledger.stream import ensure_stream
+
+Message = tuple[str, str, bytes, str, int]  # subject, msg id, payload, run, index
+
+
+def make_segments(count: int, hosts: int = 4, per_run: int = 10) -> tuple[list[Message],
+                                                                         dict[str, SigningKey]]:
+    """``count`` sealed segments (runs of ``per_run``) spread over ``hosts`` host keys."""
+    keys = {f"bench{h}": SigningKey(bytes([h + 1]) * 32) for h in range(hosts)}
+    names = list(keys)
+    out: list[Message] = []
+    run_no = 0
+    manifest = digest(b"bench-manifest")
+    while len(out) < count:
+        name = names[run_no % hosts]
+        b = RecordBuilder(keys[name], digest(b"bench-unit-%d" % run_no), digest(b"grants"))
+        run = format_address(b.run)
+        subject = segment_subject(name, run)
+        for i in range(per_run):
+            if len(out) >= count:
+                break
+            phase = b.state.phase
+            if phase == "parked":
+                snap = b.state.parked
+                assert snap is not None
+                s = b.resume(snap, manifest, 1000 + i, "estimated", "estimate:storage@2W/TB")
+            elif phase == "ran" and i % 4 == 3:
+                s = b.suspend(make_snapshot(transcript=digest(b"t%d" % i)), manifest)
+            else:
+                s = b.execute(uj=5000 + i, provenance="estimated", meter="estimate:cpu-time@15W",
+                              journal_root=digest(b"j%d-%d" % (run_no, i)),
+                              calls=CallAccount((f"c{i}",), (f"c{i - 1}",) if i else ()))
+            payload = encode_envelope(name, b.run, b.state.unit_id, b.state.grants_id, s)
+            out.append((subject, format_address(s.head), payload, run, s.index))
+        run_no += 1
+    return out, keys
+
+
+def _pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+async def raw_rates(url: str, count: int, size: int) -> tuple[float, float]:
+    nc = await connect([url], name="bench-raw")
+    js = nc.jetstream(timeout=10.0)
+    await js.add_stream(name="RAW", subjects=["raw.>"])
+    body = b"x" * size
+    start = time.perf_counter()
+    window = 256
+    for first in range(0, count, window):
+        await asyncio.gather(*(js.publish(f"raw.s{i % 64}", body)
+                               for i in range(first, min(count, first + window))))
+    publish = count / (time.perf_counter() - start)
+    sub = await js.pull_subscribe("raw.>", durable="rawc", stream="RAW", config=ConsumerConfig(
+        ack_policy=AckPolicy.ALL, max_ack_pending=20_000))  # as the ledger's consumer
+    got = 0
+    start = time.perf_counter()
+    while got < count:
+        msgs = await sub.fetch(512, timeout=5.0)
+        got += len(msgs)
+        await msgs[-1].ack()
+    consume = count / (time.perf_counter() - start)
+    await nc.drain()
+    return publish, consume
+
+
+async def publish_all(js: Any, messages: list[Message], window: int = 256) -> dict[int, float]:
+    """Publish in run order (expected-last-subject-sequence chained per run); ack times."""
+    last_seq: dict[str, int] = {}
+    acked: dict[int, float] = {}
+    by_run: dict[str, list[tuple[int, Message]]] = {}
+    for n, m in enumerate(messages):
+        by_run.setdefault(m[0], []).append((n, m))
+
+    async def one_run(items: list[tuple[int, Message]]) -> None:
+        for n, (subject, msg_id, payload, _run, _idx) in items:
+            ack = await js.publish(subject, payload, headers={
+                "Nats-Msg-Id": msg_id,
+                "Nats-Expected-Last-Subject-Sequence": str(last_seq.get(subject, 0))})
+            last_seq[subject] = ack.seq
+            acked[n] = time.time()
+
+    runs = list(by_run.values())
+    for first in range(0, len(runs), window):
+        await asyncio.gather(*(one_run(r) for r in runs[first:first + window]))
+    return acked
+
+
+async def wait_folded(ledger: Ledger, js: Any, timeout: float = 600.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        info = await js.stream_info(STREAM)
+        if ledger.store.watermark() >= info.state.last_seq:
+            return
+        await asyncio.sleep(0.01)
+    raise TimeoutError("the ledger did not catch up")
+
+
+async def fold_rate(workdir: Path, messages: list[Message], keys: dict[str, SigningKey]
+                    ) -> float:
+    with NatsServer(store_dir=workdir / "nats-fold") as server:
+        nc = await connect([server.url], name="bench-fill")
+        js = nc.jetstream(timeout=10.0)
+        await ensure_stream(js)
+        await publish_all(js, messages)
+        ledger = Ledger(LedgerConfig(data_dir=workdir / "ledger-fold", servers=[server.url],
+                                     name="bench", batch=1024, checkpoint_every=10**9,
+                                     checkpoint_ms=10**9))
+        for name, key in keys.items():
+            ledger.store.enroll(name, _b64(key))
+        ledger._hosts = ledger.store.hosts()
+        stop = asyncio.Event()
+        start = time.perf_counter()
+        await ledger.start()
+        task = asyncio.create_task(ledger.run(stop))
+        await wait_folded(ledger, js)
+        elapsed = time.perf_counter() - start
+        stop.set()
+        await task
+        await ledger.close()
+        await nc.drain()
+    return len(messages) / elapsed
+
+
+async def end_to_end(workdir: Path, messages: list[Message], keys: dict[str, SigningKey],
+                     rate: float) -> tuple[float, list[float]]:
+    with NatsServer(store_dir=workdir / "nats-e2e") as server:
+        ledger = Ledger(LedgerConfig(data_dir=workdir / "ledger-e2e", servers=[server.url],
+                                     name="e2e", checkpoint_every=10**9, checkpoint_ms=100))
+        for name, key in keys.items():
+            ledger.store.enroll(name, _b64(key))
+        ledger._hosts = ledger.store.hosts()
+        stop = asyncio.Event()
+        await ledger.start()
+        task = asyncio.create_task(ledger.run(stop))
+        nc = await connect([server.url], name="bench-hosts")
+        js = nc.jetstream(timeout=10.0)
+        start = time.perf_counter()
+        tick = 0.05
+        per_tick = max(1, int(rate * tick))
+        acked: dict[int, float] = {}
+        for first in range(0, len(messages), per_tick):
+            t0 = time.perf_counter()
+            chunk = messages[first:first + per_tick]
+            got = await publish_all(js, chunk)
+            acked.update({first + n: t for n, t in got.items()})
+            await asyncio.sleep(max(0.0, tick - (time.perf_counter() - t0)))
+        await wait_folded(ledger, js)
+        elapsed = time.perf_counter() - start
+        await asyncio.sleep(0.3)  # let the last timed checkpoint be signed
+        ledger.sign_checkpoint()
+        stop.set()
+        await task
+        store = ledger.store
+        cps = store.conn.execute("SELECT size, at FROM checkpoints ORDER BY size").fetchall()
+        leaf_of = {(r, i): leaf for r, i, leaf in store.conn.execute(
+            "SELECT run, idx, leaf_index FROM segments")}
+        latencies = []
+        for n, (_s, _m, _p, run, idx) in enumerate(messages):
+            leaf = leaf_of[(run, idx)]
+            covered = next(at for size, at in cps if size > leaf)
+            latencies.append(max(0.0, covered - acked[n]) * 1000)
+        await ledger.close()
+        await nc.drain()
+    return len(messages) / elapsed, latencies
+
+
+def _b64(key: SigningKey) -> str:
+    import base64
+
+    return base64.b64encode(bytes(key.verify_key)).decode()
+
+
+async def run_bench(segments: int, rate: float, e2e_segments: int) -> dict[str, Any]:
+    messages, keys = make_segments(segments)
+    size = int(statistics.median(len(m[2]) for m in messages))
+    with tempfile.TemporaryDirectory(prefix="fleet-bench-") as tmp:
+        workdir = Path(tmp)
+        with NatsServer(store_dir=workdir / "nats-raw") as server:
+            raw_pub, raw_con = await raw_rates(server.url, segments, size)
+        fold = await fold_rate(workdir, messages, keys)
+        e2e_msgs, e2e_keys = make_segments(e2e_segments)
+        e2e_rate, lat = await end_to_end(workdir, e2e_msgs, e2e_keys, rate)
+    return {
+        "segments": segments,
+        "message_bytes_median": size,
+        "raw_publish_per_s": round(raw_pub),
+        "raw_consume_per_s": round(raw_con),
+        "fold_per_s": round(fold),
+        "fold_ratio_to_raw_consume": round(fold / raw_con, 3),
+        "e2e_segments": e2e_segments,
+        "e2e_target_rate_per_s": rate,
+        "e2e_per_s": round(e2e_rate),
+        "e2e_latency_p50_ms": round(_pct(lat, 0.50), 1),
+        "e2e_latency_p99_ms": round(_pct(lat, 0.99), 1),
+        "e2e_latency_max_ms": round(max(lat), 1),
+    }
