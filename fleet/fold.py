@@ -104,8 +104,7 @@ def decode(subject: str, data: bytes) -> Envelope | Refused:
     try:
         return decode_envelope(data)
     except FleetError as exc:
-        index = exc.segment if isinstance(exc, RecordError) else None
-        return Refused(exc.rule, str(exc), subject_host(subject), None, index)
+        return Refused(exc.rule, str(exc), subject_host(subject), None, _position(exc))
 
 
 def seal_valid(env: Envelope, hosts: Mapping[str, HostEntry]) -> bool | None:
@@ -154,8 +153,14 @@ def decide_envelope(
     try:
         return _decide(subject, env, stream_seq, hosts, get_run, head_at, seal_ok)
     except FleetError as exc:
-        index = exc.segment if isinstance(exc, RecordError) else None
-        return Refused(exc.rule, str(exc), subject_host(subject), env.run, index)
+        return Refused(exc.rule, str(exc), subject_host(subject), env.run, _position(exc))
+
+
+def _position(exc: FleetError) -> int | None:
+    """The segment index a refusal concerns; a hostile one (0, -1, 2**70) is no position
+    (and no store could hold it)."""
+    index = exc.segment if isinstance(exc, RecordError) else None
+    return index if index is not None and 1 <= index < 2**63 else None
 
 
 def _decide(
@@ -178,11 +183,14 @@ def _decide(
         raise UnknownHost(f"host {env.host!r} is not enrolled", segment=index)
     if entry.revoked_after is not None and stream_seq > entry.revoked_after:
         raise RevokedHost(f"host {env.host!r} was revoked", segment=index)
-    if genesis(env.unit_id, env.grants_id) != env.run:
-        raise RunMismatch("the run is not the genesis head of its unit and grants",
-                          segment=index)
     slot = get_run(env.run)
     created = slot is None
+    # A known run was checked against its genesis when it began: equal ids need no rehash.
+    known = slot is not None and (slot.state.unit_id, slot.state.grants_id) == (
+        env.unit_id, env.grants_id)
+    if not known and genesis(env.unit_id, env.grants_id) != env.run:
+        raise RunMismatch("the run is not the genesis head of its unit and grants",
+                          segment=index)
     if slot is None:
         slot = RunSlot(env.host, RunState.open(env.unit_id, env.grants_id))
     elif slot.host != env.host:
