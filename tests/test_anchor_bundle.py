@@ -5,11 +5,13 @@ from __future__ import annotations
 import asyncio
 import json
 
+import nats
 from anchor_helpers import anchored, fleet, publish_run, running_ledger, wait_for
 
 from anchors.base import AnchorConfig
+from anchors.runner import COSIGNED_SUBJECT
 from anchors.witness_server import RunningWitness, Witness
-from fleet.cosignature import generate_witness_signer
+from fleet.cosignature import cosignatures, generate_witness_signer
 from fleet.note import generate_signer
 
 ORIGIN = "fleet-ledger.local/anchored"
@@ -18,7 +20,7 @@ ORIGIN = "fleet-ledger.local/anchored"
 def test_prove_carries_cosignatures_and_require_witnesses_counts_them(nats_server, tmp_path):
     """`fleet prove` after two witnesses cosigned gives a bundle that `fleet verify-proof
     --require-witnesses 2` accepts with both witness keys and refuses with one; `fleet status`
-    shows each witness's anchored size and lag."""
+    shows each witness's anchored size and lag; the cosigned checkpoint is published."""
     data = tmp_path / "ledger"
     data.mkdir()
     # The ledger's key must exist before the witnesses learn it: create it as the ledger will.
@@ -34,9 +36,16 @@ def test_prove_carries_cosignatures_and_require_witnesses_counts_them(nats_serve
 
         async def scenario():
             async with running_ledger(nats_server.url, data, configs) as ledger:
+                nc = await nats.connect(nats_server.url)
+                published = await nc.subscribe(COSIGNED_SUBJECT)
                 run = await publish_run(nats_server.url, "unit-a")
                 await wait_for(lambda: ledger.store.run_row(run), 20, "the run to fold")
                 await wait_for(lambda: anchored(ledger, {"w1", "w2"}), 20, "both cosignatures")
+                keys = [s.key() for s in signers]
+                while len(cosignatures((await published.next_msg(10)).data.decode(),
+                                       keys)) < 2:
+                    pass  # the last cosigned checkpoint carries both witnesses' lines
+                await nc.close()
                 prove = await asyncio.to_thread(fleet, "prove", run, "--nats", nats_server.url)
                 status = await asyncio.to_thread(fleet, "status", "--nats", nats_server.url)
                 return run, prove, status
