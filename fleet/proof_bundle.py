@@ -12,6 +12,9 @@ A bundle is a JSON object, verifiable offline with nothing but the ledger's veri
     inclusion    hex hashes of the RFC 9162 inclusion proof, leaf to root
     checkpoint   the signed checkpoint note, verbatim
 
+Optional keys ``anchors``, ``anchor_checkpoints`` and ``anchor_consistency`` carry anchor
+receipts (witness cosignatures, RFC 3161 tokens); :mod:`fleet.anchor_bundle` checks them.
+
 :func:`verify_bundle` checks, in this order, and raises the named error of the first check
 that fails: the bundle's shape (:class:`~fleet.log_errors.MalformedBundle`), the note
 signature (``UnknownKey`` / ``BadSignature`` / ``MalformedNote``), the checkpoint body
