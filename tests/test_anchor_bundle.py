@@ -7,6 +7,7 @@ import json
 
 import nats
 from anchor_helpers import anchored, fleet, publish_run, running_ledger, wait_for
+from tsa_helpers import OpenSslTsa, make_ca
 
 from anchors.base import AnchorConfig
 from anchors.runner import COSIGNED_SUBJECT
@@ -18,8 +19,9 @@ ORIGIN = "fleet-ledger.local/anchored"
 
 
 def test_prove_carries_cosignatures_and_require_witnesses_counts_them(nats_server, tmp_path):
-    """`fleet prove` after two witnesses cosigned gives a bundle that `fleet verify-proof
-    --require-witnesses 2` accepts with both witness keys and refuses with one; `fleet status`
+    """`fleet prove` after two witnesses cosigned and a TSA stamped gives a bundle that
+    `fleet verify-proof --require-witnesses 2 --tsa-ca` accepts with both witness keys and
+    refuses with one (or with another CA); `fleet status`
     shows each witness's anchored size and lag; the cosigned checkpoint is published."""
     data = tmp_path / "ledger"
     data.mkdir()
@@ -30,9 +32,11 @@ def test_prove_carries_cosignatures_and_require_witnesses_counts_them(nats_serve
     signers = [generate_witness_signer(f"witness.test/w{i}") for i in (1, 2)]
     witnesses = [RunningWitness(Witness(s, [log_vkey], tmp_path / f"w{i}"))
                  for i, s in enumerate(signers)]
+    tsa = OpenSslTsa(tmp_path / "tsa").__enter__()
     try:
         configs = [AnchorConfig("witness", f"w{i + 1}", {"url": w.url, "vkey": s.key().text()})
                    for i, (s, w) in enumerate(zip(signers, witnesses, strict=True))]
+        configs.append(AnchorConfig("tsa", "tsa", {"url": tsa.url, "ca": str(tsa.ca)}))
 
         async def scenario():
             async with running_ledger(nats_server.url, data, configs) as ledger:
@@ -40,7 +44,8 @@ def test_prove_carries_cosignatures_and_require_witnesses_counts_them(nats_serve
                 published = await nc.subscribe(COSIGNED_SUBJECT)
                 run = await publish_run(nats_server.url, "unit-a")
                 await wait_for(lambda: ledger.store.run_row(run), 20, "the run to fold")
-                await wait_for(lambda: anchored(ledger, {"w1", "w2"}), 20, "both cosignatures")
+                await wait_for(lambda: anchored(ledger, {"w1", "w2", "tsa"}), 20,
+                               "both cosignatures and a timestamp")
                 keys = [s.key() for s in signers]
                 while len(cosignatures((await published.next_msg(10)).data.decode(),
                                        keys)) < 2:
@@ -54,18 +59,24 @@ def test_prove_carries_cosignatures_and_require_witnesses_counts_them(nats_serve
     finally:
         for w in witnesses:
             w.close()
+        tsa.__exit__(None, None, None)
     assert prove.returncode == 0, prove.stderr
     bundle = json.loads(prove.stdout)
-    assert {a["anchor"] for a in bundle["anchors"]} == {"w1", "w2"}
+    assert {a["anchor"] for a in bundle["anchors"]} == {"w1", "w2", "tsa"}
     assert "w1 (witness): anchored size 3   lag 0 leaves" in status.stdout, status.stdout
     bundle_file = tmp_path / "bundle.json"
     bundle_file.write_text(prove.stdout)
     vkey = log_vkey.text()
     both = [arg for s in signers for arg in ("--witness-vkey", s.key().text())]
     ok = fleet("verify-proof", str(bundle_file), "--vkey", vkey, *both,
-               "--require-witnesses", "2", "--json")
+               "--require-witnesses", "2", "--tsa-ca", str(tsa.ca), "--json")
     assert ok.returncode == 0, ok.stderr
-    assert json.loads(ok.stdout)["witnesses"] == ["witness.test/w1", "witness.test/w2"]
+    result = json.loads(ok.stdout)
+    assert result["witnesses"] == ["witness.test/w1", "witness.test/w2"]
+    assert all(a["verified"] for a in result["anchors"]), result["anchors"]
+    other_ca = make_ca(tmp_path / "other-ca", "Not The TSA Root")
+    wrong_ca = fleet("verify-proof", str(bundle_file), "--vkey", vkey, "--tsa-ca", str(other_ca))
+    assert wrong_ca.returncode == 1 and wrong_ca.stderr.startswith("BadTimestamp"), wrong_ca.stderr
     one = fleet("verify-proof", str(bundle_file), "--vkey", vkey, "--witness-vkey",
                 signers[0].key().text(), "--require-witnesses", "2")
     assert one.returncode == 2  # asking for more witnesses than keys given is a usage error
@@ -76,10 +87,11 @@ def test_prove_carries_cosignatures_and_require_witnesses_counts_them(nats_serve
     assert one.returncode == 1 and one.stderr.startswith("MissingCosignatures"), one.stderr
     # A cosignature tampered in the bundle is a named failure, not a smaller count.
     tampered = dict(bundle)
-    first = bundle["anchors"][0]
+    first = next(a for a in bundle["anchors"] if a["kind"] == "witness")
     sig = first["receipt"].rstrip("\n").rsplit(" ", 1)
     flipped = sig[1][:20] + ("A" if sig[1][20] != "A" else "B") + sig[1][21:]
-    tampered["anchors"] = [{**first, "receipt": f"{sig[0]} {flipped}\n"}, *bundle["anchors"][1:]]
+    tampered["anchors"] = [{**a, "receipt": f"{sig[0]} {flipped}\n"} if a is first else a
+                           for a in bundle["anchors"]]
     bundle_file.write_text(json.dumps(tampered))
     bad = fleet("verify-proof", str(bundle_file), "--vkey", vkey, *both)
     assert bad.returncode == 1 and bad.stderr.startswith("BadSignature"), bad.stderr
