@@ -130,14 +130,24 @@ class Ledger:
         fresh = [(seq, subject, data, decode(subject, data))
                  for seq, subject, data in msgs if seq > watermark]
         seals = self._check_seals([e for *_, e in fresh])
+        # Heads folded earlier in this batch are not in the store yet; without them a replay
+        # of one would be judged by where the batch happened to end (Fork vs Replay).
+        batch_heads: dict[tuple[bytes, int], bytes] = {}
+
+        def head_at(run: bytes, index: int) -> bytes | None:
+            held = batch_heads.get((run, index))
+            return held if held is not None else self.store.head_at(run, index)
+
         for (seq, subject, data, env), seal_ok in zip(fresh, seals, strict=True):
             if isinstance(env, Refused):
                 decision: Accepted | Refused = env
             else:
                 decision = decide_envelope(subject, env, seq, self._hosts, self._get_run,
-                                           self.store.head_at, seal_ok)
-            if isinstance(decision, Accepted) and decision.created:
-                self._remember(decision.run, decision.slot)
+                                           head_at, seal_ok)
+            if isinstance(decision, Accepted):
+                batch_heads[(decision.run, decision.index)] = decision.head
+                if decision.created:
+                    self._remember(decision.run, decision.slot)
             batch.append(Incoming(seq, subject, data, decision))
             top = max(top, seq)
         if top == watermark:

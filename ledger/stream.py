@@ -60,7 +60,10 @@ async def ensure_consumer(js: JetStreamContext, ledger: str, watermark: int) -> 
 
     A consumer that is ahead of the store (the store was deleted or restored from an old
     backup) is recreated at ``watermark + 1``, so the ledger replays what its store lacks
-    instead of trusting the consumer's position.
+    instead of trusting the consumer's position. So is one that has *delivered* past the
+    watermark (a ledger killed mid-batch, or a batch it could not commit and nak'd): its
+    unacked messages would come back only after the ack wait, behind newer ones, and be
+    skipped as below the watermark once those were folded, i.e. lost.
     """
     durable = consumer_name(ledger)
     try:
@@ -69,10 +72,11 @@ async def ensure_consumer(js: JetStreamContext, ledger: str, watermark: int) -> 
         info = None
     if info is not None:
         floor = info.ack_floor.stream_seq if info.ack_floor else 0
-        if floor <= watermark:
+        delivered = info.delivered.stream_seq if info.delivered else 0
+        if floor <= watermark and delivered <= watermark:
             return durable
-        log.warning("consumer %s is at %d, store at %d: replaying from the store's position",
-                    durable, floor, watermark)
+        log.warning("consumer %s is at %d (delivered %d), store at %d: replaying from the"
+                    " store's position", durable, floor, delivered, watermark)
         await js.delete_consumer(STREAM, durable)
     await js.add_consumer(STREAM, ConsumerConfig(
         durable_name=durable,

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 import nats
+from merkle_reference import mth
 from nacl.signing import SigningKey
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 
@@ -35,8 +36,6 @@ from fleet.address import digest, format_address
 from fleet.builder import RecordBuilder
 from fleet.fold import Accepted, HostEntry, Refused, RunSlot, decide
 from fleet.leaf import encode_leaf
-from fleet.merkle import fold as merkle_fold
-from fleet.merkle import leaf_hash
 from fleet.record import RunState, chain
 from fleet.run_codec import state_to_json
 from fleet.seal import seal
@@ -213,9 +212,8 @@ class Summary:
         assert len({(s[0], s[1]) for s in self.segments}) == len(self.segments)
         from fleet.address import parse_address
 
-        hashes = [leaf_hash(encode_leaf(parse_address(r), i, parse_address(h)))
-                  for r, i, h, _, _ in by_leaf]
-        assert merkle_fold(hashes) == self.root if hashes else True
+        leaves = [encode_leaf(parse_address(r), i, parse_address(h)) for r, i, h, _, _ in by_leaf]
+        assert mth(leaves) == self.root, "the tree is not the tree of the folded segments"
 
 
 def store_summary(data: Path) -> Summary:

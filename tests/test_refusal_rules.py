@@ -331,3 +331,22 @@ def test_broker_refuses_an_oversized_message(nats_server: NatsServer) -> None:
     assert refused.err_code == 10054, refused  # "message size exceeds maximum allowed"
     assert stored == 1
 
+
+
+@pytest.mark.parametrize("index", [0, -1, 2**63, 2**70])
+def test_a_hostile_index_is_stored_as_no_position(tmp_path, index: int) -> None:
+    """A refusal whose wire index no store can hold (2**70) or no segment has (0) names no
+    position, and the ledger's store commits it (it once failed every batch holding one)."""
+    from ledger.service import Ledger, LedgerConfig
+
+    a = _run_a()
+    data = _edit(a.messages[0][1], _set("segment.index", index))
+    ledger = Ledger(LedgerConfig(data_dir=tmp_path, servers=[]))
+    try:
+        batch, top = ledger.fold_messages([(1, a.subject, data)])
+        assert top == 1
+        (item,) = batch
+        assert isinstance(item.decision, Refused) and item.decision.index is None
+        assert ledger.store.rejections()[0]["index"] is None
+    finally:
+        ledger.store.close()
