@@ -45,7 +45,7 @@ def segment_spans(data: bytes) -> list[tuple[int, int]]:
         if pos < 0:
             break
         starts.append(pos + 1)
-    ends = [*starts[1:], len(data)]
+    ends = [*starts[1:], data.index(b"\n  ]", starts[-1])]  # fields after the list follow
     return list(zip(starts, ends, strict=True))
 
 
