@@ -12,7 +12,7 @@ Users and what they may do (publish / subscribe; everything else is denied)::
     ledger     pub  fleet.>, $JS.API.>, $JS.ACK.>, $JS.FC.>, $SRV.>, _INBOX.>
                sub  fleet.>, $SRV.>, _INBOX.>
     reader     pub  fleet.api.>, $SRV.*.fleet-ledger[.*]  the API and its discovery
-               sub  fleet.checkpoint, _INBOX.reader.>
+               sub  fleet.checkpoint[.cosigned], _INBOX.reader.>
     sys        (system account SYS) server monitoring and events
 
 A host's JetStream publish (``Nats-Msg-Id``, ``Nats-Expected-Last-Subject-Sequence``)
@@ -108,7 +108,7 @@ def ledger_permissions() -> Permissions:
 def reader_permissions() -> Permissions:
     return Permissions(
         publish=(f"{API}.>", f"$SRV.*.{API_SERVICE}", f"$SRV.*.{API_SERVICE}.*"),
-        subscribe=(CHECKPOINTS, f"{inbox_prefix(READER)}.>"),
+        subscribe=(CHECKPOINTS, f"{CHECKPOINTS}.cosigned", f"{inbox_prefix(READER)}.>"),
     )
 
 
