@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import functools
 
 import msgspec
 
@@ -201,6 +202,9 @@ def _segment_from_wire(wire: SegmentWire) -> SealedSegment:
                          attestation)
 
 
+# Run, unit and grant ids repeat in every message of a run; their parses are memoised (a
+# refused text raises and is not cached).
+_identity = functools.lru_cache(maxsize=16384)(parse_address)
 _envelope_decoder = msgspec.json.Decoder(EnvelopeWire)
 _record_decoder = msgspec.json.Decoder(RecordWire)
 
@@ -216,8 +220,8 @@ def decode_envelope(data: bytes) -> Envelope:
     if wire.v != ENVELOPE_VERSION:
         raise MalformedSegment(f"unknown envelope version {wire.v!r}")
     return Envelope(
-        wire.v, wire.host, parse_address(wire.run), parse_address(wire.unit_id),
-        parse_address(wire.grants_id), segment_from_wire(wire.segment),
+        wire.v, wire.host, _identity(wire.run), _identity(wire.unit_id),
+        _identity(wire.grants_id), segment_from_wire(wire.segment),
     )
 
 
