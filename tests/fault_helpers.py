@@ -20,6 +20,7 @@ import signal
 import sqlite3
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -82,19 +83,22 @@ class LedgerProc:
         assert self.proc is None or self.proc.poll() is not None
         self.log.parent.mkdir(parents=True, exist_ok=True)
         mark = self.log.stat().st_size if self.log.exists() else 0
-        with self.log.open("ab") as out:
-            self.proc = subprocess.Popen(
-                [*FLEET, "ledger", "serve", "--nats", self.url, "--data", str(self.data),
-                 "--checkpoint-ms", "200", *self.extra],
-                stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-                start_new_session=True, preexec_fn=preexec,
-            )
+        # Output goes through a pipe (copied to the log file by a thread here), so a child
+        # whose file writes are made to fail still logs.
+        self.proc = subprocess.Popen(
+            [*FLEET, "ledger", "serve", "--nats", self.url, "--data", str(self.data),
+             "--checkpoint-ms", "200", *self.extra],
+            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+            start_new_session=True, preexec_fn=preexec,
+        )
+        threading.Thread(target=_copy, args=(self.proc.stdout, self.log), daemon=True).start()
         self.starts += 1
         if wait:
             self.wait_ready(mark)
         return self
 
     def wait_ready(self, mark: int = 0, timeout: float = 30.0) -> None:
+        self.log.touch()
         deadline = time.monotonic() + timeout
         while b"serving" not in self.log.read_bytes()[mark:]:
             assert self.proc is not None
@@ -146,6 +150,91 @@ class LedgerProc:
 
     def __exit__(self, *exc: object) -> None:
         self.kill()
+
+
+def _copy(pipe: Any, path: Path) -> None:
+    with path.open("ab") as out:
+        for line in iter(pipe.readline, b""):
+            out.write(line)
+            out.flush()
+    pipe.close()
+
+
+class HostTraffic:
+    """Simulated hosts streaming until stopped: each host runs ``fleet host simulate`` again
+    and again on its own folder with more runs each round (so each round adds new runs and
+    a killed or failed round's runs are picked up by the next)."""
+
+    def __init__(self, url: str, base: Path, ledger_data: Path, hosts: int = 2,
+                 step: int = 8) -> None:
+        self.url, self.base, self.ledger_data = url, base, ledger_data
+        self.names = [f"host{i}" for i in range(1, hosts + 1)]
+        self.step = step
+        self.stop_event = threading.Event()
+        self.results: list[tuple[str, int, str]] = []
+        self.threads = [threading.Thread(target=self._loop, args=(n,), daemon=True)
+                        for n in self.names]
+        self.procs: dict[str, subprocess.Popen[str]] = {}
+        self.rounds = 0
+
+    def _loop(self, name: str) -> None:
+        runs = 0
+        while not self.stop_event.is_set():
+            runs += self.step
+            proc = subprocess.Popen(
+                [*FLEET, "host", "simulate", "--name", name, "--runs", str(runs),
+                 "--nats", self.url, "--data", str(self.base / name),
+                 "--enroll-into", str(self.ledger_data), "--json"],
+                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                text=True, start_new_session=True)
+            self.procs[name] = proc
+            try:
+                out, err = proc.communicate(timeout=150)
+            except subprocess.TimeoutExpired:
+                os.kill(proc.pid, signal.SIGKILL)
+                out, err = proc.communicate()
+            self.results.append((name, proc.returncode, (out + err)[-2000:]))
+            self.rounds += 1
+
+    def start(self) -> HostTraffic:
+        for t in self.threads:
+            t.start()
+        return self
+
+    def stop(self, timeout: float = 160.0) -> None:
+        """Let each host finish its current round, then stop."""
+        self.stop_event.set()
+        for t in self.threads:
+            t.join(timeout)
+        for proc in self.procs.values():
+            if proc.poll() is None:
+                os.kill(proc.pid, signal.SIGKILL)
+                proc.wait(10)
+
+    def failures(self, refused_start_ok: bool = False) -> list[tuple[str, int, str]]:
+        """Rounds that failed; with ``refused_start_ok``, not those that could not connect at
+        start (the simulator needs the broker to start; a running host reconnects)."""
+        return [r for r in self.results if r[1] != 0
+                and not (refused_start_ok and "cannot reach NATS" in r[2])]
+
+    def outbox_segments(self) -> set[tuple[str, int, str]]:
+        """(run, idx, msg id) of every segment the hosts wrote; all must be acked."""
+        out: set[tuple[str, int, str]] = set()
+        for name in self.names:
+            db = sqlite3.connect(f"file:{self.base / name / 'outbox.db'}?mode=ro", uri=True)
+            try:
+                rows = db.execute("SELECT run, idx, msg_id, state FROM segments").fetchall()
+            finally:
+                db.close()
+            assert all(r[3] == "acked" for r in rows), f"{name} has unacked segments"
+            out |= {(r[0], r[1], r[2]) for r in rows}
+        return out
+
+    def __enter__(self) -> HostTraffic:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
 
 
 # -- reading the stream and the stores ---------------------------------------------------
