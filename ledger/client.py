@@ -37,8 +37,10 @@ async def call(url: str, endpoint: str, body: dict[str, Any] | None = None, *,
                nkey: Path | None = None, timeout: float = 10.0) -> bytes:
     """One API request; its raw JSON reply, or :class:`ApiError` / :class:`LedgerUnreachable`."""
     servers = [u.strip() for u in url.split(",") if u.strip()]
-    opts: dict[str, Any] = dict(servers=servers, connect_timeout=2.0,
-                                max_reconnect_attempts=0, allow_reconnect=False)
+    # max_reconnect_attempts=0 would retry the first connect forever (nats-py 2.16 drops a
+    # server only once its attempts pass a positive limit): one retry, then give up.
+    opts: dict[str, Any] = dict(servers=servers, connect_timeout=2.0, reconnect_time_wait=0.2,
+                                max_reconnect_attempts=1, allow_reconnect=False)
     if nkey is not None:
         opts["nkeys_seed"] = str(nkey)
         opts["inbox_prefix"] = "_INBOX.reader"
@@ -47,7 +49,10 @@ async def call(url: str, endpoint: str, body: dict[str, Any] | None = None, *,
         return None
 
     try:
-        nc = await nats.connect(**opts, error_cb=no_log)
+        nc = await asyncio.wait_for(nats.connect(**opts, error_cb=no_log),
+                                    2 * 2.0 * len(servers) + 1.0)
+    except TimeoutError:
+        raise LedgerUnreachable(f"cannot reach NATS at {url}: no answer") from None
     except Exception as exc:
         raise LedgerUnreachable(f"cannot reach NATS at {url}: {_reason(exc)}") from None
     try:

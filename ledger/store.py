@@ -8,11 +8,20 @@ twice. WAL journal, ``synchronous=FULL``: a committed batch survives power loss.
 
 Host enrollment is written by the operator's ``fleet host enroll`` into this same file
 while the ledger may be running; the ledger notices through ``PRAGMA data_version``.
+
+Enrollments are also kept in ``hosts.json`` beside the database, rewritten (atomically) by
+every enroll and revoke before the database commits. The fold's decisions depend on them
+(``enrolled_after``, ``revoked_after``), so a store rebuilt from the stream (``ledger.db``
+deleted) or restored from an older backup must start from the same enrollments to reach
+the same tree: on opening, the store takes every host from ``hosts.json`` (the file wins
+over an older database row) and keeps database rows the file lacks.
 """
 
 from __future__ import annotations
 
 import base64
+import json
+import os
 import sqlite3
 import time
 from collections.abc import Iterator, Sequence
@@ -33,6 +42,9 @@ from fleet.subjects import check_host_name
 from ledger.tree_store import TreeStore
 
 DB_NAME = "ledger.db"
+HOSTS_FILE = "hosts.json"
+HOSTS_FORMAT = "fleet-ledger-hosts/v1"
+_HOST_KEYS = ("name", "public_key", "enrolled_after", "revoked_after")
 
 _SCHEMA = (
     "CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
@@ -86,6 +98,7 @@ class LedgerStore:
             for statement in _SCHEMA:
                 self.conn.execute(statement)
             self.tree = TreeStore(self.conn)
+            self._merge_hosts_file()
 
     def close(self) -> None:
         self.conn.close()
@@ -126,13 +139,8 @@ class LedgerStore:
         except ValueError as exc:
             raise StoreError(str(exc)) from None
         with self.transaction():
-            self.conn.execute(
-                "INSERT INTO hosts (name, public_key, enrolled_after, revoked_after, enrolled_at)"
-                " VALUES (?, ?, ?, NULL, ?) ON CONFLICT(name) DO UPDATE SET"
-                " public_key = excluded.public_key, enrolled_after = excluded.enrolled_after,"
-                " revoked_after = NULL, enrolled_at = excluded.enrolled_at",
-                (name, public_key, self.watermark(), time.time()),
-            )
+            self._upsert_host(name, public_key, self.watermark(), None)
+            self._write_hosts_file()
 
     def revoke(self, name: str) -> None:
         """Refuse the host's segments after the current watermark; earlier ones stay."""
@@ -145,6 +153,66 @@ class LedgerStore:
                 known = self.conn.execute("SELECT 1 FROM hosts WHERE name = ?", (name,))
                 if known.fetchone() is None:
                     raise StoreError(f"no enrolled host named {name!r}")
+            self._write_hosts_file()
+
+    def _upsert_host(self, name: str, public_key: str, enrolled_after: int,
+                     revoked_after: int | None) -> None:
+        self.conn.execute(
+            "INSERT INTO hosts (name, public_key, enrolled_after, revoked_after, enrolled_at)"
+            " VALUES (?, ?, ?, ?, ?) ON CONFLICT(name) DO UPDATE SET"
+            " public_key = excluded.public_key, enrolled_after = excluded.enrolled_after,"
+            " revoked_after = excluded.revoked_after, enrolled_at = excluded.enrolled_at",
+            (name, public_key, enrolled_after, revoked_after, time.time()),
+        )
+
+    def _write_hosts_file(self) -> None:
+        """Rewrite ``hosts.json`` from the hosts table (inside the caller's transaction, so
+        a failed write rolls the change back): a temporary file, fsync'd, then renamed."""
+        doc = {"format": HOSTS_FORMAT, "hosts": self.host_rows()}
+        path = self.dir / HOSTS_FILE
+        tmp = path.with_name(f".{HOSTS_FILE}.{os.getpid()}.tmp")
+        try:
+            with tmp.open("w") as f:
+                f.write(json.dumps(doc, indent=1) + "\n")
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+            fd = os.open(self.dir, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        except OSError as exc:
+            tmp.unlink(missing_ok=True)
+            raise StoreError(f"cannot write {path}: {exc.strerror or exc}") from None
+
+    def _merge_hosts_file(self) -> None:
+        """Take the enrollments of ``hosts.json`` into a new or restored database."""
+        path = self.dir / HOSTS_FILE
+        try:
+            doc = json.loads(path.read_text())
+        except FileNotFoundError:
+            if self.conn.execute("SELECT 1 FROM hosts LIMIT 1").fetchone() is not None:
+                self._write_hosts_file()  # a store from before the file existed
+            return
+        except (OSError, ValueError) as exc:
+            raise StoreError(f"cannot read {path}: {exc}") from None
+        if not isinstance(doc, dict) or doc.get("format") != HOSTS_FORMAT:
+            raise StoreError(f"{path} is not a {HOSTS_FORMAT} file")
+        held = {h["name"]: h for h in self.host_rows()}
+        listed = doc.get("hosts", [])
+        for h in listed:
+            row = {k: h.get(k) for k in _HOST_KEYS}
+            try:
+                check_host_name(row["name"])
+                decode_key(row["public_key"])
+            except (TypeError, ValueError) as exc:
+                raise StoreError(f"{path}: bad host entry {row!r}: {exc}") from None
+            if held.get(row["name"]) != row:
+                self._upsert_host(row["name"], row["public_key"], row["enrolled_after"],
+                                  row["revoked_after"])
+        if [h.get("name") for h in listed] != [h["name"] for h in self.host_rows()]:
+            self._write_hosts_file()  # the database held hosts the file lacked
 
     def hosts(self) -> dict[str, HostEntry]:
         rows = self.conn.execute(
