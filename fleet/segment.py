@@ -22,6 +22,7 @@ References are validated when they are built, so a malformed one never reaches t
 from __future__ import annotations
 
 import struct
+from collections.abc import Sequence
 from typing import Final
 
 import msgspec
@@ -133,7 +134,8 @@ def make_snapshot(
     return ImageSnapshot(fs, mem)
 
 
-def _encode_ids(ids: tuple[str, ...], what: str) -> bytes:
+def encode_ids(ids: Sequence[str], what: str) -> bytes:
+    """``count:u32 || (len:u32 || utf8)*`` of a call-id list, each id checked."""
     if len(ids) > MAX_CALLS:
         raise MalformedCallAccount(f"{what} holds {len(ids)} ids, the limit is {MAX_CALLS}")
     parts = [_U32.pack(len(ids))]
@@ -157,8 +159,8 @@ class CallAccount(msgspec.Struct, frozen=True):
     def canonical(self) -> bytes:
         return (
             b"\x01"
-            + _encode_ids(self.dispatched, "dispatched")
-            + _encode_ids(self.resolved, "resolved")
+            + encode_ids(self.dispatched, "dispatched")
+            + encode_ids(self.resolved, "resolved")
         )
 
 

@@ -23,7 +23,7 @@ from fleet.errors import RecordError
 from fleet.phases import FRESH, TRANSITIONS
 from fleet.record import Energy
 from fleet.seal import SEAL_DOMAIN
-from fleet.segment import MAX_U64, PROVENANCES, CallAccount, encode_text
+from fleet.segment import MAX_U64, PROVENANCES, encode_ids, encode_text
 from fleet.wait_proof import WaitTracker
 from fleet.wire import (
     ClosedWire,
@@ -58,6 +58,19 @@ def _u64(value: int) -> int:
     if type(value) is not int or not 0 <= value <= MAX_U64:
         raise _Invalid
     return value
+
+
+_TEXTS: dict[str, bytes] = {}
+
+
+def _text(value: str) -> bytes:
+    """``text()`` bytes of a meter or outcome; they repeat across segments, so memoised."""
+    raw = _TEXTS.get(value)
+    if raw is None:
+        raw = encode_text(value, "text")
+        if len(_TEXTS) < 4096:
+            _TEXTS[value] = raw
+    return raw
 
 
 def _seal(text: str) -> bytes:
@@ -99,17 +112,16 @@ def _walk(
             r = obj.receipt
             att = blake3(
                 ATTESTATION_DOMAIN + _RECEIPT.pack(_u64(r.uj), PROVENANCES[r.provenance])
-                + encode_text(r.meter, "meter") + parse_address(obj.journal_root)
-                + encode_text(obj.outcome, "outcome")
+                + _text(r.meter) + parse_address(obj.journal_root) + _text(obj.outcome)
             ).digest()
             if att != parse_address(wire.attestation):
                 raise _Invalid
             body = b"\x01" + att
             calls = wire.calls
             if calls is not None:
-                account = CallAccount(tuple(calls.dispatched), tuple(calls.resolved))
-                body += account.canonical()
-                wait.add(index, account)
+                body += (b"\x01" + encode_ids(calls.dispatched, "dispatched")
+                         + encode_ids(calls.resolved, "resolved"))
+                wait.add(index, calls)  # type: ignore[arg-type]  # same two sequences
             else:
                 wait.add(index, None)
             receipts[r.provenance] += r.uj
@@ -125,7 +137,7 @@ def _walk(
                 raise _Invalid
             body = (b"\x03" + park + _RECEIPT.pack(wire.idle_uj,
                                                    PROVENANCES[wire.idle_provenance])
-                    + encode_text(wire.idle_meter, "meter"))
+                    + _text(wire.idle_meter))
             idle[wire.idle_provenance] += wire.idle_uj
             parked = None
             name = "resumed"
