@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 import nats
+import nats.errors
 from merkle_reference import mth
 from nacl.signing import SigningKey
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
@@ -240,24 +241,41 @@ class HostTraffic:
 # -- reading the stream and the stores ---------------------------------------------------
 
 
+async def _retry(make: Any, attempts: int = 20) -> Any:
+    for attempt in range(attempts):
+        try:
+            return await make()
+        except (TimeoutError, nats.errors.TimeoutError):
+            if attempt == attempts - 1:
+                raise
+            await asyncio.sleep(0.5)
+    return None
+
+
 async def _stream_messages(url: str | list[str]) -> list[tuple[int, str, bytes]]:
     nc = await nats.connect(url, connect_timeout=5, max_reconnect_attempts=20,
                             reconnect_time_wait=0.2)
     try:
         js = nc.jetstream(timeout=10.0)
-        info = await js.stream_info(STREAM)
+        info = await _retry(lambda: js.stream_info(STREAM))
         last = info.state.last_seq
         out: list[tuple[int, str, bytes]] = []
         if info.state.messages == 0:
             return out
-        sub = await js.pull_subscribe(
+        sub = await _retry(lambda: js.pull_subscribe(
             "fleet.seg.>", stream=STREAM,
             config=ConsumerConfig(deliver_policy=DeliverPolicy.ALL, ack_policy=AckPolicy.NONE,
                                   inactive_threshold=30.0),
-        )
+        ))
+        deadline_at = time.monotonic() + 60
         try:
             while not out or out[-1][0] < last:
-                for m in await sub.fetch(1000, timeout=5.0):
+                try:
+                    got = await sub.fetch(1000, timeout=5.0)
+                except (TimeoutError, nats.errors.TimeoutError):
+                    assert time.monotonic() < deadline_at, "the stream did not deliver"
+                    continue  # a cluster that just re-formed may be slow to answer
+                for m in got:
                     out.append((m.metadata.sequence.stream, m.subject, m.data))
         finally:
             with contextlib.suppress(Exception):
