@@ -13,6 +13,7 @@ import hashlib
 import os
 import random
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -117,8 +118,10 @@ def record_runs(host: Host, runs: int) -> int:
 
 
 async def simulate_host(name: str, host_dir: Path, runs: int, servers: list[str],
-                        nkey: Path | None = None, drain_timeout: float = 120.0) -> dict:
-    """Record ``runs`` runs and publish everything; returns counts."""
+                        nkey: Path | None = None, drain_timeout: float = 120.0,
+                        on_progress: Callable[[int, int], None] | None = None) -> dict:
+    """Record ``runs`` runs and publish everything; returns counts. ``on_progress`` is
+    called now and then with (segments acked so far, segments still pending)."""
     host = Host(name, host_dir)
     started = time.monotonic()
     try:
@@ -127,8 +130,11 @@ async def simulate_host(name: str, host_dir: Path, runs: int, servers: list[str]
         try:
             publisher = Publisher(host.outbox, nc.jetstream(timeout=5.0))
             recorder = asyncio.get_running_loop().run_in_executor(None, record_runs, host, runs)
+            acked = 0
             while not recorder.done():
-                await publisher.drain(timeout=1.0)
+                acked += (await publisher.drain(timeout=1.0)).acked
+                if on_progress is not None:
+                    on_progress(acked, host.outbox.stats().pending_count)
                 await asyncio.sleep(0.05)
             written = await recorder
             report = await publisher.drain(timeout=drain_timeout)

@@ -41,7 +41,21 @@ def emit_json(doc: Any) -> None:
     click.echo(json.dumps(doc, indent=None, sort_keys=False))
 
 
+_ERASE = "\r\033[K"  # back to the line's start, clear to its end
+_shown: list[bool] = []
+
+
 def progress(text: str) -> None:
-    """A progress line on a terminal only (never mixed into JSON on stdout)."""
+    """A progress line on a terminal only: rewritten in place on stderr, never on stdout,
+    and nothing at all when stderr is a pipe or file (a script reading ``--json``)."""
     if sys.stderr.isatty():
-        click.echo("\r" + text, nl=False, err=True)
+        click.echo(_ERASE + text, nl=False, err=True)
+        _shown[:] = [True]
+
+
+def progress_done() -> None:
+    """Erase the progress line, if one is shown, before the command prints its result (so
+    a terminal shows JSON on a clean line)."""
+    if _shown:
+        click.echo(_ERASE, nl=False, err=True)
+        _shown.clear()

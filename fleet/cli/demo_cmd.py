@@ -12,7 +12,7 @@ from typing import Any
 import click
 
 from fleet.cli._app import CheckFailed, cli
-from fleet.cli._common import progress
+from fleet.cli._common import progress, progress_done
 
 
 async def _wait_folded(ledger: Any, js: Any, timeout: float) -> None:
@@ -51,8 +51,13 @@ async def _demo(workdir: Path, hosts: int, runs: int) -> dict[str, Any]:
             procs = spawn_simulators(hosts, runs, server.url, workdir / "hosts",
                                      enroll_into=workdir / "ledger")
             loop = asyncio.get_running_loop()
-            for p in procs:
-                _out, err = await loop.run_in_executor(None, p.communicate)
+            waits = [loop.run_in_executor(None, p.communicate) for p in procs]
+            while not all(w.done() for w in waits):
+                progress(f"hosts streaming: {sum(w.done() for w in waits)} of {len(waits)} "
+                         f"done, {ledger.store.watermark()} messages folded")
+                await asyncio.wait(waits, timeout=0.2)
+            for p, w in zip(procs, waits, strict=True):
+                _out, err = w.result()
                 if p.returncode != 0:
                     raise CheckFailed(f"a simulated host failed: {err.strip()[-300:]}")
             assert ledger.js is not None and ledger.nc is not None
@@ -99,12 +104,15 @@ async def _demo(workdir: Path, hosts: int, runs: int) -> dict[str, Any]:
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
 def demo(hosts: int, runs: int, keep: Path | None, as_json: bool) -> None:
     """Start the embedded stack, stream simulated hosts, prove and verify a run."""
-    if keep is not None:
-        keep.mkdir(parents=True, exist_ok=True)
-        summary = asyncio.run(_demo(keep, hosts, runs))
-    else:
-        with tempfile.TemporaryDirectory(prefix="fleet-demo-") as tmp:
-            summary = asyncio.run(_demo(Path(tmp), hosts, runs))
+    try:
+        if keep is not None:
+            keep.mkdir(parents=True, exist_ok=True)
+            summary = asyncio.run(_demo(keep, hosts, runs))
+        else:
+            with tempfile.TemporaryDirectory(prefix="fleet-demo-") as tmp:
+                summary = asyncio.run(_demo(Path(tmp), hosts, runs))
+    finally:
+        progress_done()
     if as_json:
         click.echo(json.dumps(summary))
         return

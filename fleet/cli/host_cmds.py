@@ -10,7 +10,7 @@ from pathlib import Path
 import click
 
 from fleet.cli._app import CheckFailed, UserError, cli
-from fleet.cli._common import emit_json
+from fleet.cli._common import emit_json, progress, progress_done
 
 
 @cli.group()
@@ -102,9 +102,19 @@ def host_simulate(hosts: int, runs: int, url: str, data: Path, name: str | None,
                                                 enroll_into, nkey),
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
              for i in range(1, hosts + 1)]
+    from concurrent.futures import ThreadPoolExecutor, wait
+
+    with ThreadPoolExecutor(len(procs)) as pool:
+        waits = [pool.submit(p.communicate) for p in procs]
+        try:
+            while not all(w.done() for w in waits):
+                progress(f"simulated hosts: {sum(w.done() for w in waits)} of {hosts} done")
+                wait(waits, timeout=0.2)
+        finally:
+            progress_done()
     results, failed = [], []
-    for p in procs:
-        out, err = p.communicate()
+    for p, w in zip(procs, waits, strict=True):
+        out, err = w.result()
         if p.returncode == 0:
             results.append(json.loads(out.strip().splitlines()[-1]))
         else:
@@ -145,7 +155,16 @@ def _one_host(name: str, host_dir: Path, runs: int, servers: list[str], nkey: Pa
             raise UserError(str(exc)) from None
         finally:
             store.close()
+    def show(acked: int, pending: int) -> None:
+        progress(f"{name}: {acked} segments sent, {pending} pending")
+
+    from ledger.service import NatsUnreachable
+
     try:
-        return asyncio.run(simulate_host(name, host_dir, runs, servers, nkey))
+        return asyncio.run(simulate_host(name, host_dir, runs, servers, nkey, on_progress=show))
+    except NatsUnreachable as exc:
+        raise UserError(str(exc)) from None
     except OSError as exc:
         raise UserError(f"cannot reach NATS at {','.join(servers)}: {exc}") from None
+    finally:
+        progress_done()

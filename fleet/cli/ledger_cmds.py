@@ -91,8 +91,12 @@ def ledger_serve(url: str, data: Path, nkey: Path | None, name: str, origin: str
     def ready(led: Any) -> None:
         click.echo(f"ledger {name} serving: origin {led.origin}, data {data}", err=True)
 
+    from ledger.service import NatsUnreachable
+
     try:
         asyncio.run(serve_until_signal(config, ready))
+    except NatsUnreachable as exc:
+        raise UserError(str(exc)) from None
     except OSError as exc:
         raise UserError(f"cannot start the ledger: {exc}") from None
     except Exception as exc:
@@ -118,6 +122,7 @@ def up(data: Path, url: str | None, nats_port: int, sim_hosts: int, runs: int, n
     """Start a local nats-server (JetStream, in DATA/nats), the ledger and its API."""
     from fleet.cli.anchor_cmds import load_anchors_option
     from ledger.natsd import NatsServer, NatsServerError
+    from ledger.service import NatsUnreachable
 
     anchors = load_anchors_option(anchors_file)
     data.mkdir(parents=True, exist_ok=True)
@@ -151,6 +156,8 @@ def up(data: Path, url: str | None, nats_port: int, sim_hosts: int, runs: int, n
                     proc.wait(10)
     except NatsServerError as exc:
         raise UserError(f"cannot start nats-server: {exc}") from None
+    except NatsUnreachable as exc:
+        raise UserError(str(exc)) from None
     finally:
         if server is not None:
             server.close()

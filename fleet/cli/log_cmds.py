@@ -17,6 +17,7 @@ import click
 
 from fleet.checkpoint import parse_checkpoint
 from fleet.cli._app import CheckFailed, UserError, cli
+from fleet.cli._common import api, nats_options
 from fleet.log_errors import LogError, MalformedKey
 from fleet.note import Verifier, generate_signer, open_note, parse_verifier_key, valid_name
 from fleet.proof_bundle import verify_bundle
@@ -109,11 +110,17 @@ def note_verify(file: str, vkeys: tuple[str, ...]) -> None:
 
 
 @cli.group(invoke_without_command=True)
+@nats_options
+@click.option("--json", "as_json", is_flag=True, help="Print {size, root, checkpoint} as JSON.")
 @click.pass_context
-def checkpoint(ctx: click.Context) -> None:
+def checkpoint(ctx: click.Context, url: str, nkey: Path | None, as_json: bool) -> None:
     """Signed checkpoints of the fleet log (bare: fetch the latest from a ledger)."""
     if ctx.invoked_subcommand is None:
-        raise UserError("fleet checkpoint needs a ledger: not yet")
+        doc = api(url, "checkpoint", nkey=nkey)
+        if as_json:
+            click.echo(json.dumps({key: doc[key] for key in ("size", "root", "checkpoint")}))
+        else:
+            click.echo(doc["checkpoint"], nl=not doc["checkpoint"].endswith("\n"))
 
 
 @checkpoint.command("verify")

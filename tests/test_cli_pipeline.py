@@ -1,0 +1,356 @@
+"""Every pipeline command run as the installed `fleet` program against a real ledger: its
+output, its JSON and its exit code, including an unreachable ledger (one line, exit 2),
+`fleet up` stopped with SIGINT and the progress shown on a terminal only."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import os
+import pty
+import signal
+import subprocess
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import nats
+import pytest
+
+from fleet.merkle import verify_consistency
+from ledger.natsd import NatsServer
+from ledger.stream import ensure_stream
+from ledger.testing import running_server
+
+from fault_helpers import store_summary
+from pipeline_helpers import (
+    FLEET_BIN,
+    api,
+    cli,
+    cli_json,
+    closed_port,
+    port_open,
+    spawn,
+    stop,
+    wait_folded,
+    wait_for,
+    wait_proc,
+)
+
+pytestmark = pytest.mark.timeout(120)
+
+
+@dataclass
+class Stack:
+    url: str
+    data: Path  # the ledger's folder
+    hosts: Path
+    tmp: Path
+    runs: list[dict]
+
+    @property
+    def vkey(self) -> Path:
+        return self.data / "ledger.vkey"
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    """A nats-server, `fleet ledger serve` and two simulated hosts' runs, for the module."""
+    tmp = tmp_path_factory.mktemp("stack")
+    data, hosts = tmp / "ledger", tmp / "hosts"
+    with running_server(tmp / "nats") as server:
+        log = tmp / "ledger.log"
+        ledger = spawn("ledger", "serve", "--nats", server.url, "--data", str(data),
+                       "--name", "cli", "--checkpoint-ms", "200", log=log)
+        try:
+            wait_for(lambda: b"serving" in log.read_bytes() or ledger.poll() is not None, 30,
+                     "the ledger to start")
+            assert ledger.poll() is None, log.read_text()
+            out = cli_json("host", "simulate", "--hosts", "2", "--runs", "4", "--nats",
+                           server.url, "--data", str(hosts), "--enroll-into", str(data),
+                           "--json")
+            assert out["failed"] == [] and len(out["hosts"]) == 2
+            wait_folded(server.url, data)
+            runs = api(server.url, "runs")["runs"]
+            yield Stack(server.url, data, hosts, tmp, runs)
+        finally:
+            assert stop(ledger) == 0, log.read_text()[-2000:]
+
+
+# -- an unreachable ledger ---------------------------------------------------------------
+
+API_COMMANDS = [
+    ["status"], ["status", "--json"], ["prove", "b3:x"], ["consistency", "0", "1"],
+    ["run", "show", "b3:x"], ["run", "list", "--json"], ["run", "export", "b3:x", "--out", "x"],
+    ["rejections", "--json"], ["checkpoint"], ["checkpoint", "--json"],
+]
+
+
+@pytest.mark.parametrize("args", API_COMMANDS, ids=" ".join)
+def test_unreachable_nats_is_one_line_and_exit_2(args: list[str], tmp_path: Path) -> None:
+    """With nothing listening at --nats, an API command exits 2 with one line on stderr,
+    nothing on stdout and no traceback (and promptly)."""
+    url = f"nats://127.0.0.1:{closed_port()}"
+    r = subprocess.run([FLEET_BIN, *args, "--nats", url], capture_output=True, text=True,
+                       timeout=20, cwd=tmp_path, stdin=subprocess.DEVNULL, check=False)
+    assert r.returncode == 2, r
+    assert r.stdout == ""
+    assert r.stderr.strip().splitlines() == [
+        f"Error: cannot reach NATS at {url}: connection refused"]
+
+
+def test_no_ledger_on_a_live_server_is_one_line(nats_server: NatsServer) -> None:
+    """NATS answers but no ledger serves the API: exit 2, one line saying so."""
+    r = cli("status", "--nats", nats_server.url, check=False)
+    assert r.returncode == 2 and r.stdout == ""
+    assert r.stderr.strip().splitlines() == [
+        f"Error: no ledger is serving its API on {nats_server.url}"]
+
+
+def test_serve_and_simulate_give_up_on_unreachable_nats(tmp_path: Path) -> None:
+    """`fleet ledger serve` and `fleet host simulate` wait FLEET_NATS_WAIT seconds for a
+    server that is not there, then exit 2 with an error line and no traceback."""
+    url = f"nats://127.0.0.1:{closed_port()}"
+    env = {"FLEET_NATS_WAIT": "1"}
+    for args in (["ledger", "serve", "--nats", url, "--data", str(tmp_path / "l")],
+                 ["host", "simulate", "--nats", url, "--data", str(tmp_path / "h")]):
+        r = cli(*args, check=False, timeout=30, env=env)
+        assert r.returncode == 2, r
+        assert "Traceback" not in r.stderr
+        assert r.stderr.strip().splitlines()[-1].startswith(
+            f"Error: cannot reach NATS at {url} (tried for 1s)")
+
+
+# -- reading the ledger ------------------------------------------------------------------
+
+
+def test_status_online_and_offline_agree(stack: Stack) -> None:
+    """`fleet status --json` over NATS and `--data DIR` offline give the same log, with
+    every documented key; the text form shows the same numbers."""
+    online = cli_json("status", "--json", "--nats", stack.url)
+    offline = cli_json("status", "--data", str(stack.data), "--json")
+    for doc in (online, offline):
+        assert {"origin", "vkey", "tree_size", "root", "runs", "segments_folded", "rejected",
+                "stream_seq", "lag"} <= set(doc)
+        assert isinstance(doc["rejected"], dict)
+        assert all(isinstance(v, int) for v in doc["rejected"].values())
+    keys = ("origin", "vkey", "tree_size", "root", "runs", "segments_folded", "stream_seq")
+    assert {k: online[k] for k in keys} == {k: offline[k] for k in keys}
+    assert online["lag"] == 0 and offline["lag"] is None
+    assert online["vkey"] == stack.vkey.read_text().strip()
+    assert online["runs"] == len(stack.runs) == 8
+    assert online["tree_size"] == store_summary(stack.data).size
+    text = cli("status", "--nats", stack.url).stdout
+    assert f"tree size   {online['tree_size']}   root {online['root']}" in text
+    missing = cli("status", "--data", str(stack.tmp / "nowhere"), check=False)
+    assert missing.returncode == 2 and len(missing.stderr.strip().splitlines()) == 1
+
+
+def test_prove_then_verify_proof_offline(stack: Stack, tmp_path: Path) -> None:
+    """`fleet prove` (stdout, --out, --index) gives bundles `fleet verify-proof` accepts
+    with the vkey; a flipped hash or an unknown run fails with exit 1."""
+    run = next(r for r in stack.runs if r["segments"] >= 2)
+    out = tmp_path / "proof.json"
+    r = cli("prove", run["run"], "--out", str(out), "--nats", stack.url)
+    assert r.stdout == "" and r.stderr.startswith(f"wrote {out}: leaf ")
+    bundle = json.loads(out.read_text())
+    assert (bundle["run"], bundle["index"], bundle["head"]) == (
+        run["run"], run["segments"], run["head"])
+    ok = cli("verify-proof", str(out), "--vkey", str(stack.vkey))
+    assert ok.stdout.startswith(f"proof verified: {run['run']} segment {run['segments']}")
+    first = json.loads(cli("prove", run["run"], "--index", "1", "--json", "--nats",
+                           stack.url).stdout)
+    assert first["index"] == 1 and first["leaf_index"] < bundle["leaf_index"]
+    (tmp_path / "first.json").write_text(json.dumps(first))
+    cli("verify-proof", str(tmp_path / "first.json"), "--vkey", str(stack.vkey))
+
+    bad = dict(bundle)
+    h = bytearray(bytes.fromhex(bad["inclusion"][0]))
+    h[0] ^= 1
+    bad["inclusion"] = [h.hex(), *bad["inclusion"][1:]]
+    (tmp_path / "bad.json").write_text(json.dumps(bad))
+    r = cli("verify-proof", str(tmp_path / "bad.json"), "--vkey", str(stack.vkey), check=False)
+    assert r.returncode == 1 and len(r.stderr.strip().splitlines()) == 1
+    r = cli("prove", "b3:" + "A" * 43, "--nats", stack.url, check=False)
+    assert r.returncode == 1 and "Traceback" not in r.stderr
+    assert r.stderr.strip().splitlines() == [
+        f"the ledger refused: no run b3:{'A' * 43} in this ledger (code 404)"]
+
+
+def test_checkpoint_fetch_and_verify(stack: Stack, tmp_path: Path) -> None:
+    """Bare `fleet checkpoint` prints the latest signed note (`--json`: size, root,
+    checkpoint); `fleet checkpoint verify` accepts it with the vkey and not with another."""
+    note = cli("checkpoint", "--nats", stack.url).stdout
+    doc = cli_json("checkpoint", "--json", "--nats", stack.url)
+    assert set(doc) == {"size", "root", "checkpoint"}
+    assert note == doc["checkpoint"]
+    lines = note.splitlines()
+    assert lines[0] == stack.vkey.read_text().split("+")[0]
+    assert int(lines[1]) == doc["size"] > 0
+    assert base64.b64decode(lines[2]).hex() == doc["root"]
+    (tmp_path / "cp.txt").write_text(note)
+    got = cli_json("checkpoint", "verify", str(tmp_path / "cp.txt"), "--vkey", str(stack.vkey),
+                   "--json")
+    assert (got["size"], got["root"]) == (doc["size"], lines[2])
+    cli("keygen", "someone-else", "--out", str(tmp_path / "keys"))
+    r = cli("checkpoint", "verify", str(tmp_path / "cp.txt"), "--vkey",
+            str(tmp_path / "keys" / "someone-else.vkey"), check=False)
+    assert r.returncode == 1 and len(r.stderr.strip().splitlines()) == 1
+
+
+def test_consistency_proof_verifies(stack: Stack) -> None:
+    """`fleet consistency OLD NEW --json` gives a proof that verifies between the two roots;
+    a size beyond the tree is refused with exit 1."""
+    size = cli_json("status", "--json", "--nats", stack.url)["tree_size"]
+    doc = cli_json("consistency", "3", str(size), "--json", "--nats", stack.url)
+    verify_consistency(3, size, [bytes.fromhex(h) for h in doc["proof"]],
+                       bytes.fromhex(doc["old_root"]), bytes.fromhex(doc["new_root"]))
+    text = cli("consistency", "3", str(size), "--nats", stack.url).stdout
+    assert text.splitlines()[0] == f"3 -> {size}: {len(doc['proof'])} hashes"
+    r = cli("consistency", "1", str(size + 1), "--nats", stack.url, check=False)
+    assert r.returncode == 1 and "code 404" in r.stderr
+
+
+def test_run_list_show_export_verify(stack: Stack, tmp_path: Path) -> None:
+    """`fleet run list/show/export` and `fleet verify` agree on each run; an unknown run is
+    exit 1 and an empty refusal list prints nothing."""
+    listed = cli_json("run", "list", "--json", "--nats", stack.url)
+    assert listed == stack.runs
+    text = cli("run", "list", "--nats", stack.url).stdout.splitlines()
+    assert len(text) == len(listed) and all(r["run"] in t for r, t in zip(listed, text,
+                                                                            strict=True))
+    run = listed[0]
+    shown = cli("run", "show", run["run"], "--nats", stack.url).stdout
+    assert shown.splitlines()[1].strip().startswith(
+        f"{run['segments']} segments, phase {run['phase']}, head {run['head']}")
+    out = tmp_path / "rec.json"
+    r = cli("run", "export", run["run"], "--out", str(out), "--nats", stack.url)
+    assert r.stderr.strip() == f"wrote {out}"
+    verdict = cli("verify", str(out)).stdout
+    assert verdict.splitlines()[0] == f"valid: run {run['run']}"
+    assert f"segments {run['segments']}, phase {run['phase']}" in verdict
+    r = cli("run", "show", "b3:" + "B" * 43, "--nats", stack.url, check=False)
+    assert r.returncode == 1 and "code 404" in r.stderr
+    assert cli("rejections", "--nats", stack.url).stdout == ""
+    assert cli_json("rejections", "--json", "--nats", stack.url) == []
+
+
+def test_enroll_and_revoke_mistakes_are_one_line(stack: Stack) -> None:
+    """`fleet host enroll` with a bad key or name, or on a missing folder, exits 2 with one
+    line and changes no enrollment."""
+    before = (stack.data / "hosts.json").read_text()
+    for args in (["enroll", "h9", "--pubkey", "not-a-key"],
+                 ["enroll", "bad.name", "--pubkey", base64.b64encode(b"k" * 32).decode()],
+                 ["revoke", "nobody"]):
+        r = cli("host", *args, "--data", str(stack.data), check=False)
+        assert r.returncode == 2 and r.stdout == "", r
+        assert len(r.stderr.strip().splitlines()) == 1 and "Traceback" not in r.stderr
+    r = cli("host", "enroll", "h9", "--pubkey", "x", "--data", str(stack.tmp / "no"),
+            check=False)
+    assert r.returncode == 2
+    assert (stack.data / "hosts.json").read_text() == before
+
+
+# -- progress on a terminal only ---------------------------------------------------------
+
+
+def _with_tty_stderr(args: list[str]) -> tuple[int, str, str]:
+    """Run ``fleet`` with stderr on a pseudo-terminal, stdout on a pipe."""
+    master, slave = pty.openpty()
+    chunks: list[bytes] = []
+
+    def read() -> None:
+        while True:
+            try:
+                data = os.read(master, 4096)
+            except OSError:
+                return
+            if not data:
+                return
+            chunks.append(data)
+
+    proc = subprocess.Popen([FLEET_BIN, *args], stdout=subprocess.PIPE, stderr=slave,
+                            stdin=subprocess.DEVNULL)
+    os.close(slave)
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    try:
+        out, _ = proc.communicate(timeout=90)
+    finally:
+        stop(proc, signal.SIGKILL)
+        reader.join(5)
+        os.close(master)
+    return proc.returncode, out.decode(), b"".join(chunks).decode(errors="replace")
+
+
+def _make_stream(url: str) -> None:
+    async def go() -> None:
+        nc = await nats.connect(url)
+        try:
+            await ensure_stream(nc.jetstream(timeout=10.0))
+        finally:
+            await nc.close()
+
+    asyncio.run(go())
+
+
+def test_progress_on_a_terminal_only_and_never_in_json(nats_server: NatsServer,
+                                                       tmp_path: Path) -> None:
+    """A long `fleet host simulate --json` shows progress on a terminal's stderr and erases
+    it before exiting; stdout is only the JSON, and with stderr on a pipe there is none."""
+    _make_stream(nats_server.url)
+    args = ["host", "simulate", "--hosts", "2", "--runs", "6", "--name", "tty", "--nats",
+            nats_server.url, "--json"]
+    code, out, tty = _with_tty_stderr([*args, "--data", str(tmp_path / "a")])
+    assert code == 0, tty
+    assert len(out.splitlines()) == 1 and json.loads(out)["failed"] == []
+    assert "simulated hosts: 0 of 2 done" in tty
+    assert tty.endswith("\r\x1b[K")
+    piped = cli(*args, "--data", str(tmp_path / "b"))
+    assert piped.stderr == "" and json.loads(piped.stdout)["failed"] == []
+
+
+# -- fleet up and fleet demo -------------------------------------------------------------
+
+
+def test_up_serves_then_sigint_stops_it_and_its_nats_server(tmp_path: Path) -> None:
+    """`fleet up --nats-port P --simulate 1` serves the API (queried with `fleet status`);
+    SIGINT makes it exit 0, and its nats-server is gone (the port closes)."""
+    port = closed_port()
+    url = f"nats://127.0.0.1:{port}"
+    log = tmp_path / "up.log"
+    up = spawn("up", "--data", str(tmp_path / "d"), "--nats-port", str(port), "--simulate",
+               "1", "--runs", "2", "--checkpoint-ms", "200", log=log)
+    try:
+        wait_for(lambda: b"up; Ctrl-C" in log.read_bytes() or up.poll() is not None, 30,
+                 "fleet up to be ready")
+        assert up.poll() is None, log.read_text()
+        status = wait_for(lambda: (s := cli_json("status", "--json", "--nats", url))["runs"]
+                          == 2 and s["lag"] == 0 and s, 60, "the simulated host's runs")
+        assert status["origin"] == "fleet-ledger.local/ledger"
+        assert (tmp_path / "d" / "ledger" / "ledger.vkey").read_text().strip() == status["vkey"]
+        assert port_open(port)
+        os.kill(up.pid, signal.SIGINT)
+        assert wait_proc(up, 30, "fleet up after SIGINT") == 0, log.read_text()
+    finally:
+        stop(up, signal.SIGKILL)
+    assert not port_open(port), "the nats-server fleet up started is still listening"
+    assert "Traceback" not in log.read_text()
+    assert (tmp_path / "d" / "nats" / "jetstream").is_dir()
+
+
+def test_demo_json_reports_a_consistent_pipeline(tmp_path: Path) -> None:
+    """`fleet demo --json` exits 0 and reports numbers that fit together."""
+    doc = json.loads(cli("demo", "--hosts", "2", "--runs", "3", "--json", "--keep",
+                         str(tmp_path / "demo"), timeout=120).stdout)
+    assert doc["hosts"] == 2 and doc["runs"] == 6
+    assert doc["segments"] == doc["tree_size"] == doc["checkpoint_size"] >= 6
+    assert doc["rejected"] == {"AttestationMismatch": 1}
+    assert doc["record_verdict"] == "NonBlocking" and doc["record_segments"] == doc[
+        "proved_index"] >= 3
+    assert 0 < doc["proof_hashes"] <= doc["tree_size"].bit_length()
+    assert len(doc["root"]) == 64
+    offline = cli_json("status", "--data", str(tmp_path / "demo" / "ledger"), "--json")
+    assert (offline["tree_size"], offline["root"]) == (doc["tree_size"], doc["root"])
