@@ -98,10 +98,11 @@ async def connect(servers: list[str], nkey: Path | None = None, name: str = "fle
     async def on_error(err: Exception) -> None:
         if up:
             log.warning("nats: %s", _one_line(err))
-        elif not errors:
+            return
+        if not errors:
             log.info("nats: cannot connect yet (%s); retrying for up to %gs",
                      _one_line(err), window)
-        errors.append(_one_line(err))
+        errors[:] = [_one_line(err)]
 
     opts: dict[str, Any] = dict(servers=servers, name=name, max_reconnect_attempts=-1,
                                 reconnect_time_wait=0.5, connect_timeout=3.0,

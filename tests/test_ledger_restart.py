@@ -107,7 +107,7 @@ def test_host_killed_mid_run_resumes_with_nothing_lost_or_twice(
     """SIGKILL `fleet host simulate` while it publishes, run it again on the same folder:
     every planned segment of every run is folded once, with no refusal at all."""
     url, led, hd = nats_server.url, tmp_path / "ledger", tmp_path / "solo"
-    runs = 60
+    runs = 100
     args = ("host", "simulate", "--hosts", "1", "--name", "solo", "--runs", str(runs),
             "--nats", url, "--data", str(hd), "--enroll-into", str(led), "--json")
     led.mkdir()
@@ -115,7 +115,7 @@ def test_host_killed_mid_run_resumes_with_nothing_lost_or_twice(
         ledger.start()
         sim = spawn(*args, log=tmp_path / "sim1.log")
         try:
-            wait_for(lambda: _count(hd) >= 120, 60, "the host to write 120 segments")
+            wait_for(lambda: _count(hd) >= 150, 60, "the host to write 150 segments")
             assert sim.poll() is None, "the host finished before the kill: nothing tested"
         finally:
             stop(sim, signal.SIGKILL)

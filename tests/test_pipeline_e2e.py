@@ -33,6 +33,7 @@ def _written(base: Path) -> set[tuple[str, int, str]]:
     return out
 
 
+@pytest.mark.slow
 def test_three_hosts_fifty_runs_fold_once_each_and_every_run_proves(
     nats_server: NatsServer, tmp_path: Path
 ) -> None:
