@@ -56,3 +56,31 @@ def address_of(data: bytes) -> str:
 def _show(value: object) -> str:
     text = repr(value)
     return text if len(text) <= 60 else text[:57] + "..."
+
+
+def parse_addresses(texts: list[str]) -> list[bytes] | None:
+    """Parse many addresses with a handful of C calls; ``None`` if any is malformed.
+
+    Every text must be ``b3:`` + 43 base64url characters with zero spare bits, exactly as
+    :func:`parse_address` demands (the tests hold the two to the same answers). The trick:
+    dropping each ``b3:`` and appending one ``A`` (six zero bits) makes every address 44
+    characters, so the concatenation decodes in one call to 33 bytes per address, the 33rd
+    of which is zero exactly when the spare bits were.
+    """
+    n = len(texts)
+    if n == 0:
+        return []
+    try:
+        joined = "".join(texts)
+        if (
+            len(joined) != 46 * n or joined[0::46] != "b" * n or joined[1::46] != "3" * n
+            or joined[2::46] != ":" * n
+        ):
+            return None
+        body = (joined[3:] + "b3:").replace("b3:", "A").encode("ascii").translate(_TO_STD)
+        raw = binascii.a2b_base64(body, strict_mode=True)
+    except (binascii.Error, ValueError):
+        return None
+    if len(raw) != 33 * n or raw[32::33] != bytes(n):
+        return None
+    return [raw[i:i + 32] for i in range(0, 33 * n, 33)]

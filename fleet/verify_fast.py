@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import binascii
 import struct
+from collections.abc import Callable
 
 from blake3 import blake3
 from nacl.exceptions import BadSignatureError
 from nacl.signing import VerifyKey
 
-from fleet.address import parse_address
+from fleet.address import parse_addresses
 from fleet.attestation import DOMAIN as ATTESTATION_DOMAIN
 from fleet.errors import RecordError
 from fleet.phases import FRESH, TRANSITIONS
@@ -42,16 +43,35 @@ class _Invalid(Exception):
     pass
 
 
-def _snapshot_bytes(s: SnapshotWire) -> bytes:
+def _addresses(segments: list) -> list[str]:  # type: ignore[type-arg]
+    """Every address text of the segments, in the order :func:`_walk` consumes them."""
+    out: list[str] = []
+    add = out.append
+    for w in segments:
+        add(w.head)
+        t = type(w)
+        if t is ExecutedWire:
+            add(w.attestation)
+            add(w.attestation_object.journal_root)
+        elif t is SuspendedWire or t is ResumedWire:
+            snap = w.snapshot
+            for text in (snap.fs_root, snap.mem_image, snap.transcript):
+                if text is not None:
+                    add(text)
+            add(w.manifest)
+    return out
+
+
+def _snapshot_bytes(s: SnapshotWire, take: Callable[[], bytes]) -> bytes:
     if s.transcript is not None:
         if s.fs_root is not None or s.mem_image is not None:
             raise _Invalid
-        return parse_address(s.transcript) + b"\x02"
+        return take() + b"\x02"
     if s.fs_root is None:
         raise _Invalid
     if s.mem_image is None:
-        return parse_address(s.fs_root) + b"\x00"
-    return parse_address(s.fs_root) + b"\x01" + parse_address(s.mem_image)
+        return take() + b"\x00"
+    return take() + b"\x01" + take()
 
 
 def _u64(value: int) -> int:
@@ -101,20 +121,26 @@ def _walk(
     wait = WaitTracker()
     transitions = TRANSITIONS
     verify = None if verify_key is None else verify_key.verify
+    raws = parse_addresses(_addresses(record.segments))
+    if raws is None:
+        raise _Invalid
+    take = iter(raws).__next__
     index = 0
     for wire in record.segments:
+        stated = take()
         index += 1
         if wire.index != index:
             raise _Invalid
         kind = type(wire)
         if kind is ExecutedWire:
+            claimed = take()
             obj = wire.attestation_object
             r = obj.receipt
             att = blake3(
                 ATTESTATION_DOMAIN + _RECEIPT.pack(_u64(r.uj), PROVENANCES[r.provenance])
-                + _text(r.meter) + parse_address(obj.journal_root) + _text(obj.outcome)
+                + _text(r.meter) + take() + _text(obj.outcome)
             ).digest()
-            if att != parse_address(wire.attestation):
+            if att != claimed:
                 raise _Invalid
             body = b"\x01" + att
             calls = wire.calls
@@ -127,12 +153,14 @@ def _walk(
             receipts[r.provenance] += r.uj
             name = "executed"
         elif kind is SuspendedWire:
-            park = _snapshot_bytes(wire.snapshot) + parse_address(wire.manifest)
+            park = _snapshot_bytes(wire.snapshot, take)
+            park += take()
             body = b"\x02" + park
             parked = park
             name = "suspended"
         elif kind is ResumedWire:
-            park = _snapshot_bytes(wire.snapshot) + parse_address(wire.manifest)
+            park = _snapshot_bytes(wire.snapshot, take)
+            park += take()
             if park != parked or _u64(wire.idle_uj) == 0:
                 raise _Invalid
             body = (b"\x03" + park + _RECEIPT.pack(wire.idle_uj,
@@ -147,7 +175,6 @@ def _walk(
         else:  # pragma: no cover - the tagged union has no other member
             raise _Invalid
         phase = transitions[(phase, name)]
-        stated = parse_address(wire.head)
         if verify is not None:
             verify(SEAL_DOMAIN + run + _INDEX.pack(index) + stated, _seal(wire.seal))
         head = blake3(head + body).digest()

@@ -238,3 +238,32 @@ def test_malformed_call_ids_are_refused(ids):
     """Empty, control-character, over-long or too many call ids are MalformedCallAccount."""
     with pytest.raises(MalformedCallAccount):
         executed(FS, CallAccount(ids, ()))
+
+
+def test_batch_address_parse_agrees_with_single_parse():
+    """parse_addresses accepts exactly what parse_address accepts, to the same bytes."""
+    import random
+
+    from fleet.address import parse_addresses
+
+    rng = random.Random(1)
+    good = [format_address(rng.randbytes(32)) for _ in range(20)]
+    assert parse_addresses(good) == [parse_address(t) for t in good]
+    assert parse_addresses([]) == []
+    refused = 0
+    for _ in range(5000):
+        texts = list(good[:4])
+        i = rng.randrange(4)
+        t = texts[i]
+        p = rng.randrange(len(t))
+        c = chr(rng.choice([rng.randrange(32, 127), rng.randrange(128, 400)]))
+        edit = rng.random()
+        texts[i] = (t[:p] + c + t[p + 1:] if edit < 0.6 else t[:p] + t[p + 1:] if edit < 0.8
+                    else t[:p] + c + t[p:])
+        try:
+            expected = [parse_address(x) for x in texts]
+        except MalformedAddress:
+            expected = None
+            refused += 1
+        assert parse_addresses(texts) == expected, texts[i]
+    assert refused > 1000
