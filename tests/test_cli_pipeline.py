@@ -18,8 +18,10 @@ from pathlib import Path
 
 import nats
 import pytest
+from test_nats_config import running
 
 from fleet.merkle import verify_consistency
+from ledger.nats_config import write_config
 from ledger.natsd import NatsServer
 from ledger.stream import ensure_stream
 from ledger.testing import running_server
@@ -354,3 +356,31 @@ def test_demo_json_reports_a_consistent_pipeline(tmp_path: Path) -> None:
     assert len(doc["root"]) == 64
     offline = cli_json("status", "--data", str(tmp_path / "demo" / "ledger"), "--json")
     assert (offline["tree_size"], offline["root"]) == (doc["tree_size"], doc["root"])
+
+
+def test_nkey_users_run_the_pipeline(tmp_path: Path) -> None:
+    """Under the `fleet nats-config` permissions, `fleet ledger serve --nkey` (ledger user),
+    `fleet host simulate --nkey --name` (its own host user) and `fleet status`/`fleet
+    checkpoint --nkey` (reader) fold and read a host's runs."""
+    conf = write_config(tmp_path / "nats", ["host1"], host_address="127.0.0.1", port=-1,
+                        store_dir=str(tmp_path / "js")).configs[0]
+    led, log = tmp_path / "ledger", tmp_path / "ledger.log"
+    with running(conf) as (server, _proc):
+        creds = server.creds
+        ledger = spawn("ledger", "serve", "--nats", server.url, "--data", str(led), "--nkey",
+                       str(creds / "ledger.nk"), "--checkpoint-ms", "200", log=log)
+        try:
+            wait_for(lambda: b"serving" in log.read_bytes() or ledger.poll() is not None, 30,
+                     "the ledger to start")
+            assert ledger.poll() is None, log.read_text()
+            out = cli_json("host", "simulate", "--nats", server.url, "--nkey",
+                           str(creds / "host1.nk"), "--name", "host1", "--runs", "2",
+                           "--data", str(tmp_path / "h1"), "--enroll-into", str(led), "--json")
+            assert out["remaining"] == 0
+            reader = ("--nats", server.url, "--nkey", str(creds / "reader.nk"))
+            status = wait_for(lambda: (s := cli_json("status", "--json", *reader))["runs"] == 2
+                              and s["lag"] == 0 and s, 30, "the host's runs to fold")
+            assert status["tree_size"] == out["segments_written"] and status["rejected"] == {}
+            assert cli_json("checkpoint", "--json", *reader)["size"] > 0
+        finally:
+            assert stop(ledger) == 0, log.read_text()[-2000:]
