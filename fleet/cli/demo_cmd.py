@@ -61,8 +61,11 @@ async def _demo(workdir: Path, hosts: int, runs: int) -> dict[str, Any]:
                 if p.returncode != 0:
                     raise CheckFailed(f"a simulated host failed: {err.strip()[-300:]}")
             assert ledger.js is not None and ledger.nc is not None
-            # One hostile message: a real segment with its idle energy edited in flight.
-            victim = next(r for r in ledger.store.list_runs() if r["segments"] >= 3)
+            await _wait_folded(ledger, ledger.js, 60.0)
+            # One hostile message: a real segment with its energy edited in flight, of the
+            # longest run (any run has one executed segment to edit; a short plan may have
+            # no more).
+            victim = max(ledger.store.list_runs(), key=lambda r: r["segments"])
             payload = ledger.store.payloads(victim["run"])[0]
             tampered = json.loads(payload)
             tampered["segment"]["attestation_object"]["receipt"]["uj"] += 1
