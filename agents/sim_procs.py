@@ -20,14 +20,24 @@ def simulator_command(name: str, runs: int, url: str, host_dir: Path,
 
 
 def spawn_simulators(hosts: int, runs: int, url: str, base: Path,
-                     enroll_into: Path | None = None, prefix: str = "host"
-                     ) -> list[subprocess.Popen[str]]:
-    """Start ``hosts`` simulator processes, host folders under ``base``."""
+                     enroll_into: Path | None = None, prefix: str = "host",
+                     log_dir: Path | None = None) -> list[subprocess.Popen[str]]:
+    """Start ``hosts`` simulator processes, host folders under ``base``.
+
+    Their output is piped (read it with ``communicate()``), or with ``log_dir`` appended to
+    ``<log_dir>/<name>.log``: a caller that does not read the pipes must use files, or a
+    chatty simulator blocks once a pipe is full.
+    """
     procs = []
     for i in range(1, hosts + 1):
         name = f"{prefix}{i}"
-        procs.append(subprocess.Popen(
-            simulator_command(name, runs, url, base / name, enroll_into),
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL,
-        ))
+        cmd = simulator_command(name, runs, url, base / name, enroll_into)
+        if log_dir is None:
+            procs.append(subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                          text=True, stdin=subprocess.DEVNULL))
+            continue
+        log_dir.mkdir(parents=True, exist_ok=True)
+        with (log_dir / f"{name}.log").open("a") as log:
+            procs.append(subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, text=True,
+                                          stdin=subprocess.DEVNULL))
     return procs

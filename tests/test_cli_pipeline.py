@@ -343,6 +343,8 @@ def test_up_serves_then_sigint_stops_it_and_its_nats_server(tmp_path: Path) -> N
     assert not port_open(port), "the nats-server fleet up started is still listening"
     assert "Traceback" not in log.read_text()
     assert (tmp_path / "d" / "nats" / "jetstream").is_dir()
+    sim = json.loads((tmp_path / "d" / "hosts" / "host1.log").read_text().splitlines()[-1])
+    assert (sim["host"], sim["runs"], sim["remaining"]) == ("host1", 2, 0)
 
 
 def test_demo_json_reports_a_consistent_pipeline(tmp_path: Path) -> None:

@@ -144,7 +144,8 @@ def up(data: Path, url: str | None, nats_port: int, sim_hosts: int, runs: int, n
             if sim_hosts:
                 from agents.sim_procs import spawn_simulators
                 sims.extend(spawn_simulators(sim_hosts, runs, url, data / "hosts",
-                                             enroll_into=data / "ledger"))
+                                             enroll_into=data / "ledger",
+                                             log_dir=data / "hosts"))
             click.echo("up; Ctrl-C stops everything", err=True)
 
         try:
