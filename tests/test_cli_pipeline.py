@@ -28,13 +28,14 @@ from ledger.natsd import NatsServer
 from ledger.stream import ensure_stream
 from ledger.testing import running_server
 
-from fault_helpers import store_summary
+from fault_helpers import store_summary, stream_state
 from pipeline_helpers import (
     FLEET_BIN,
     api,
     cli,
     cli_json,
     closed_port,
+    outbox_rows,
     port_open,
     spawn,
     stop,
@@ -404,3 +405,47 @@ def test_demo_with_only_a_short_run(tmp_path: Path) -> None:
                          str(tmp_path / "demo")).stdout)
     assert doc["runs"] == 1 and doc["segments"] == doc["record_segments"] < 3
     assert doc["rejected"] == {"AttestationMismatch": 1}
+
+
+def _children(pid: int) -> list[int]:
+    """Pids whose parent is ``pid`` (read from /proc)."""
+    out = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid:
+            out.append(int(stat.parent.name))
+    return out
+
+
+def _gone(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return True
+    return state == "Z"
+
+
+def test_sigterm_to_host_simulate_stops_its_host_processes(nats_server: NatsServer,
+                                                           tmp_path: Path) -> None:
+    """SIGTERM to `fleet host simulate --hosts 2` stops both host processes with it; run
+    again, every segment the hosts wrote reaches the stream exactly once."""
+    _make_stream(nats_server.url)
+    args = ["host", "simulate", "--hosts", "2", "--runs", "60", "--nats", nats_server.url,
+            "--data", str(tmp_path / "hosts"), "--json"]
+    sim = spawn(*args, log=tmp_path / "sim.log")
+    try:
+        kids = wait_for(lambda: len(k := _children(sim.pid)) == 2 and k, 30, "two hosts")
+        wait_for(lambda: all((tmp_path / "hosts" / f"host{i}" / "outbox.db").exists()
+                             for i in (1, 2)), 30, "both hosts to record")
+        assert stop(sim, signal.SIGTERM) == 128 + signal.SIGTERM
+        wait_for(lambda: all(_gone(k) for k in kids), 15, "the host processes to stop")
+    finally:
+        stop(sim, signal.SIGKILL)
+    again = cli_json(*args, timeout=120)
+    assert again["failed"] == []
+    rows = [r for i in (1, 2) for r in outbox_rows(tmp_path / "hosts" / f"host{i}")]
+    assert rows and all(r[3] == "acked" for r in rows)
+    assert asyncio.run(stream_state(nats_server.url)) == (len(rows), len(rows))

@@ -102,8 +102,13 @@ def host_simulate(hosts: int, runs: int, url: str, data: Path, name: str | None,
                                                 enroll_into, nkey),
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
              for i in range(1, hosts + 1)]
+    import signal
+    import sys
     from concurrent.futures import ThreadPoolExecutor, wait
 
+    # SIGTERM stops the children too (as Ctrl-C does, reaching the whole process group);
+    # each picks up where it stopped when run again.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
     with ThreadPoolExecutor(len(procs)) as pool:
         waits = [pool.submit(p.communicate) for p in procs]
         try:
@@ -112,6 +117,9 @@ def host_simulate(hosts: int, runs: int, url: str, data: Path, name: str | None,
                 wait(waits, timeout=0.2)
         finally:
             progress_done()
+            for p in procs:
+                if p.poll() is None:
+                    p.terminate()
     results, failed = [], []
     for p, w in zip(procs, waits, strict=True):
         out, err = w.result()
