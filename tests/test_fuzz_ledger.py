@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import random
 from pathlib import Path
 
@@ -146,3 +147,74 @@ def test_hostile_stream_is_refused_by_rule_and_good_segments_still_fold(
     mine.check_leaves()
     # 300 refusals do not balloon the ledger (a loose bound: refusals live on disk).
     assert rss_after - rss_before[0] < 64 * 1024, (rss_before, rss_after)
+
+
+STORE_CASES = int(os.environ.get("FLEET_FUZZ_STORE_CASES", "20000"))
+
+
+def test_mutants_through_the_ledgers_fold_and_store(tmp_path: Path) -> None:
+    """STORE_CASES mutants and the genuine runs folded by the ledger's own fold_messages into
+    its SQLite store, in batches of random size: every message is decided and committed
+    (none fails a batch), refusals carry named rules, and the leaves are exactly the
+    genuine segments."""
+    from test_fuzz_fold import GENUINE
+
+    from ledger.service import Ledger, LedgerConfig
+
+    from fault_helpers import RULES as rules
+
+    rng = random.Random(777)
+    data = tmp_path / "ledger"
+    store = LedgerStore(data)
+    for name in ("h1", "h2"):
+        store.enroll(name, encode_key(bytes(host_key(name).verify_key)))
+    store.close()
+    msgs: list[tuple[str, bytes]] = []
+    queue = list(GENUINE)
+    while len(msgs) < STORE_CASES + len(GENUINE):
+        if queue and rng.random() < 0.05:
+            msgs.append(queue.pop(0))
+            continue
+        subject, body = rng.choice(GENUINE)
+        if rng.random() < 0.3:
+            subject, body, _ = reseal(rng, subject, body)
+        else:
+            subject, body = mutate(rng, subject, body)
+        msgs.append((subject, body))
+    msgs += queue
+    stream = [(i, s, d) for i, (s, d) in enumerate(msgs, start=1)]
+    ledger = Ledger(LedgerConfig(data_dir=data, servers=[]))
+    try:
+        i = 0
+        while i < len(stream):
+            n = rng.randint(1, 600)
+            ledger.fold_messages(stream[i:i + n])
+            i += n
+    finally:
+        ledger.store.close()
+    summary = store_summary(data)
+    assert summary.watermark == len(stream)
+    assert summary.size + len(summary.rejections) == len(stream)
+    assert {rule for _, rule in summary.rejections} <= rules
+    summary.check_leaves()
+    # Every run the ledger holds verifies offline from genesis under its host's key: only
+    # segments a host sealed, obeying every rule, became leaves.
+    from fleet.verify import verify_record
+    from fleet.wire import decode_record
+    from ledger.views import export_record
+
+    store = LedgerStore(data)
+    try:
+        for run, host, segments, head, _phase in summary.runs:
+            report = verify_record(decode_record(export_record(store, run)),
+                                   encode_key(bytes(host_key(host).verify_key)))
+            assert (report.segments, report.head) == (segments, head)
+    finally:
+        store.close()
+    # ... and every genuine run of an enrolled host is there (the fold was not stopped).
+    from test_fuzz_fold import RUNS
+
+    from fleet.address import format_address
+
+    assert {r[0] for r in summary.runs} >= {format_address(r.run) for r in RUNS
+                                            if r.host in ("h1", "h2")}
