@@ -10,7 +10,9 @@ import json
 import os
 import pty
 import random
+import shutil
 import signal
+import sqlite3
 import subprocess
 import threading
 from collections.abc import Iterator
@@ -149,6 +151,18 @@ def test_status_online_and_offline_agree(stack: Stack) -> None:
     assert online["tree_size"] == store_summary(stack.data).size
     text = cli("status", "--nats", stack.url).stdout
     assert f"tree size   {online['tree_size']}   root {online['root']}" in text
+    # An auditor's copy: the database and the public vkey, no secret key.
+    copy = stack.tmp / "audit"
+    copy.mkdir(exist_ok=True)
+    src, dst = sqlite3.connect(stack.data / "ledger.db"), sqlite3.connect(copy / "ledger.db")
+    try:
+        src.backup(dst)
+    finally:
+        src.close()
+        dst.close()
+    shutil.copy(stack.vkey, copy / "ledger.vkey")
+    audit = cli_json("status", "--data", str(copy), "--json")
+    assert {k: audit[k] for k in keys} == {k: offline[k] for k in keys}
     missing = cli("status", "--data", str(stack.tmp / "nowhere"), check=False)
     assert missing.returncode == 2 and len(missing.stderr.strip().splitlines()) == 1
 

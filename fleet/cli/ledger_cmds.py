@@ -164,6 +164,26 @@ def up(data: Path, url: str | None, nats_port: int, sim_hosts: int, runs: int, n
             server.close()
 
 
+def _offline_identity(data: Path) -> tuple[str | None, str | None]:
+    """(origin, verifier key text) of a ledger folder, from its public ``ledger.vkey`` (the
+    secret key is not needed, e.g. for an auditor's copy), else from ``ledger.key``;
+    (None, None) when the folder has neither."""
+    from fleet.log_errors import LogError
+    from fleet.note import parse_signer_key, parse_verifier_key
+    from ledger.keys import KEY_FILE, VKEY_FILE
+
+    try:
+        if (data / VKEY_FILE).exists():
+            verifier = parse_verifier_key((data / VKEY_FILE).read_text().strip())
+        elif (data / KEY_FILE).exists():
+            verifier = parse_signer_key((data / KEY_FILE).read_text()).verifier()
+        else:
+            return None, None
+    except (OSError, LogError) as exc:
+        raise UserError(f"{data}: cannot read the ledger's key: {exc}") from None
+    return verifier.name, verifier.text()
+
+
 def _offline_store(data: Path) -> Any:
     from ledger.store import DB_NAME, LedgerStore
 
@@ -180,14 +200,12 @@ def _offline_store(data: Path) -> Any:
 def status(url: str, nkey: Path | None, data: Path | None, as_json: bool) -> None:
     """The ledger's origin, key, tree size, root, runs, refusals and lag."""
     if data is not None:
-        from fleet.note import parse_signer_key
         from ledger import views
-        from ledger.keys import KEY_FILE
 
+        origin, vkey = _offline_identity(data)
         store = _offline_store(data)
         try:
-            signer = parse_signer_key((data / KEY_FILE).read_text())
-            doc = views.status(store, origin=signer.name, vkey=signer.verifier().text(),
+            doc = views.status(store, origin=origin, vkey=vkey,  # type: ignore[arg-type]
                                lag=None, healthy=True, detail="offline")
         finally:
             store.close()
