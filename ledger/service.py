@@ -17,7 +17,6 @@ import logging
 import os
 import time
 from collections import OrderedDict
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -36,6 +35,7 @@ from fleet.subjects import CHECKPOINTS, STREAM, rejection_subject
 from fleet.wire import Envelope
 from ledger.api import LedgerApi
 from ledger.keys import load_or_create_signer
+from ledger.puller import Puller
 from ledger.store import Incoming, LedgerStore
 from ledger.stream import ensure_consumer, ensure_stream
 
@@ -138,7 +138,6 @@ class Ledger:
         self._hosts = self.store.hosts()
         self._hosts_version = self.store.data_version()
         self._last_checkpoint_at = time.monotonic()
-        self._pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="fleet-seals")
         self.nc: Client | None = None
         self.js: JetStreamContext | None = None
         self.api: LedgerApi | None = None
@@ -212,18 +211,10 @@ class Ledger:
         return batch, top
 
     def _check_seals(self, envs: list[Envelope | Refused]) -> list[bool | None]:
-        """Seal verdicts for a batch, computed on the pool's threads (libsodium releases the
-        GIL), since seals need nothing from the fold's state."""
+        """Seal verdicts for a batch, before the serial fold: they need nothing from the
+        fold's state. (Threads do not help here: PyNaCl holds the GIL while it verifies.)"""
         hosts = self._hosts
-
-        def check(part: list[Envelope | Refused]) -> list[bool | None]:
-            return [None if isinstance(e, Refused) else seal_valid(e, hosts) for e in part]
-
-        if len(envs) < 64:
-            return check(envs)
-        half = len(envs) // 2
-        first, second = self._pool.map(check, [envs[:half], envs[half:]])
-        return first + second
+        return [None if isinstance(e, Refused) else seal_valid(e, hosts) for e in envs]
 
     # -- checkpoints ----------------------------------------------------------------------
 
@@ -297,7 +288,7 @@ class Ledger:
                 if sub is None:
                     durable = await ensure_consumer(self.js, self.config.name,
                                                     self.store.watermark())
-                    sub = await self.js.pull_subscribe_bind(durable, STREAM)
+                    sub = await Puller(self.nc, STREAM, durable).start()
                 await self._one_batch(sub)
                 backoff = 0.2
             except asyncio.CancelledError:
@@ -308,14 +299,14 @@ class Ledger:
                 log.warning("fold loop: %s; retrying in %.1fs", self.health_detail, backoff)
                 with contextlib.suppress(Exception):
                     if sub is not None:
-                        await sub.unsubscribe()
+                        await sub.stop()
                 sub = None
                 with contextlib.suppress(asyncio.TimeoutError):
                     await asyncio.wait_for(stop.wait(), backoff)
                 backoff = min(backoff * 2, 5.0)
         with contextlib.suppress(Exception):
             if sub is not None:
-                await sub.unsubscribe()
+                await sub.stop()
 
     async def _one_batch(self, sub: Any) -> None:
         try:
@@ -371,7 +362,6 @@ class Ledger:
         if self.nc is not None:
             with contextlib.suppress(Exception):
                 await self.nc.drain()
-        self._pool.shutdown(wait=True)
         self.store.close()
 
 
