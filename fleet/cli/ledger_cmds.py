@@ -165,18 +165,18 @@ def up(data: Path, url: str | None, nats_port: int, sim_hosts: int, runs: int, n
 
 
 def _offline_identity(data: Path) -> tuple[str | None, str | None]:
-    """(origin, verifier key text) of a ledger folder, from its public ``ledger.vkey`` (the
-    secret key is not needed, e.g. for an auditor's copy), else from ``ledger.key``;
-    (None, None) when the folder has neither."""
+    """(origin, verifier key text) of a ledger folder, from ``ledger.key`` (checked: the
+    ledger cannot start with a broken one), else from the public ``ledger.vkey`` (e.g. an
+    auditor's copy without the secret); (None, None) when the folder has neither."""
     from fleet.log_errors import LogError
     from fleet.note import parse_signer_key, parse_verifier_key
     from ledger.keys import KEY_FILE, VKEY_FILE
 
     try:
-        if (data / VKEY_FILE).exists():
-            verifier = parse_verifier_key((data / VKEY_FILE).read_text().strip())
-        elif (data / KEY_FILE).exists():
+        if (data / KEY_FILE).exists():
             verifier = parse_signer_key((data / KEY_FILE).read_text()).verifier()
+        elif (data / VKEY_FILE).exists():
+            verifier = parse_verifier_key((data / VKEY_FILE).read_text().strip())
         else:
             return None, None
     except (OSError, LogError) as exc:
