@@ -15,7 +15,6 @@ import signal
 import sqlite3
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -169,7 +168,3 @@ def wait_proc(proc: subprocess.Popen[Any], timeout: float, what: str) -> int:
 
 def wait_for(pred: Any, timeout: float, what: str, interval: float = 0.1) -> Any:
     return wait_until(pred, timeout, what, interval)
-
-
-def elapsed(start: float) -> float:
-    return time.monotonic() - start

@@ -123,8 +123,8 @@ def test_two_ledgers_on_one_stream_agree(nats_server: NatsServer, tmp_path: Path
         assert sa.root == sb.root
         assert sa.segments == sb.segments
         sa.check_leaves()
-        cps = [api(url, "checkpoint")]  # answered by either ledger of the queue group
-        assert cps[0]["size"] <= top
+        cp = api(url, "checkpoint")  # answered by either ledger of the queue group
+        assert 0 < cp["size"] <= top
         vka = (a / "ledger.vkey").read_text().strip()
         vkb = (b / "ledger.vkey").read_text().strip()
         assert vka != vkb and vka.startswith("fleet-ledger.local/a+")
