@@ -69,6 +69,20 @@ def make_segments(count: int, hosts: int = 4, per_run: int = 10) -> tuple[list[M
     return out, keys
 
 
+def interleave(messages: list[Message]) -> list[Message]:
+    """Round-robin over runs (each run's order kept), as many hosts' runs would arrive, so a
+    paced tick publishes to many runs at once instead of waiting on one run's acks."""
+    runs: dict[str, list[Message]] = {}
+    for m in messages:
+        runs.setdefault(m[3], []).append(m)
+    out: list[Message] = []
+    queues = list(runs.values())
+    depth = max(len(q) for q in queues)
+    for i in range(depth):
+        out.extend(q[i] for q in queues if i < len(q))
+    return out
+
+
 def _pct(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
@@ -98,9 +112,11 @@ async def raw_rates(url: str, count: int, size: int) -> tuple[float, float]:
     return publish, consume
 
 
-async def publish_all(js: Any, messages: list[Message], window: int = 256) -> dict[int, float]:
-    """Publish in run order (expected-last-subject-sequence chained per run); ack times."""
-    last_seq: dict[str, int] = {}
+async def publish_all(js: Any, messages: list[Message], window: int = 256,
+                      last_seq: dict[str, int] | None = None) -> dict[int, float]:
+    """Publish in run order (expected-last-subject-sequence chained per run, carried across
+    calls in ``last_seq``); returns the ack time of each message."""
+    last_seq = {} if last_seq is None else last_seq
     acked: dict[int, float] = {}
     by_run: dict[str, list[tuple[int, Message]]] = {}
     for n, m in enumerate(messages):
@@ -173,10 +189,11 @@ async def end_to_end(workdir: Path, messages: list[Message], keys: dict[str, Sig
         tick = 0.05
         per_tick = max(1, int(rate * tick))
         acked: dict[int, float] = {}
+        chained: dict[str, int] = {}
         for first in range(0, len(messages), per_tick):
             t0 = time.perf_counter()
             chunk = messages[first:first + per_tick]
-            got = await publish_all(js, chunk)
+            got = await publish_all(js, chunk, last_seq=chained)
             acked.update({first + n: t for n, t in got.items()})
             await asyncio.sleep(max(0.0, tick - (time.perf_counter() - t0)))
         await wait_folded(ledger, js)
@@ -214,6 +231,7 @@ async def run_bench(segments: int, rate: float, e2e_segments: int) -> dict[str, 
             raw_pub, raw_con = await raw_rates(server.url, segments, size)
         fold = await fold_rate(workdir, messages, keys)
         e2e_msgs, e2e_keys = make_segments(e2e_segments)
+        e2e_msgs = interleave(e2e_msgs)
         e2e_rate, lat = await end_to_end(workdir, e2e_msgs, e2e_keys, rate)
     return {
         "segments": segments,
