@@ -42,7 +42,7 @@ from nacl.exceptions import BadSignatureError
 from nacl.signing import SigningKey, VerifyKey
 
 from fleet.log_errors import BadSignature, MalformedKey, MalformedNote
-from fleet.note import Signature, _b64decode, parse_note, valid_name
+from fleet.note import Signature, parse_key_fields, parse_note, valid_name
 
 ALG_COSIGNATURE_V1 = 0x04
 MAX_TIMESTAMP = (1 << 63) - 1
@@ -124,14 +124,8 @@ def generate_witness_signer(name: str) -> WitnessSigner:
 
 
 def _parse(name: str, id_text: str, blob_text: str, kind: str) -> tuple[int, bytes]:
-    if not valid_name(name):
-        raise MalformedKey(f"witness {kind} key has an invalid name {name!r}")
-    if _KEY_ID.match(id_text) is None:
-        raise MalformedKey(f"witness {kind} key id {id_text!r} is not 8 lowercase hex digits")
-    blob = _b64decode(blob_text, f"witness {kind} key", MalformedKey)
-    if len(blob) != 33 or blob[0] != ALG_COSIGNATURE_V1:
-        raise MalformedKey(f"witness {kind} key is not a cosignature/v1 key (type 0x04, 32 bytes)")
-    return int(id_text, 16), blob[1:]
+    return parse_key_fields(name, id_text, blob_text, f"witness {kind}", ALG_COSIGNATURE_V1,
+                            "a cosignature/v1 key (type 0x04, 32 bytes)")
 
 
 def parse_witness_key(text: str) -> WitnessKey:

@@ -140,14 +140,18 @@ def generate_signer(name: str) -> Signer:
     return signer_from_seed(name, bytes(SigningKey.generate()))
 
 
-def _parse_key(name: str, id_text: str, blob_text: str, kind: str) -> tuple[int, bytes]:
+def parse_key_fields(
+    name: str, id_text: str, blob_text: str, kind: str, alg: int = ALG_ED25519,
+    alg_text: str = "an Ed25519 key (type 0x01 and 32 bytes)",
+) -> tuple[int, bytes]:
+    """Key id and 32 key bytes of a ``name+keyid+base64(alg || key)`` key text's fields."""
     if not valid_name(name):
         raise MalformedKey(f"{kind} key has an invalid name {name!r}")
     if _KEY_ID.match(id_text) is None:
         raise MalformedKey(f"{kind} key id {id_text!r} is not 8 lowercase hex digits")
     blob = _b64decode(blob_text, f"{kind} key", MalformedKey)
-    if len(blob) != 33 or blob[0] != ALG_ED25519:
-        raise MalformedKey(f"{kind} key is not an Ed25519 key (type 0x01 and 32 bytes)")
+    if len(blob) != 33 or blob[0] != alg:
+        raise MalformedKey(f"{kind} key is not {alg_text}")
     return int(id_text, 16), blob[1:]
 
 
@@ -157,7 +161,7 @@ def parse_verifier_key(text: str) -> Verifier:
     if len(parts) != 3:
         raise MalformedKey("a verifier key is name+keyid+base64")
     name, id_text, blob_text = parts
-    kid, public_key = _parse_key(name, id_text, blob_text, "verifier")
+    kid, public_key = parse_key_fields(name, id_text, blob_text, "verifier")
     if key_id(name, public_key) != kid:
         raise MalformedKey(f"verifier key id {id_text} does not match its name and key")
     return Verifier(name, kid, public_key)
@@ -169,7 +173,7 @@ def parse_signer_key(text: str) -> Signer:
     if len(parts) != 5 or parts[:2] != ["PRIVATE", "KEY"]:
         raise MalformedKey("a signer key is PRIVATE+KEY+name+keyid+base64")
     name, id_text, blob_text = parts[2:]
-    kid, seed = _parse_key(name, id_text, blob_text, "signer")
+    kid, seed = parse_key_fields(name, id_text, blob_text, "signer")
     signer = signer_from_seed(name, seed)
     if signer.key_id != kid:
         raise MalformedKey(f"signer key id {id_text} does not match its name and key")
