@@ -46,7 +46,6 @@ from fleet.note import Signature, parse_key_fields, parse_note, valid_name
 
 ALG_COSIGNATURE_V1 = 0x04
 MAX_TIMESTAMP = (1 << 63) - 1
-_KEY_ID = re.compile(r"[0-9a-f]{8}\Z")
 
 
 def cosigner_key_id(name: str, public_key: bytes) -> int:
