@@ -33,7 +33,6 @@ Pure: no I/O.
 from __future__ import annotations
 
 import base64
-import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from hashlib import sha256
