@@ -463,3 +463,18 @@ def test_sigterm_to_host_simulate_stops_its_host_processes(nats_server: NatsServ
     rows = [r for i in (1, 2) for r in outbox_rows(tmp_path / "hosts" / f"host{i}")]
     assert rows and all(r[3] == "acked" for r in rows)
     assert asyncio.run(stream_state(nats_server.url)) == (len(rows), len(rows))
+
+
+def test_up_on_a_busy_port_fails_with_one_line(tmp_path):
+    """`fleet up` on a port already taken exits 2 with one line naming the bind failure."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        out = subprocess.run([FLEET_BIN, "up", "--data", str(tmp_path / "d"), "--nats-port",
+                              str(port)], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1 and "address already in use" in lines[0], out.stderr

@@ -156,7 +156,7 @@ def up(data: Path, url: str | None, nats_port: int, sim_hosts: int, runs: int, n
                     proc.terminate()
                     proc.wait(10)
     except NatsServerError as exc:
-        raise UserError(f"cannot start nats-server: {exc}") from None
+        raise UserError(f"cannot start nats-server: {_server_failure(str(exc))}") from None
     except NatsUnreachable as exc:
         raise UserError(str(exc)) from None
     finally:
@@ -182,6 +182,16 @@ def _offline_identity(data: Path) -> tuple[str | None, str | None]:
     except (OSError, LogError) as exc:
         raise UserError(f"{data}: cannot read the ledger's key: {exc}") from None
     return verifier.name, verifier.text()
+
+
+def _server_failure(text: str) -> str:
+    """One line out of a nats-server failure: its last fatal or error log line if any."""
+    lines = text.splitlines() or ["unknown error"]
+    for line in reversed(lines):
+        for tag in ("[FTL] ", "[ERR] "):
+            if tag in line:
+                return line.split(tag, 1)[1].strip()
+    return lines[0].rstrip(":; ")
 
 
 def _offline_store(data: Path) -> Any:
