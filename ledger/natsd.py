@@ -49,6 +49,15 @@ SERVER_ENV = "FLEET_NATS_SERVER"
 HOST = "127.0.0.1"
 
 
+def _die_with_parent() -> None:
+    """In the child before exec: ask Linux to SIGTERM it when its parent dies."""
+    with contextlib.suppress(OSError, AttributeError):
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+
+
 class NatsServerError(RuntimeError):
     """A nats-server did not start, did not become ready, or could not be asked."""
 
@@ -150,6 +159,7 @@ class NatsServer(_Managed):
         start_timeout: float = 15.0,
         stop_timeout: float = 10.0,
         extra_config: str = "",
+        die_with_parent: bool = False,
     ) -> None:
         self._own_dirs: list[Path] = []
         if store_dir is None:
@@ -167,6 +177,9 @@ class NatsServer(_Managed):
         self.start_timeout = start_timeout
         self.stop_timeout = stop_timeout
         self.extra_config = extra_config
+        # For commands that own their server (fleet up, fleet demo): even a SIGKILLed
+        # parent takes its nats-server with it (Linux PR_SET_PDEATHSIG).
+        self.die_with_parent = die_with_parent
         self.log_path = self._run_dir / "nats-server.log"
         self._proc: subprocess.Popen[bytes] | None = None
 
@@ -246,6 +259,7 @@ class NatsServer(_Managed):
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
+                preexec_fn=_die_with_parent if self.die_with_parent else None,
             )
         if wait:
             try:

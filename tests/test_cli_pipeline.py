@@ -478,3 +478,36 @@ def test_up_on_a_busy_port_fails_with_one_line(tmp_path):
     assert out.returncode == 2
     lines = out.stderr.strip().splitlines()
     assert len(lines) == 1 and "address already in use" in lines[0], out.stderr
+
+
+def test_up_sigkilled_takes_its_nats_server_with_it(tmp_path):
+    """A SIGKILLed `fleet up` leaves no nats-server behind: its port closes."""
+    import socket
+    import time
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    up = subprocess.Popen([FLEET_BIN, "up", "--data", str(tmp_path / "d"), "--nats-port",
+                           str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            with socket.socket() as c:
+                if c.connect_ex(("127.0.0.1", port)) == 0:
+                    break
+            time.sleep(0.2)
+        else:
+            raise AssertionError("fleet up never listened")
+        up.kill()
+        up.wait(10)
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline:
+            with socket.socket() as c:
+                if c.connect_ex(("127.0.0.1", port)) != 0:
+                    return
+            time.sleep(0.2)
+        raise AssertionError("nats-server still listens after its fleet up was SIGKILLed")
+    finally:
+        if up.poll() is None:
+            up.kill()

@@ -41,7 +41,7 @@ async def _demo(workdir: Path, hosts: int, runs: int) -> dict[str, Any]:
     from ledger.service import Ledger, LedgerConfig
 
     started = time.monotonic()
-    with NatsServer(store_dir=workdir / "nats") as server:
+    with NatsServer(store_dir=workdir / "nats", die_with_parent=True) as server:
         ledger = Ledger(LedgerConfig(data_dir=workdir / "ledger", servers=[server.url],
                                      name="demo", checkpoint_ms=200))
         stop = asyncio.Event()

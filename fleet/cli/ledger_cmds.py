@@ -129,7 +129,8 @@ def up(data: Path, url: str | None, nats_port: int, sim_hosts: int, runs: int, n
     server = None
     try:
         if url is None:
-            server = NatsServer(store_dir=data / "nats", port=nats_port).start()
+            server = NatsServer(store_dir=data / "nats", port=nats_port,
+                                die_with_parent=True).start()
             url = server.url
         click.echo(f"nats: {url}", err=True)
         config = _ledger_config(data / "ledger", [url], name=name, origin=origin,
