@@ -24,9 +24,22 @@ async def _publish(servers: str | list[str], count: int, replicas: int = 1) -> l
     try:
         js = nc.jetstream()
         await js.add_stream(name=STREAM, subjects=["fleet.seg.>"], num_replicas=replicas)
-        return [(await js.publish("fleet.seg.h.r", b"%d" % i)).seq for i in range(count)]
+        return [await _publish_one(js, b"%d" % i) for i in range(count)]
     finally:
         await nc.close()
+
+
+async def _publish_one(js, payload: bytes, patience: float = 15.0) -> int:
+    """Publish, retrying while a just-created (or just re-elected) R3 stream has no leader
+    to answer yet: a moment of no-responders is the server's normal behaviour then."""
+    deadline = asyncio.get_running_loop().time() + patience
+    while True:
+        try:
+            return (await js.publish("fleet.seg.h.r", payload)).seq
+        except (nats.js.errors.NoStreamResponseError, nats.errors.TimeoutError):
+            if asyncio.get_running_loop().time() > deadline:
+                raise
+            await asyncio.sleep(0.2)
 
 
 async def _stream_messages(servers: str | list[str]) -> int:
