@@ -24,18 +24,21 @@ async def _publish(servers: str | list[str], count: int, replicas: int = 1) -> l
     try:
         js = nc.jetstream()
         await js.add_stream(name=STREAM, subjects=["fleet.seg.>"], num_replicas=replicas)
-        return [await _publish_one(js, b"%d" % i) for i in range(count)]
+        batch = os.urandom(4).hex()
+        return [await _publish_one(js, b"%d" % i, f"{batch}-{i}") for i in range(count)]
     finally:
         await nc.close()
 
 
-async def _publish_one(js, payload: bytes, patience: float = 15.0) -> int:
+async def _publish_one(js, payload: bytes, msg_id: str, patience: float = 15.0) -> int:
     """Publish, retrying while a just-created (or just re-elected) R3 stream has no leader
-    to answer yet: a moment of no-responders is the server's normal behaviour then."""
+    to answer yet: a moment of no-responders is the server's normal behaviour then. The
+    message id makes a retry whose first try did land come back as that same message."""
     deadline = asyncio.get_running_loop().time() + patience
+    headers = {"Nats-Msg-Id": msg_id}
     while True:
         try:
-            return (await js.publish("fleet.seg.h.r", payload)).seq
+            return (await js.publish("fleet.seg.h.r", payload, headers=headers)).seq
         except (nats.js.errors.NoStreamResponseError, nats.errors.TimeoutError):
             if asyncio.get_running_loop().time() > deadline:
                 raise
