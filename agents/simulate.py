@@ -31,18 +31,26 @@ MANIFEST = digest(b"fleet-sim/manifest/python3.11")
 class Step:
     kind: str
     form: str = ""  # "image" or "transcript" for a park
+    # How the run's executes account for calls: "handoff" (dispatch, end the interval,
+    # resolve in a later one: NonBlocking), "waits" (one interval resolves its own call:
+    # Blocked) or "silent" (the first interval keeps no account: Unproved).
+    style: str = "handoff"
 
 
 def plan(rng: random.Random) -> list[Step]:
-    """A run's steps: 1-3 executes, then 0-2 park/resume cycles each followed by executes."""
-    steps = [Step("executed") for _ in range(rng.randint(1, 3))]
+    """A run's steps: 1-3 executes, then 0-2 park/resume cycles each followed by executes.
+
+    About one run in ten waits inside an interval and one in ten leaves an interval
+    unaccounted, so the fleet's wait proofs are not all the same verdict."""
+    kinds = [("executed", "") for _ in range(rng.randint(1, 3))]
     for _ in range(rng.randint(0, 2)):
         form = rng.choice(["image", "transcript"])
-        steps += [Step("suspended", form), Step("resumed", form)]
-        steps += [Step("executed") for _ in range(rng.randint(1, 2))]
+        kinds += [("suspended", form), ("resumed", form)]
+        kinds += [("executed", "") for _ in range(rng.randint(1, 2))]
     if rng.random() < 0.9:
-        steps.append(Step("closed"))
-    return steps
+        kinds.append(("closed", ""))
+    style = rng.choices(["handoff", "waits", "silent"], weights=[8, 1, 1])[0]
+    return [Step(kind, form, style) for kind, form in kinds]
 
 
 def salt(host_dir: Path) -> bytes:
@@ -78,11 +86,20 @@ def advance(run: HostRun, steps: list[Step], number: int) -> bool:
         r = meter.stop()
         # Dispatch a call in this interval; resolve the previous interval's call later on,
         # so a well-behaved run proves NonBlocking.
-        earlier = [j for j in range(i) if steps[j].kind == "executed"]
+        executes = [j for j, s in enumerate(steps) if s.kind == "executed"]
+        earlier = [j for j in executes if j < i]
+        waits_at = executes[1] if step.style == "waits" and len(executes) > 1 else None
         dispatched = (f"call-{number}-{i}",)
-        resolved = (f"call-{number}-{earlier[-1]}",) if earlier else ()
+        resolved: tuple[str, ...] = ()
+        if earlier and earlier[-1] != waits_at:  # that one already took its own result
+            resolved = (f"call-{number}-{earlier[-1]}",)
+        if i == waits_at:
+            resolved += dispatched  # it sat until its own call came back
+        calls: CallAccount | None = CallAccount(dispatched, resolved)
+        if step.style == "silent" and not earlier:
+            calls = None
         run.execute(uj=r.uj, provenance=r.provenance, meter=r.meter,
-                    journal_root=digest(journal), calls=CallAccount(dispatched, resolved))
+                    journal_root=digest(journal), calls=calls)
     elif step.kind == "suspended":
         run.suspend(snapshot_for(run, step.form), MANIFEST)
     elif step.kind == "resumed":

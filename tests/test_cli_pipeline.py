@@ -369,8 +369,10 @@ def test_demo_json_reports_a_consistent_pipeline(tmp_path: Path) -> None:
     assert doc["hosts"] == 2 and doc["runs"] == 6
     assert doc["segments"] == doc["tree_size"] == doc["checkpoint_size"] >= 6
     assert doc["rejected"] == {"AttestationMismatch": 1}
-    assert doc["record_verdict"] == "NonBlocking" and doc["record_segments"] == doc[
+    assert doc["record_verdict"] in doc["wait_proofs"] and doc["record_segments"] == doc[
         "proved_index"] >= 3
+    assert sum(doc["wait_proofs"].values()) == doc["runs"]
+    assert set(doc["wait_proofs"]) <= {"NonBlocking", "Blocked", "Unproved"}
     assert 0 < doc["proof_hashes"] <= doc["tree_size"].bit_length()
     assert len(doc["root"]) == 64
     offline = cli_json("status", "--data", str(tmp_path / "demo" / "ledger"), "--json")

@@ -82,6 +82,14 @@ async def _demo(workdir: Path, hosts: int, runs: int) -> dict[str, Any]:
             record = decode_record(views.export_record(ledger.store, run_id))
             report = verify_record(record)
             status = views.status(ledger.store, origin=ledger.origin, vkey=vkey.text())
+            verdicts: dict[str, int] = {}
+            for r in ledger.store.list_runs():
+                name = views.run_status(ledger.store, r["run"])["wait_proof"]["verdict"]
+                verdicts[name] = verdicts.get(name, 0) + 1
+            ledger_verdict = views.run_status(ledger.store, run_id)["wait_proof"]["verdict"]
+            if ledger_verdict != report.wait_proof.name:
+                raise CheckFailed(f"the ledger says {ledger_verdict} for run {run_id}, its "
+                                  f"record verifies to {report.wait_proof.name}")
             cp = open_checkpoint(ledger.store.last_checkpoint()[2], [vkey])  # type: ignore[index]
         finally:
             stop.set()
@@ -94,6 +102,7 @@ async def _demo(workdir: Path, hosts: int, runs: int) -> dict[str, Any]:
         "proved_run": run_id, "proved_index": bundle["index"],
         "proof_hashes": len(bundle["inclusion"]), "record_verdict": report.wait_proof.name,
         "record_segments": report.segments, "origin": ledger.origin,
+        "wait_proofs": dict(sorted(verdicts.items())),
         "seconds": round(time.monotonic() - started, 2),
     }
 
@@ -129,3 +138,5 @@ def demo(hosts: int, runs: int, keep: Path | None, as_json: bool) -> None:
                f"{summary['proof_hashes']} hashes: verified offline")
     click.echo(f"  its record verifies from genesis: {summary['record_segments']} segments, "
                f"wait proof {summary['record_verdict']}")
+    proofs = ", ".join(f"{n} {v}" for v, n in summary["wait_proofs"].items())
+    click.echo(f"  wait proofs across the fleet's runs: {proofs}")
