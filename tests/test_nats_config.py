@@ -392,6 +392,20 @@ def test_host_must_use_its_inbox_prefix(server: Server) -> None:
     asyncio.run(scenario())
 
 
+async def request_when_served(nc: nats.aio.client.Client, subject: str, data: bytes,
+                              patience: float = 5.0) -> nats.aio.msg.Msg:
+    """A request, repeated while the server still reports no responders: on a loaded
+    machine the service's fresh subscription may take a moment to be routed."""
+    deadline = asyncio.get_running_loop().time() + patience
+    while True:
+        try:
+            return await nc.request(subject, data, timeout=2)
+        except nats.errors.NoRespondersError:
+            if asyncio.get_running_loop().time() > deadline:
+                raise
+            await asyncio.sleep(0.1)
+
+
 def test_reader_may_call_api_but_not_publish_segments(server: Server) -> None:
     """The reader calls and discovers the ledger's micro service, and is denied fleet.seg.>."""
 
@@ -411,9 +425,9 @@ def test_reader_may_call_api_but_not_publish_segments(server: Server) -> None:
             )
             await service.add_endpoint(name="status", subject="fleet.api.status", handler=status)
             await ledger.flush()
-            reply = await reader.request("fleet.api.status", b"?", timeout=2)
+            reply = await request_when_served(reader, "fleet.api.status", b"?")
             assert reply.data == b"status:?"
-            ping = await reader.request("$SRV.PING.fleet-ledger", b"", timeout=2)
+            ping = await request_when_served(reader, "$SRV.PING.fleet-ledger", b"")
             assert json.loads(ping.data)["name"] == "fleet-ledger"
             subject = f"fleet.seg.host1.{RUN}"
             before = await stream_subject_count(server, subject)
