@@ -9,6 +9,7 @@ its state, a simulator killed at any point picks up every run at the step it rea
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import os
 import random
@@ -16,6 +17,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from agents.energy import IntervalMeter, image_park_idle, transcript_park_idle
 from agents.host import Host, HostRun
@@ -159,6 +161,16 @@ async def simulate_host(name: str, host_dir: Path, runs: int, servers: list[str]
                     "remaining": report.remaining, "public_key": host.public_key,
                     "seconds": round(time.monotonic() - started, 3)}
         finally:
-            await nc.drain()
+            await close_quietly(nc)
     finally:
         host.close()
+
+
+async def close_quietly(nc: Any) -> None:
+    """Drain, or close if the connection is mid-reconnect: whatever was not acked is in the
+    outbox, so a failed goodbye to the server loses nothing."""
+    try:
+        await nc.drain()
+    except Exception:
+        with contextlib.suppress(Exception):
+            await nc.close()
