@@ -29,13 +29,15 @@ from nats.js import JetStreamContext
 from nats.js.errors import FetchTimeoutError
 
 from fleet.checkpoint import check_consistent_then_sign, make_checkpoint, parse_checkpoint
-from fleet.fold import Accepted, Refused, RunSlot, decide_envelope, decode, seal_valid
+from fleet.fold import Accepted, Refused, RunSlot, decide_envelope, decode
 from fleet.note import Signer
+from fleet.seal import seal_message
 from fleet.subjects import CHECKPOINTS, STREAM, rejection_subject
 from fleet.wire import Envelope
 from ledger.api import LedgerApi
 from ledger.keys import load_or_create_signer
 from ledger.puller import Puller
+from ledger.seal_worker import SealWorker
 from ledger.store import Incoming, LedgerStore
 from ledger.stream import ensure_consumer, ensure_stream
 
@@ -55,6 +57,8 @@ class LedgerConfig:
     checkpoint_every: int = 1000
     checkpoint_ms: int = 1000
     run_cache: int = 50_000
+    # A second process verifying half of each large batch's seals (0: all in line).
+    seal_workers: int = 1
     extra: dict[str, Any] = field(default_factory=dict)
     # anchors.base.AnchorConfig entries; anchored by a task beside the fold (anchors.runner).
     anchors: list[Any] = field(default_factory=list)
@@ -138,6 +142,7 @@ class Ledger:
         self._hosts = self.store.hosts()
         self._hosts_version = self.store.data_version()
         self._last_checkpoint_at = time.monotonic()
+        self._sealer = SealWorker()
         self.nc: Client | None = None
         self.js: JetStreamContext | None = None
         self.api: LedgerApi | None = None
@@ -211,10 +216,25 @@ class Ledger:
         return batch, top
 
     def _check_seals(self, envs: list[Envelope | Refused]) -> list[bool | None]:
-        """Seal verdicts for a batch, before the serial fold: they need nothing from the
-        fold's state. (Threads do not help here: PyNaCl holds the GIL while it verifies.)"""
+        """Seal verdicts for a batch, before the serial fold (they need nothing from the
+        fold's state), half of a large batch on the seal worker's core."""
         hosts = self._hosts
-        return [None if isinstance(e, Refused) else seal_valid(e, hosts) for e in envs]
+        items: list[tuple[bytes, bytes, bytes]] = []
+        where: list[int] = []
+        verdicts: list[bool | None] = [None] * len(envs)
+        for n, env in enumerate(envs):
+            if isinstance(env, Refused):
+                continue
+            entry = hosts.get(env.host)
+            if entry is None:
+                continue
+            s = env.sealed
+            items.append((bytes(entry.verify_key), seal_message(env.run, s.index, s.head),
+                          s.seal))
+            where.append(n)
+        for n, ok in zip(where, self._sealer.verify(items), strict=True):
+            verdicts[n] = ok
+        return verdicts
 
     # -- checkpoints ----------------------------------------------------------------------
 
@@ -281,6 +301,11 @@ class Ledger:
         if self.nc is None:
             await self.start()
         assert self.js is not None and self.nc is not None
+        if self.config.seal_workers:
+            try:
+                await asyncio.get_running_loop().run_in_executor(None, self._sealer.start)
+            except Exception as exc:  # in line is slower, never wrong
+                log.warning("no seal worker (%s); verifying seals in line", exc)
         backoff = 0.2
         sub = None
         while not stop.is_set():
@@ -362,6 +387,7 @@ class Ledger:
         if self.nc is not None:
             with contextlib.suppress(Exception):
                 await self.nc.drain()
+        await asyncio.get_running_loop().run_in_executor(None, self._sealer.close)
         self.store.close()
 
 

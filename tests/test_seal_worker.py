@@ -1,0 +1,63 @@
+"""The seal worker process: the same verdicts as in line, and a dead worker changes none."""
+
+from __future__ import annotations
+
+import os
+import signal
+
+from nacl.signing import SigningKey
+
+from ledger.seal_worker import SealWorker, verify_many
+
+
+def items(count: int = 300):
+    key = SigningKey(bytes(range(32)))
+    public = bytes(key.verify_key)
+    out = []
+    for i in range(count):
+        message = b"fleet.seal/1" + i.to_bytes(8, "big") * 4
+        signature = key.sign(message).signature
+        if i % 7 == 3:
+            signature = bytes([signature[0] ^ 1]) + signature[1:]
+        out.append((public, message, signature))
+    return out
+
+
+def test_worker_verdicts_equal_in_line_verdicts():
+    """Half the batch checked in the worker gives exactly the in-line verdicts, bad ones too."""
+    batch = items()
+    expected = verify_many(batch)
+    assert expected.count(False) == len([i for i in range(300) if i % 7 == 3])
+    worker = SealWorker()
+    worker.start()
+    try:
+        assert worker.verify(batch) == expected
+        assert worker.verify(batch[:10]) == expected[:10]  # small batches stay in line
+    finally:
+        worker.close()
+
+
+def test_a_killed_worker_falls_back_to_in_line_checks():
+    """With its worker SIGKILLed, verification still answers every seal correctly."""
+    batch = items()
+    worker = SealWorker()
+    worker.start()
+    assert worker._proc is not None
+    pid = worker._proc.pid
+    os.kill(pid, signal.SIGKILL)
+    worker._proc.wait(5)
+    try:
+        assert worker.verify(batch) == verify_many(batch)
+        assert worker._proc is None
+    finally:
+        worker.close()
+
+
+def test_the_worker_exits_when_closed():
+    """close() ends the worker process (its stdin closes and it returns)."""
+    worker = SealWorker()
+    worker.start()
+    proc = worker._proc
+    assert proc is not None and proc.poll() is None
+    worker.close()
+    assert proc.poll() is not None
