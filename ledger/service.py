@@ -29,9 +29,8 @@ from nats.js import JetStreamContext
 from nats.js.errors import FetchTimeoutError
 
 from fleet.checkpoint import check_consistent_then_sign, make_checkpoint, parse_checkpoint
-from fleet.fold import Accepted, Refused, RunSlot, decide_envelope, decode
-from fleet.note import Signer
-from fleet.seal import seal_message
+from fleet.fold import Accepted, Refused, RunSlot, decide_envelope, decode, seal_item
+from fleet.note import Signer, parse_note
 from fleet.subjects import CHECKPOINTS, STREAM, rejection_subject
 from fleet.wire import Envelope
 from ledger.api import LedgerApi
@@ -59,7 +58,6 @@ class LedgerConfig:
     run_cache: int = 50_000
     # A second process verifying half of each large batch's seals (0: all in line).
     seal_workers: int = 1
-    extra: dict[str, Any] = field(default_factory=dict)
     # anchors.base.AnchorConfig entries; anchored by a task beside the fold (anchors.runner).
     anchors: list[Any] = field(default_factory=list)
 
@@ -136,8 +134,6 @@ class Ledger:
         self.healthy = True
         self.health_detail = "ok"
         self.stream_last_seq = 0
-        self.folded_total = 0
-        self.started = time.monotonic()
         self._runs: OrderedDict[bytes, RunSlot] = OrderedDict()
         self._hosts = self.store.hosts()
         self._hosts_version = self.store.data_version()
@@ -212,27 +208,17 @@ class Ledger:
             # The decisions advanced cached run states that were never stored: forget them.
             self._runs.clear()
             raise
-        self.folded_total += sum(isinstance(b.decision, Accepted) for b in batch)
         return batch, top
 
     def _check_seals(self, envs: list[Envelope | Refused]) -> list[bool | None]:
         """Seal verdicts for a batch, before the serial fold (they need nothing from the
         fold's state), half of a large batch on the seal worker's core."""
         hosts = self._hosts
-        items: list[tuple[bytes, bytes, bytes]] = []
-        where: list[int] = []
         verdicts: list[bool | None] = [None] * len(envs)
-        for n, env in enumerate(envs):
-            if isinstance(env, Refused):
-                continue
-            entry = hosts.get(env.host)
-            if entry is None:
-                continue
-            s = env.sealed
-            items.append((bytes(entry.verify_key), seal_message(env.run, s.index, s.head),
-                          s.seal))
-            where.append(n)
-        for n, ok in zip(where, self._sealer.verify(items), strict=True):
+        wanted = [(n, seal_item(e, hosts)) for n, e in enumerate(envs)
+                  if not isinstance(e, Refused)]
+        found = [(n, item) for n, item in wanted if item is not None]
+        for (n, _), ok in zip(found, self._sealer.verify([i for _, i in found]), strict=True):
             verdicts[n] = ok
         return verdicts
 
@@ -256,7 +242,7 @@ class Ledger:
         if last is not None and last[0] == size:
             return last[2]
         new = make_checkpoint(self.origin, size, self.store.tree.root(size))
-        previous = None if last is None else parse_checkpoint(_note_body(last[2]))
+        previous = None if last is None else parse_checkpoint(parse_note(last[2])[0])
         proof = [] if last is None or last[0] == 0 else self.store.tree.consistency_proof(
             last[0], size)
         note = check_consistent_then_sign(previous, new, proof, self.signer)
@@ -389,8 +375,3 @@ class Ledger:
                 await self.nc.drain()
         await asyncio.get_running_loop().run_in_executor(None, self._sealer.close)
         self.store.close()
-
-
-def _note_body(note: str) -> str:
-    """The text of a signed note (everything before the blank line and signatures)."""
-    return note.split("\n\n", 1)[0] + "\n"

@@ -16,6 +16,7 @@ from fleet.address import parse_address
 from fleet.checkpoint import parse_checkpoint
 from fleet.errors import FleetError
 from fleet.leaf import encode_leaf
+from fleet.note import parse_note
 from fleet.proof_bundle import build_bundle
 from fleet.run_codec import state_from_json
 from fleet.seal import decode_key
@@ -77,7 +78,7 @@ def prove(store: LedgerStore, run: str, index: int | None,
     size, _root, note = checkpoint
     leaf = encode_leaf(parse_address(run), idx, parse_address(head))
     bundle = build_bundle(
-        origin=parse_checkpoint(note.split("\n\n", 1)[0] + "\n").origin, tree_size=size,
+        origin=parse_checkpoint(parse_note(note)[0]).origin, tree_size=size,
         leaf_index=leaf_index, leaf=leaf,
         inclusion=store.tree.inclusion_proof(leaf_index, size), checkpoint=note,
     )

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -26,6 +28,19 @@ def _store(data: Path):  # noqa: ANN202 - a LedgerStore, imported lazily
     return LedgerStore(data)
 
 
+def _on_store(data: Path, action: Callable[[Any], None]) -> None:
+    """Run an operator action on a ledger's store; a refused one is a one-line error."""
+    from ledger.store import StoreError
+
+    store = _store(data)
+    try:
+        action(store)
+    except StoreError as exc:
+        raise UserError(str(exc)) from None
+    finally:
+        store.close()
+
+
 @host.command("enroll")
 @click.argument("name")
 @click.option("--pubkey", required=True, help="The host's Ed25519 public key (base64).")
@@ -33,15 +48,7 @@ def _store(data: Path):  # noqa: ANN202 - a LedgerStore, imported lazily
               help="The ledger's data folder (the ledger may be running).")
 def host_enroll(name: str, pubkey: str, data: Path) -> None:
     """Let the ledger fold segments sealed by this host key (from now on)."""
-    from ledger.store import StoreError
-
-    store = _store(data)
-    try:
-        store.enroll(name, pubkey)
-    except StoreError as exc:
-        raise UserError(str(exc)) from None
-    finally:
-        store.close()
+    _on_store(data, lambda store: store.enroll(name, pubkey))
     click.echo(f"enrolled {name}")
 
 
@@ -51,15 +58,7 @@ def host_enroll(name: str, pubkey: str, data: Path) -> None:
               help="The ledger's data folder (the ledger may be running).")
 def host_revoke(name: str, data: Path) -> None:
     """Refuse the host's later segments; its earlier ones stay in the log."""
-    from ledger.store import StoreError
-
-    store = _store(data)
-    try:
-        store.revoke(name)
-    except StoreError as exc:
-        raise UserError(str(exc)) from None
-    finally:
-        store.close()
+    _on_store(data, lambda store: store.revoke(name))
     click.echo(f"revoked {name}")
 
 
