@@ -1,13 +1,23 @@
 """A lean pull of a durable JetStream consumer, for the ledger's fold loop.
 
 nats-py's ``fetch`` waits for every message of a batch with its own timer
-(``asyncio.wait_for`` per message), which on a small machine costs more than folding the
-message. This puller sends one pull request (``$JS.API.CONSUMER.MSG.NEXT``) for up to
-``batch`` messages with an ``expires``, collects deliveries from a callback into a list,
-and returns when the batch is full, when the server ends the request with a status
-(404 no messages, 408 expired, 409 ...), or when the client-side deadline passes.
-Messages that arrive for a request after it was given up are kept, in delivery order, for
-the next call; none is dropped.
+(``asyncio.wait_for`` per message), and its subscriptions build a ``Msg`` per delivery,
+parse every header block into a dict and hand each message through a queue to a callback
+task. On a small machine that costs more than folding the message. The fold needs three
+things of a delivery: its subject, its data, and its stream sequence (in the reply subject,
+``$JS.ACK...``), plus the reply subject itself to ack or nak.
+
+So this puller sends one pull request (``$JS.API.CONSUMER.MSG.NEXT``) for up to ``batch``
+messages with an ``expires``, and takes the deliveries for its inbox straight from the
+connection's protocol parser as :class:`Delivery` tuples, before nats-py builds anything.
+It returns when the batch is full, when the server ends the request with a status (404 no
+messages, 408 expired, 409 ...), or when the client-side deadline passes. Deliveries that
+arrive for a request after it was given up are kept, in delivery order, for the next call;
+none is dropped.
+
+The hook wraps the client's ``_process_msg`` (the parser's one entry point for a message,
+stable across nats-py 2.x) for this puller's subscription id only; every other
+subscription goes through nats-py unchanged, and :meth:`Puller.stop` unwraps it.
 """
 
 from __future__ import annotations
@@ -15,12 +25,58 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from collections.abc import Awaitable, Callable
+from typing import NamedTuple
 
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
 
-STATUS = "Status"
+# A status delivery's header block starts with the version and a space (``NATS/1.0 404``);
+# a stored message's headers start with the version and CRLF.
+_STATUS_PREFIX = b"NATS/1.0 "
+_HEARTBEAT = b"NATS/1.0 100"
+
+ProcessMsg = Callable[[int, bytes, bytes, bytes, bytes | None], Awaitable[None]]
+
+
+class Delivery(NamedTuple):
+    """One message of the stream as the consumer delivered it."""
+
+    seq: int  # the stream sequence
+    subject: str
+    data: bytes
+    reply: str  # the ack subject
+
+
+class BadDelivery(Exception):
+    """A delivery whose reply subject is not a JetStream ack subject."""
+
+
+def stream_seq(reply: bytes) -> int:
+    """The stream sequence in a JetStream ack subject, in either token layout:
+    ``$JS.ACK.<stream>.<consumer>.<delivered>.<sseq>.<cseq>.<ts>.<pending>`` or, with a
+    domain and account hash, ``$JS.ACK.<domain>.<hash>.<stream>.<consumer>.<delivered>.
+    <sseq>.<cseq>.<ts>.<pending>[.<token>...]``."""
+    tokens = reply.split(b".")
+    if tokens[:2] != [b"$JS", b"ACK"]:
+        raise BadDelivery(f"not an ack subject: {reply[:80]!r}")
+    if len(tokens) == 9:
+        return int(tokens[5])
+    if len(tokens) >= 11:
+        return int(tokens[7])
+    raise BadDelivery(f"unexpected ack subject layout: {reply[:80]!r}")
+
+
+async def ack_all(nc: Client, last: Delivery) -> None:
+    """Acknowledge ``last`` and, under AckAll, everything delivered before it."""
+    await nc.publish(last.reply, b"+ACK")
+
+
+async def nak(nc: Client, delivery: Delivery, delay_s: float) -> None:
+    """Ask for ``delivery`` again after ``delay_s`` seconds."""
+    body = json.dumps({"delay": int(delay_s * 1e9)}).encode()
+    await nc.publish(delivery.reply, b"-NAK " + body)
 
 
 class Puller:
@@ -28,39 +84,65 @@ class Puller:
         self.nc = nc
         self.subject = f"$JS.API.CONSUMER.MSG.NEXT.{stream}.{durable}"
         self.inbox = nc.new_inbox()
-        self._buf: list[Msg] = []
+        self._buf: list[Delivery] = []
         self._want = 0
         self._ended = False
         self._wake = asyncio.Event()
         self._sub: Subscription | None = None
+        self._sid = -1
+        self._inner: ProcessMsg | None = None
+        self._error: BadDelivery | None = None
 
     async def start(self) -> Puller:
         self._sub = await self.nc.subscribe(self.inbox, cb=self._on_msg)
+        self._sid = self._sub._id
+        self._inner = self.nc._process_msg
+        self.nc._process_msg = self._process  # type: ignore[method-assign]
         return self
 
-    async def _on_msg(self, msg: Msg) -> None:
-        headers = msg.headers
-        if headers is not None and STATUS in headers:
-            if headers[STATUS] != "100":  # 100 is an idle heartbeat; anything else ends it
+    async def _process(self, sid: int, subject: bytes, reply: bytes, data: bytes,
+                       headers: bytes | None) -> None:
+        if sid != self._sid:
+            assert self._inner is not None
+            await self._inner(sid, subject, reply, data, headers)
+            return
+        if headers is not None and not data and headers.startswith(_STATUS_PREFIX):
+            if not headers.startswith(_HEARTBEAT):  # anything but a heartbeat ends it
                 self._ended = True
                 self._wake.set()
             return
-        self._buf.append(msg)
+        try:
+            seq = stream_seq(reply)
+        except (BadDelivery, ValueError) as exc:
+            # Skipping it would let a later AckAll ack it unfolded: fail the fetch instead.
+            self._error = BadDelivery(str(exc))
+            self._ended = True
+            self._wake.set()
+            return
+        self._buf.append(Delivery(seq, subject.decode(), data, reply.decode()))
         if len(self._buf) >= self._want:
             self._wake.set()
 
-    async def fetch(self, batch: int, timeout: float) -> list[Msg]:
-        """Up to ``batch`` messages: what the consumer has now, or else the first to arrive
-        within about ``timeout`` seconds (an empty list when none does)."""
+    async def _on_msg(self, msg: Msg) -> None:
+        """Deliveries reach :meth:`_process` instead; one that got here (the hook removed
+        by someone else) is taken the slow way, so none is lost."""
+        await self._process(self._sid, msg.subject.encode(), msg.reply.encode(), msg.data,
+                            None if msg.header is None else _rebuild(msg))
+
+    async def fetch(self, batch: int, timeout: float, linger: bool = True) -> list[Delivery]:
+        """Up to ``batch`` messages: what the consumer has now, or else (``linger``) the
+        first to arrive within about ``timeout`` seconds (an empty list when none does)."""
         if len(self._buf) < batch:
             # What is there now: the server answers a no_wait request at once, ending it
             # with a 404 status when it has fewer than asked.
             await self._request({"batch": batch - len(self._buf), "no_wait": True}, batch,
                                 timeout)
-        if not self._buf:
+        if not self._buf and linger:
             # Nothing now: one lingering request, returned as soon as a message arrives
             # (the rest of its batch lands in the buffer for the next call).
             await self._request({"batch": batch, "expires": int(timeout * 1e9)}, 1, timeout)
+        if self._error is not None:
+            raise self._error
         out, self._buf = self._buf[:batch], self._buf[batch:]
         return out
 
@@ -81,5 +163,14 @@ class Puller:
                 return
 
     async def stop(self) -> None:
+        if self.nc._process_msg == self._process:
+            assert self._inner is not None
+            self.nc._process_msg = self._inner  # type: ignore[method-assign]
         if self._sub is not None:
             await self._sub.unsubscribe()
+
+
+def _rebuild(msg: Msg) -> bytes:
+    """A header block for a message nats-py already parsed (only its status matters)."""
+    status = (msg.header or {}).get("Status")
+    return _STATUS_PREFIX + status.encode() if status else b"NATS/1.0\r\n"

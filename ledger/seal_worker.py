@@ -14,6 +14,7 @@ signature[64]``; the reply is ``count`` bytes, 1 for a valid seal and 0 otherwis
 from __future__ import annotations
 
 import contextlib
+import select
 import struct
 import subprocess
 import sys
@@ -76,13 +77,38 @@ def serve(inp: BinaryIO, out: BinaryIO) -> None:
         out.flush()
 
 
+class SealTicket:
+    """A batch's seals in flight: the worker checks ``theirs`` while the ledger does other
+    work; the ledger checks ``mine`` itself when it collects the verdicts."""
+
+    __slots__ = ("adaptive", "answer", "mine", "theirs")
+
+    def __init__(self, mine: list[Item], theirs: list[Item], adaptive: bool = False) -> None:
+        self.mine = mine
+        self.theirs = theirs
+        self.answer: list[bool] | None = None if theirs else []
+        self.adaptive = adaptive
+
+
 class SealWorker:
-    """One worker process, started on demand and replaced by in-line checks if it fails."""
+    """One worker process, started on demand and replaced by in-line checks if it fails.
+
+    Two ways to use it. :meth:`verify` answers a batch at once, the worker taking half.
+    :meth:`submit` and :meth:`collect` let the ledger overlap a batch's seals with the
+    previous batch's fold: it submits batch k+1, folds and commits batch k, then collects
+    k+1. At most one request is in the worker at a time (a second submit first reads the
+    answer of the one before), so the pipe never fills and a write never waits on the
+    worker. The share the ledger checks itself adapts: it grows while the worker's answer is
+    late when collected (the worker is the bottleneck) and shrinks while it is early.
+    """
 
     MIN_SPLIT = 64
+    _STEP = 0.05
 
     def __init__(self) -> None:
         self._proc: subprocess.Popen[bytes] | None = None
+        self._outstanding: SealTicket | None = None
+        self.share_in_line = 0.0
 
     def start(self) -> None:
         if self._proc is None:
@@ -92,28 +118,71 @@ class SealWorker:
 
     def verify(self, items: list[Item]) -> list[bool]:
         """Verdicts for ``items``: the worker takes the second half while we do the first."""
+        return self.collect(self.submit(items, 0.5))
+
+    def submit(self, items: list[Item], share_in_line: float | None = None) -> SealTicket:
+        """Hand a batch's seals to the worker and return; the caller checks
+        ``share_in_line`` of them itself when it collects (by default the adaptive share,
+        right for a caller that does other work before collecting)."""
+        if self._proc is None or len(items) < self.MIN_SPLIT:
+            return SealTicket(items, [])
+        share = self.share_in_line if share_in_line is None else share_in_line
+        mine = int(len(items) * share)
+        return self._send(items[:mine], items[mine:], adaptive=share_in_line is None)
+
+    def collect(self, ticket: SealTicket) -> list[bool]:
+        """The verdicts of a submitted batch, in the order submitted."""
+        mine = verify_many(ticket.mine)
+        if ticket.answer is None:
+            self._receive()
+        assert ticket.answer is not None
+        return mine + ticket.answer
+
+    def _send(self, mine: list[Item], theirs: list[Item], adaptive: bool = False
+              ) -> SealTicket:
+        ticket = SealTicket(mine, theirs, adaptive)
+        if self._outstanding is not None:
+            self._receive()
         proc = self._proc
-        if proc is None or len(items) < self.MIN_SPLIT:
-            return verify_many(items)
-        half = len(items) // 2
-        theirs = items[half:]
-        assert proc.stdin is not None and proc.stdout is not None
+        if proc is None:
+            ticket.answer = verify_many(theirs)
+            return ticket
+        assert proc.stdin is not None
         try:
             proc.stdin.write(encode_request(theirs))
             proc.stdin.flush()
         except OSError:
             self.close()
-            return verify_many(items)
-        mine = verify_many(items[:half])
+            ticket.answer = verify_many(theirs)
+            return ticket
+        self._outstanding = ticket
+        return ticket
+
+    def _receive(self) -> None:
+        """Read the outstanding request's answer (checking it in line if the worker died)."""
+        ticket, self._outstanding = self._outstanding, None
+        assert ticket is not None
+        proc = self._proc
+        if proc is None or proc.stdout is None:
+            ticket.answer = verify_many(ticket.theirs)
+            return
+        if ticket.adaptive:
+            late = not select.select([proc.stdout], [], [], 0)[0]
+            step = self._STEP if late else -self._STEP
+            self.share_in_line = min(0.5, max(0.0, self.share_in_line + step))
         try:
-            answer = _read(proc.stdout, len(theirs))
+            answer = _read(proc.stdout, len(ticket.theirs))
         except (OSError, EOFError):
             self.close()
-            return mine + verify_many(theirs)
-        return mine + [b == 1 for b in answer]
+            ticket.answer = verify_many(ticket.theirs)
+            return
+        ticket.answer = [b == 1 for b in answer]
 
     def close(self) -> None:
         proc, self._proc = self._proc, None
+        outstanding, self._outstanding = self._outstanding, None
+        if outstanding is not None:
+            outstanding.answer = verify_many(outstanding.theirs)
         if proc is None:
             return
         with contextlib.suppress(OSError):

@@ -17,6 +17,7 @@ import logging
 import os
 import time
 from collections import OrderedDict
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -24,19 +25,26 @@ from typing import Any
 import msgspec
 import nats
 from nats.aio.client import Client
-from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 from nats.js.errors import FetchTimeoutError
 
 from fleet.checkpoint import check_consistent_then_sign, make_checkpoint, parse_checkpoint
-from fleet.fold import Accepted, Refused, RunSlot, decide_envelope, decode, seal_item
+from fleet.fold import (
+    Accepted,
+    HostEntry,
+    Refused,
+    RunSlot,
+    decide_envelope,
+    decode,
+    seal_item,
+)
 from fleet.note import Signer, parse_note
 from fleet.subjects import CHECKPOINTS, STREAM, rejection_subject
 from fleet.wire import Envelope
 from ledger.api import LedgerApi
 from ledger.keys import load_or_create_signer
-from ledger.puller import Puller
-from ledger.seal_worker import SealWorker
+from ledger.puller import Delivery, Puller, ack_all, nak
+from ledger.seal_worker import SealTicket, SealWorker
 from ledger.store import Incoming, LedgerStore
 from ledger.stream import ensure_consumer, ensure_stream
 
@@ -60,6 +68,17 @@ class LedgerConfig:
     seal_workers: int = 1
     # anchors.base.AnchorConfig entries; anchored by a task beside the fold (anchors.runner).
     anchors: list[Any] = field(default_factory=list)
+
+
+@dataclass
+class Prepared:
+    """A decoded batch whose seals are being checked (see :meth:`Ledger.prepare`)."""
+
+    msgs: list[tuple[int, str, bytes]]
+    envs: list[Envelope | Refused]
+    hosts: Mapping[str, HostEntry]
+    sealed: list[int]  # positions in ``msgs`` whose seals are in ``seals``, in order
+    seals: SealTicket
 
 
 WAIT_ENV = "FLEET_NATS_WAIT"
@@ -139,6 +158,7 @@ class Ledger:
         self._hosts_version = self.store.data_version()
         self._last_checkpoint_at = time.monotonic()
         self._sealer = SealWorker()
+        self._pending: tuple[list[Delivery], Prepared] | None = None
         self.nc: Client | None = None
         self.js: JetStreamContext | None = None
         self.api: LedgerApi | None = None
@@ -173,13 +193,34 @@ class Ledger:
 
     def fold_messages(self, msgs: list[tuple[int, str, bytes]]) -> tuple[list[Incoming], int]:
         """Decide messages (stream seq, subject, data) above the watermark and commit them."""
+        return self.finish(self.prepare(msgs, share_in_line=0.5))
+
+    def prepare(self, msgs: list[tuple[int, str, bytes]],
+                share_in_line: float | None = None) -> Prepared:
+        """Decode a batch and hand its seals to the seal worker; :meth:`finish` folds it.
+
+        The fold loop prepares batch k+1 before it finishes batch k, so the worker checks
+        k+1's seals while this process decides and commits k. Decisions use the host table
+        as it was when the batch was prepared (its seals were looked up in that table).
+        """
         self._refresh_hosts()
+        hosts = self._hosts
+        envs = [decode(subject, data) for _seq, subject, data in msgs]
+        wanted = [(n, seal_item(e, hosts)) for n, e in enumerate(envs)
+                  if not isinstance(e, Refused)]
+        found = [(n, item) for n, item in wanted if item is not None]
+        ticket = self._sealer.submit([item for _, item in found], share_in_line)
+        return Prepared(msgs, envs, hosts, [n for n, _ in found], ticket)
+
+    def finish(self, prepared: Prepared) -> tuple[list[Incoming], int]:
+        """Decide a prepared batch's messages above the watermark and commit them."""
+        seals: list[bool | None] = [None] * len(prepared.msgs)
+        for n, ok in zip(prepared.sealed, self._sealer.collect(prepared.seals), strict=True):
+            seals[n] = ok
+        hosts = prepared.hosts
         watermark = self.store.watermark()
         batch: list[Incoming] = []
         top = watermark
-        fresh = [(seq, subject, data, decode(subject, data))
-                 for seq, subject, data in msgs if seq > watermark]
-        seals = self._check_seals([e for *_, e in fresh])
         # Heads folded earlier in this batch are not in the store yet; without them a replay
         # of one would be judged by where the batch happened to end (Fork vs Replay).
         batch_heads: dict[tuple[bytes, int], bytes] = {}
@@ -188,12 +229,15 @@ class Ledger:
             held = batch_heads.get((run, index))
             return held if held is not None else self.store.head_at(run, index)
 
-        for (seq, subject, data, env), seal_ok in zip(fresh, seals, strict=True):
+        for (seq, subject, data), env, seal_ok in zip(prepared.msgs, prepared.envs, seals,
+                                                      strict=True):
+            if seq <= watermark:
+                continue
             if isinstance(env, Refused):
                 decision: Accepted | Refused = env
             else:
-                decision = decide_envelope(subject, env, seq, self._hosts, self._get_run,
-                                           head_at, seal_ok)
+                decision = decide_envelope(subject, env, seq, hosts, self._get_run, head_at,
+                                           seal_ok)
             if isinstance(decision, Accepted):
                 batch_heads[(decision.run, decision.index)] = decision.head
                 if decision.created:
@@ -209,18 +253,6 @@ class Ledger:
             self._runs.clear()
             raise
         return batch, top
-
-    def _check_seals(self, envs: list[Envelope | Refused]) -> list[bool | None]:
-        """Seal verdicts for a batch, before the serial fold (they need nothing from the
-        fold's state), half of a large batch on the seal worker's core."""
-        hosts = self._hosts
-        verdicts: list[bool | None] = [None] * len(envs)
-        wanted = [(n, seal_item(e, hosts)) for n, e in enumerate(envs)
-                  if not isinstance(e, Refused)]
-        found = [(n, item) for n, item in wanted if item is not None]
-        for (n, _), ok in zip(found, self._sealer.verify([i for _, i in found]), strict=True):
-            verdicts[n] = ok
-        return verdicts
 
     # -- checkpoints ----------------------------------------------------------------------
 
@@ -315,33 +347,55 @@ class Ledger:
                 with contextlib.suppress(asyncio.TimeoutError):
                     await asyncio.wait_for(stop.wait(), backoff)
                 backoff = min(backoff * 2, 5.0)
+        if self._pending is not None:
+            with contextlib.suppress(Exception):  # unacked, it is redelivered after a restart
+                await self._finish_and_ack(*self._pending)
+            self._pending = None
         with contextlib.suppress(Exception):
             if sub is not None:
                 await sub.stop()
 
     async def _one_batch(self, sub: Any) -> None:
+        """Fetch batch k+1 and hand its seals to the worker, then fold, commit and ack batch
+        k (held from the call before), so the worker's core checks seals while this one
+        folds. A batch smaller than asked means the consumer is caught up: it is folded at
+        once rather than held, so a quiet stream adds no latency."""
+        pending = self._pending
         try:
-            msgs: list[Msg] = await sub.fetch(self.config.batch, timeout=0.25)
+            msgs: list[Delivery] = await sub.fetch(self.config.batch, timeout=0.25,
+                                                   linger=pending is None)
         except (TimeoutError, FetchTimeoutError, nats.errors.TimeoutError):
             msgs = []
-        if msgs:
-            items = [(m.metadata.sequence.stream, m.subject, m.data) for m in msgs]
-            try:
-                batch, _ = self.fold_messages(items)
-            except Exception:
-                for m in msgs:
+        held: list[tuple[list[Delivery], Prepared]] = [] if pending is None else [pending]
+        self._pending = None
+        try:
+            if msgs:
+                held.append((msgs, self.prepare([(m.seq, m.subject, m.data) for m in msgs])))
+            if held and len(msgs) >= self.config.batch:
+                self._pending = held.pop()
+            while held:
+                await self._finish_and_ack(*held[0])
+                held.pop(0)
+        except Exception:
+            for batch_msgs, _ in held + ([self._pending] if self._pending else []):
+                for m in batch_msgs:
                     with contextlib.suppress(Exception):
-                        await m.nak(delay=1.0)
-                raise
-            await msgs[-1].ack()
-            self.stream_last_seq = max(self.stream_last_seq, msgs[-1].metadata.sequence.stream)
-            await self._publish_refusals(batch)
+                        await nak(self.nc, m, 1.0)
+            self._pending = None
+            raise
         self.healthy = True
         self.health_detail = "ok"
         if self.checkpoint_due():
             note = self.sign_checkpoint()
             if note is not None and self.nc is not None:
                 await self.nc.publish(CHECKPOINTS, note.encode())
+
+    async def _finish_and_ack(self, msgs: list[Delivery], prepared: Prepared) -> None:
+        assert self.nc is not None
+        batch, _ = self.finish(prepared)
+        await ack_all(self.nc, msgs[-1])
+        self.stream_last_seq = max(self.stream_last_seq, msgs[-1].seq)
+        await self._publish_refusals(batch)
 
     async def _publish_refusals(self, batch: list[Incoming]) -> None:
         assert self.nc is not None

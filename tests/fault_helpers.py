@@ -353,11 +353,8 @@ def host_rows(data: Path) -> list[tuple[str, str, int, int | None]]:
         db.close()
 
 
-def reference_fold(messages: list[tuple[int, str, bytes]],
-                   hosts: list[tuple[str, str, int, int | None]], data: Path,
-                   batch: int = 500) -> Summary:
-    """Fold ``messages`` fault-free into a new store in ``data`` with the same enrollments."""
-    from ledger.service import Ledger, LedgerConfig
+def seed_hosts(data: Path, hosts: list[tuple[str, str, int, int | None]]) -> None:
+    """A new store in ``data`` holding exactly these enrollments."""
     from ledger.store import LedgerStore
 
     store = LedgerStore(data)
@@ -366,6 +363,15 @@ def reference_fold(messages: list[tuple[int, str, bytes]],
             "INSERT INTO hosts (name, public_key, enrolled_after, revoked_after, enrolled_at)"
             " VALUES (?, ?, ?, ?, 0)", hosts)
     store.close()
+
+
+def reference_fold(messages: list[tuple[int, str, bytes]],
+                   hosts: list[tuple[str, str, int, int | None]], data: Path,
+                   batch: int = 500) -> Summary:
+    """Fold ``messages`` fault-free into a new store in ``data`` with the same enrollments."""
+    from ledger.service import Ledger, LedgerConfig
+
+    seed_hosts(data, hosts)
     ledger = Ledger(LedgerConfig(data_dir=data, servers=[]))
     try:
         for i in range(0, len(messages), batch):

@@ -6,6 +6,7 @@ replica): the log and every refusal must come out the same, byte for byte.
 
 from __future__ import annotations
 
+import asyncio
 import random
 from pathlib import Path
 
@@ -13,8 +14,11 @@ import pytest
 from test_fuzz_fold import mutate, reseal
 
 from fleet.seal import encode_key
+from fleet.subjects import SEGMENTS
+from ledger.natsd import NatsServer
+from ledger.seal_worker import SealWorker
 
-from fault_helpers import host_key, reference_fold, sealed_run
+from fault_helpers import host_key, reference_fold, sealed_run, seed_hosts, store_summary
 
 
 def _stream() -> list[tuple[int, str, bytes]]:
@@ -53,3 +57,50 @@ def test_batch_size_does_not_change_any_decision(tmp_path: Path, batch: int) -> 
     assert split.rejections == whole.rejections
     assert "Replay" in {rule for _, rule in whole.rejections}
     whole.check_leaves()
+
+
+async def _fold_over_nats(url: str, stream: list[tuple[int, str, bytes]], data: Path,
+                          hosts: list[tuple[str, str, int, int | None]], batch: int) -> None:
+    from ledger.service import Ledger, LedgerConfig, connect
+    from ledger.stream import ensure_stream
+
+    nc = await connect([url], name="batching-test")
+    js = nc.jetstream(timeout=10.0)
+    await ensure_stream(js)
+    for _seq, subject, payload in stream:
+        await js.publish(subject, payload)
+    seed_hosts(data, hosts)
+    ledger = Ledger(LedgerConfig(data_dir=data, servers=[url], name="pipelined", batch=batch))
+    stop = asyncio.Event()
+    task = asyncio.create_task(ledger.run(stop))
+    try:
+        for _ in range(600):
+            if ledger.store.watermark() >= len(stream):
+                break
+            await asyncio.sleep(0.05)
+    finally:
+        stop.set()
+        await task
+        await ledger.close()
+        await nc.drain()
+
+
+@pytest.mark.parametrize("batch", [5, 16])
+def test_the_pipelined_fold_over_nats_decides_as_one_batch(
+        tmp_path: Path, nats_server: NatsServer, monkeypatch: pytest.MonkeyPatch,
+        batch: int) -> None:
+    """The service loop holds each full batch while it fetches the next (the seal worker
+    checking the newer one's seals): through a real server, with the worker splitting even
+    these small batches, the log and the refusals equal those of a single in-memory batch."""
+    monkeypatch.setattr(SealWorker, "MIN_SPLIT", 2)
+    # What the stream would hold: messages published on its subjects, numbered in order.
+    on_subjects = [(s, d) for _, s, d in _stream()
+                   if s.startswith(SEGMENTS + ".") and "" not in s.split(".")]
+    stream = [(i, s, d) for i, (s, d) in enumerate(on_subjects, start=1)]
+    hosts = [("h1", encode_key(bytes(host_key("h1").verify_key)), 0, None)]
+    whole = reference_fold(stream, hosts, tmp_path / "whole", batch=len(stream))
+    asyncio.run(_fold_over_nats(nats_server.url, stream, tmp_path / "nats-fold", hosts, batch))
+    over_nats = store_summary(tmp_path / "nats-fold")
+    assert (over_nats.size, over_nats.root, over_nats.segments) == (
+        whole.size, whole.root, whole.segments)
+    assert over_nats.rejections == whole.rejections

@@ -61,3 +61,33 @@ def test_the_worker_exits_when_closed():
     assert proc is not None and proc.poll() is None
     worker.close()
     assert proc.poll() is not None
+
+
+def test_pipelined_batches_keep_their_own_verdicts():
+    """Batch B submitted while A is still in the worker: each gets exactly its verdicts,
+    whatever share the ledger checks itself, and the share stays within its bounds."""
+    a, b = items(200), items(300)[100:]
+    worker = SealWorker()
+    worker.start()
+    try:
+        for share in (None, 0.0, 0.3):
+            ta = worker.submit(a, share)
+            tb = worker.submit(b, share)  # reads A's answer first: one request in flight
+            assert worker.collect(tb) == verify_many(b)
+            assert worker.collect(ta) == verify_many(a)
+            assert 0.0 <= worker.share_in_line <= 0.5
+    finally:
+        worker.close()
+
+
+def test_an_outstanding_batch_is_answered_when_the_worker_dies():
+    batch = items()
+    worker = SealWorker()
+    worker.start()
+    assert worker._proc is not None
+    ticket = worker.submit(batch)
+    os.kill(worker._proc.pid, signal.SIGKILL)
+    try:
+        assert worker.collect(ticket) == verify_many(batch)
+    finally:
+        worker.close()
