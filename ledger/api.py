@@ -66,20 +66,25 @@ class LedgerApi:
         }
         for name, handler in endpoints.items():
             await self.service.add_endpoint(name=name, subject=api_subject(name),
-                                            handler=self._wrap(handler))
+                                            handler=self._wrap(handler, name != "status"))
 
     async def stop(self) -> None:
         if self.service is not None:
             await self.service.stop()
 
-    @staticmethod
-    def _wrap(handler: Handler) -> Callable[[Request], Awaitable[None]]:
+    def _wrap(self, handler: Handler, locked: bool) -> Callable[[Request], Awaitable[None]]:
+        """A micro handler around ``handler``; ``locked``: it runs under the ledger's store
+        lock, so it reads (and signs) only committed batches."""
         async def respond(req: Request) -> None:
             try:
                 body = json.loads(req.data or b"{}")
                 if not isinstance(body, dict):
                     raise BadRequest("the request must be a JSON object")
-                result = await handler(body)
+                if locked:
+                    async with self.ledger.store_lock:
+                        result = await handler(body)
+                else:
+                    result = await handler(body)
             except (BadRequest, json.JSONDecodeError) as exc:
                 await req.respond_error("400", f"bad request: {exc}")
                 return
@@ -97,9 +102,11 @@ class LedgerApi:
 
     async def status(self, body: dict[str, Any]) -> Any:
         led = self.ledger
-        lag = await led.stream_lag()
-        return views.status(led.store, origin=led.origin, vkey=led.signer.verifier().text(),
-                            lag=lag, healthy=led.healthy, detail=led.health_detail)
+        lag = await led.stream_lag()  # a NATS request: not under the store lock
+        async with led.store_lock:
+            return views.status(led.store, origin=led.origin,
+                                vkey=led.signer.verifier().text(), lag=lag,
+                                healthy=led.healthy, detail=led.health_detail)
 
     async def checkpoint(self, body: dict[str, Any]) -> Any:
         led = self.ledger

@@ -23,6 +23,7 @@ subscription goes through nats-py unchanged, and :meth:`Puller.stop` unwraps it.
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import time
 from collections.abc import Awaitable, Callable
@@ -31,6 +32,7 @@ from typing import NamedTuple
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
+from nats.protocol.parser import AWAITING_CONTROL_LINE, MAX_CONTROL_LINE_SIZE, Parser
 
 # A status delivery's header block starts with the version and a space (``NATS/1.0 404``);
 # a stored message's headers start with the version and CRLF.
@@ -92,12 +94,18 @@ class Puller:
         self._sid = -1
         self._inner: ProcessMsg | None = None
         self._error: BadDelivery | None = None
+        self._inflight = False
+        self._parser: Parser | None = None
 
     async def start(self) -> Puller:
         self._sub = await self.nc.subscribe(self.inbox, cb=self._on_msg)
         self._sid = self._sub._id
         self._inner = self.nc._process_msg
         self.nc._process_msg = self._process  # type: ignore[method-assign]
+        parser = self.nc._ps
+        if isinstance(getattr(parser, "buf", None), bytearray) and hasattr(parser, "state"):
+            self._parser = parser
+            parser.parse = functools.partial(_parse_fast, parser, self)  # type: ignore[method-assign]
         return self
 
     async def _process(self, sid: int, subject: bytes, reply: bytes, data: bytes,
@@ -106,6 +114,9 @@ class Puller:
             assert self._inner is not None
             await self._inner(sid, subject, reply, data, headers)
             return
+        self._take(subject, reply, data, headers)
+
+    def _take(self, subject: bytes, reply: bytes, data: bytes, headers: bytes | None) -> None:
         if headers is not None and not data and headers.startswith(_STATUS_PREFIX):
             if not headers.startswith(_HEARTBEAT):  # anything but a heartbeat ends it
                 self._ended = True
@@ -131,43 +142,111 @@ class Puller:
 
     async def fetch(self, batch: int, timeout: float, linger: bool = True) -> list[Delivery]:
         """Up to ``batch`` messages: what the consumer has now, or else (``linger``) the
-        first to arrive within about ``timeout`` seconds (an empty list when none does)."""
+        first to arrive within about ``timeout`` seconds (an empty list when none does).
+
+        After returning a full batch it asks for the next one at once, without waiting:
+        the server reads and sends it while the caller folds this one.
+        """
+        if self._inflight:
+            await self._await(timeout)
         if len(self._buf) < batch:
             # What is there now: the server answers a no_wait request at once, ending it
             # with a 404 status when it has fewer than asked.
-            await self._request({"batch": batch - len(self._buf), "no_wait": True}, batch,
-                                timeout)
+            await self._send({"batch": batch - len(self._buf), "no_wait": True}, batch)
+            await self._await(timeout)
         if not self._buf and linger:
             # Nothing now: one lingering request, returned as soon as a message arrives
             # (the rest of its batch lands in the buffer for the next call).
-            await self._request({"batch": batch, "expires": int(timeout * 1e9)}, 1, timeout)
+            await self._send({"batch": batch, "expires": int(timeout * 1e9)}, 1)
+            await self._await(timeout)
         if self._error is not None:
             raise self._error
         out, self._buf = self._buf[:batch], self._buf[batch:]
+        if len(out) == batch and len(self._buf) < batch:
+            await self._send({"batch": batch - len(self._buf), "no_wait": True}, batch)
+            # nats-py writes to the socket from a task of its own: let it run now, or the
+            # request would wait in the client until the caller next yields.
+            await asyncio.sleep(0)
         return out
 
-    async def _request(self, body: dict[str, object], want: int, timeout: float) -> None:
+    async def _send(self, body: dict[str, object], want: int) -> None:
+        """Send one pull request; it is done when the buffer holds ``want`` or it ends."""
         self._want = want
         self._ended = False
+        self._inflight = True
         self._wake.clear()
         await self.nc.publish(self.subject, json.dumps(body).encode(), reply=self.inbox)
+
+    async def _await(self, timeout: float) -> None:
+        """Wait for the request in flight, at most about ``timeout`` seconds (then it is
+        given up; what it still delivers lands in the buffer for a later call)."""
         deadline = time.monotonic() + timeout + 0.5
-        while len(self._buf) < want and not self._ended:
+        while len(self._buf) < self._want and not self._ended:
             left = deadline - time.monotonic()
             if left <= 0:
-                return
+                break
             self._wake.clear()
             try:
                 await asyncio.wait_for(self._wake.wait(), left)
             except TimeoutError:
-                return
+                break
+        self._inflight = False
 
     async def stop(self) -> None:
+        parser, self._parser = self._parser, None
+        fast = None if parser is None else parser.__dict__.get("parse")
+        if isinstance(fast, functools.partial) and fast.args[1:] == (self,):
+            del parser.parse  # type: ignore[union-attr]
         if self.nc._process_msg == self._process:
             assert self._inner is not None
             self.nc._process_msg = self._inner  # type: ignore[method-assign]
         if self._sub is not None:
             await self._sub.unsubscribe()
+
+
+async def _parse_fast(parser: Parser, puller: Puller, data: bytes = b"") -> None:
+    """The connection parser's ``parse`` while a puller runs.
+
+    Whole ``HMSG`` frames are cut out here and the puller's own handed to it directly (no
+    regular expression, no coroutine per message); a frame not yet whole waits for more
+    data. Every other protocol line goes to nats-py's parser alone, which shares this
+    parser's buffer and state (and finishes a plain ``MSG`` with everything after it).
+    """
+    buf = parser.buf
+    buf.extend(data)
+    while buf:
+        if parser.state != AWAITING_CONTROL_LINE:
+            await Parser.parse(parser)
+            return
+        end = buf.find(b"\r\n", 0, MAX_CONTROL_LINE_SIZE)
+        if end < 0:
+            return
+        if not buf.startswith(b"HMSG "):
+            rest = bytes(buf[end + 2:])
+            del buf[end + 2:]
+            await Parser.parse(parser)
+            buf.extend(rest)
+            continue
+        args = bytes(buf[5:end]).split()
+        if len(args) == 5:
+            subject, sid, reply, head, total = args
+        elif len(args) == 4:
+            subject, sid, head, total = args
+            reply = b""
+        else:
+            await Parser.parse(parser)  # it says what is wrong with the line
+            return
+        start = end + 2
+        header_len, total_len = int(head), int(total)
+        if len(buf) < start + total_len + 2:
+            return
+        headers = bytes(buf[start:start + header_len])
+        payload = bytes(buf[start + header_len:start + total_len])
+        del buf[:start + total_len + 2]
+        if int(sid) == puller._sid:
+            puller._take(subject, reply, payload, headers)
+        else:
+            await parser.nc._process_msg(int(sid), subject, reply, payload, headers)
 
 
 def _rebuild(msg: Msg) -> bytes:

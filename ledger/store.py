@@ -7,7 +7,12 @@ produced, so after a crash the ledger resumes at ``watermark + 1`` and nothing i
 twice. WAL journal, ``synchronous=FULL``: a committed batch survives power loss.
 
 Host enrollment is written by the operator's ``fleet host enroll`` into this same file
-while the ledger may be running; the ledger notices through ``PRAGMA data_version``.
+while the ledger may be running. Every change of the hosts table bumps ``hosts_version``
+(in ``meta``); the ledger reloads its hosts when that moves, and a batch decided with an
+older host table is refused inside its own write transaction (:class:`HostsChanged`) and
+decided again. An enrollment takes effect after the watermark it reads, so without that
+check a batch decided just before an enrollment committed, and written just after, would
+refuse segments a ledger rebuilt from the stream accepts.
 
 Enrollments are also kept in ``hosts.json`` beside the database, rewritten (atomically) by
 every enroll and revoke before the database commits. The fold's decisions depend on them
@@ -69,6 +74,10 @@ class StoreError(Exception):
     """The store cannot do what was asked (bad name, unknown host, unwritable disk)."""
 
 
+class HostsChanged(Exception):
+    """The hosts table changed after the batch being written was decided."""
+
+
 @dataclass(frozen=True, slots=True)
 class Incoming:
     """One decided message of a batch, with what the store keeps of it."""
@@ -126,8 +135,12 @@ class LedgerStore:
     def watermark(self) -> int:
         return int(self.meta("watermark", "0") or 0)
 
-    def data_version(self) -> int:
-        return int(self.conn.execute("PRAGMA data_version").fetchone()[0])
+    def hosts_version(self) -> int:
+        """A counter bumped by every change of the hosts table."""
+        return int(self.meta("hosts_version", "0") or 0)
+
+    def _bump_hosts_version(self) -> None:
+        self.set_meta("hosts_version", str(self.hosts_version() + 1))
 
     # -- hosts ----------------------------------------------------------------------------
 
@@ -153,6 +166,8 @@ class LedgerStore:
                 known = self.conn.execute("SELECT 1 FROM hosts WHERE name = ?", (name,))
                 if known.fetchone() is None:
                     raise StoreError(f"no enrolled host named {name!r}")
+            else:
+                self._bump_hosts_version()
             self._write_hosts_file()
 
     def _upsert_host(self, name: str, public_key: str, enrolled_after: int,
@@ -164,6 +179,7 @@ class LedgerStore:
             " revoked_after = excluded.revoked_after, enrolled_at = excluded.enrolled_at",
             (name, public_key, enrolled_after, revoked_after, time.time()),
         )
+        self._bump_hosts_version()
 
     def _write_hosts_file(self) -> None:
         """Rewrite ``hosts.json`` from the hosts table (inside the caller's transaction, so
@@ -245,44 +261,75 @@ class LedgerStore:
     # -- the batch ------------------------------------------------------------------------
 
     def commit_batch(self, batch: Sequence[Incoming], watermark: int) -> int:
-        """Write a batch's leaves, runs, segments and refusals with the new watermark, in one
-        transaction. Returns the tree size after it."""
-        with self.transaction() as db:
-            size = self.tree.size()
-            leaves: list[bytes] = []
-            segment_rows = []
-            runs: dict[str, tuple[Accepted, int]] = {}
-            first_seq: dict[str, int] = {}
-            refusals = []
-            now = time.time()
-            for item in batch:
-                d = item.decision
-                if isinstance(d, Accepted):
-                    run = format_address(d.run)
-                    segment_rows.append((run, d.index, format_address(d.head), d.kind,
-                                         size + len(leaves), item.stream_seq, item.payload))
-                    leaves.append(leaf_hash(d.leaf))
-                    runs[run] = (d, item.stream_seq)
-                    first_seq.setdefault(run, item.stream_seq)
-                else:
-                    refusals.append((item.stream_seq, item.subject, d.host,
-                                     None if d.run is None else format_address(d.run), d.index,
-                                     d.rule, d.detail, item.payload, now))
-            db.executemany("INSERT INTO segments (run, idx, head, kind, leaf_index, stream_seq,"
-                           " payload) VALUES (?, ?, ?, ?, ?, ?, ?)", segment_rows)
-            db.executemany(
-                "INSERT INTO runs (run, host, segments, head, phase, state, first_seq, last_seq)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT(run) DO UPDATE SET"
-                " segments = excluded.segments, head = excluded.head, phase = excluded.phase,"
-                " state = excluded.state, last_seq = excluded.last_seq",
-                [(run, d.host, d.slot.state.index, format_address(d.slot.state.head),
-                  d.slot.state.phase, msgspec.json.encode(state_to_json(d.slot.state)),
-                  first_seq[run], seq) for run, (d, seq) in runs.items()],
-            )
-            db.executemany("INSERT INTO rejections (stream_seq, subject, host, run, idx, rule,"
-                           " detail, payload, at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)", refusals)
-            new_size = self.tree.append(leaves)
-            self.set_meta("watermark", str(watermark))
+        """Write a batch and commit it (:meth:`write_batch`, then :meth:`commit`)."""
+        size = self.write_batch(batch, watermark)
+        self.commit()
+        return size
+
+    def write_batch(self, batch: Sequence[Incoming], watermark: int,
+                    hosts_version: int | None = None) -> int:
+        """Write a batch's leaves, runs, segments and refusals with the new watermark in a
+        new transaction, left open for :meth:`commit`; returns the tree size after it.
+        ``hosts_version``: the hosts table the batch was decided with (:class:`HostsChanged`
+        if it has moved since; checked under the write lock, so no enrollment can slip in
+        between)."""
+        self.conn.execute("BEGIN IMMEDIATE")
+        try:
+            if hosts_version is not None and self.hosts_version() != hosts_version:
+                raise HostsChanged("the hosts table changed after the batch was decided")
+            return self._write(batch, watermark)
+        except BaseException:
+            self.conn.execute("ROLLBACK")
+            raise
+
+    def commit(self) -> None:
+        """Commit the open transaction, or roll it back if the commit fails (full disk): the
+        connection is never left inside a failed transaction. Safe to run in a thread while
+        the event loop waits: its callers hold the ledger's store lock."""
+        try:
+            self.conn.execute("COMMIT")
+        except BaseException:
+            if self.conn.in_transaction:
+                self.conn.execute("ROLLBACK")
+            raise
+
+    def _write(self, batch: Sequence[Incoming], watermark: int) -> int:
+        db = self.conn
+        size = self.tree.size()
+        leaves: list[bytes] = []
+        segment_rows = []
+        runs: dict[str, tuple[Accepted, int]] = {}
+        first_seq: dict[str, int] = {}
+        refusals = []
+        now = time.time()
+        for item in batch:
+            d = item.decision
+            if isinstance(d, Accepted):
+                run = format_address(d.run)
+                segment_rows.append((run, d.index, format_address(d.head), d.kind,
+                                     size + len(leaves), item.stream_seq, item.payload))
+                leaves.append(leaf_hash(d.leaf))
+                runs[run] = (d, item.stream_seq)
+                first_seq.setdefault(run, item.stream_seq)
+            else:
+                refusals.append((item.stream_seq, item.subject, d.host,
+                                 None if d.run is None else format_address(d.run), d.index,
+                                 d.rule, d.detail, item.payload, now))
+        db.executemany("INSERT INTO segments (run, idx, head, kind, leaf_index, stream_seq,"
+                       " payload) VALUES (?, ?, ?, ?, ?, ?, ?)", segment_rows)
+        db.executemany(
+            "INSERT INTO runs (run, host, segments, head, phase, state, first_seq, last_seq)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT(run) DO UPDATE SET"
+            " segments = excluded.segments, head = excluded.head, phase = excluded.phase,"
+            " state = excluded.state, last_seq = excluded.last_seq",
+            [(run, d.host, d.slot.state.index, format_address(d.slot.state.head),
+              d.slot.state.phase, msgspec.json.encode(state_to_json(d.slot.state)),
+              first_seq[run], seq) for run, (d, seq) in runs.items()],
+        )
+        db.executemany("INSERT INTO rejections (stream_seq, subject, host, run, idx, rule,"
+                       " detail, payload, at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)", refusals)
+        new_size = self.tree.append(leaves)
+        self.set_meta("watermark", str(watermark))
         return new_size
 
     # -- checkpoints ----------------------------------------------------------------------
