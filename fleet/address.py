@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import functools
 
 from blake3 import blake3
 
@@ -32,6 +33,10 @@ def format_address(raw: bytes) -> str:
     if len(raw) != DIGEST_SIZE:
         raise MalformedAddress(f"an address holds {DIGEST_SIZE} bytes, got {len(raw)}")
     return PREFIX + base64.urlsafe_b64encode(raw).rstrip(b"=").decode("ascii")
+
+
+# Run, unit and grant ids repeat in every message of a run: their text forms are memoised.
+id_text = functools.lru_cache(maxsize=16384)(format_address)
 
 
 def parse_address(text: object) -> bytes:

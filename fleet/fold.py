@@ -26,10 +26,11 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
+import msgspec
 from nacl.exceptions import BadSignatureError
 from nacl.signing import VerifyKey
 
-from fleet.address import format_address
+from fleet.address import id_text
 from fleet.errors import (
     AttestationMismatch,
     BadSeal,
@@ -71,8 +72,9 @@ class RunSlot:
     state: RunState
 
 
-@dataclass(frozen=True, slots=True)
-class Accepted:
+# Decisions are made for every message: msgspec structs build in a fifth of the time of
+# frozen dataclasses, and are as immutable.
+class Accepted(msgspec.Struct, frozen=True):
     host: str
     run: bytes
     index: int
@@ -83,8 +85,7 @@ class Accepted:
     created: bool
 
 
-@dataclass(frozen=True, slots=True)
-class Refused:
+class Refused(msgspec.Struct, frozen=True):
     rule: str
     detail: str
     host: str | None
@@ -187,7 +188,7 @@ def _decide(
 ) -> Accepted:
     sealed = env.sealed
     index = sealed.index
-    if subject != segment_subject(env.host, format_address(env.run)):
+    if subject != segment_subject(env.host, id_text(env.run)):
         raise SubjectMismatch(
             f"published on {subject!r}, not on its own host's and run's subject", segment=index
         )

@@ -75,8 +75,24 @@ def check_provenance(value: object) -> str:
     return value  # type: ignore[return-value]
 
 
+# Meters, outcomes and provenance texts repeat across segments: their checked encodings are
+# memoised (bounded; a refused text raises and is never stored).
+_TEXTS: dict[tuple[str, int], bytes] = {}
+
+
 def encode_text(value: object, what: str, limit: int = MAX_TEXT) -> bytes:
     """``len:u16 || utf8`` of a non-empty text without control characters."""
+    if type(value) is str:
+        held = _TEXTS.get((value, limit))
+        if held is not None:
+            return held
+    raw = _encode_text(value, what, limit)
+    if len(_TEXTS) < 4096:
+        _TEXTS[(value, limit)] = raw  # type: ignore[index]
+    return raw
+
+
+def _encode_text(value: object, what: str, limit: int) -> bytes:
     if not isinstance(value, str) or not value or not value.isprintable():
         raise ValueOutOfRange(f"{what} must be non-empty printable text, got {value!r}")
     raw = value.encode("utf-8")

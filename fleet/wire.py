@@ -151,10 +151,10 @@ class Envelope(msgspec.Struct, frozen=True):
 
 def _seal_bytes(text: str) -> bytes:
     try:
-        raw = base64.b64decode(text, validate=True)
-    except (binascii.Error, ValueError) as exc:
+        raw = binascii.a2b_base64(text, strict_mode=True)
+    except (binascii.Error, ValueError, TypeError) as exc:
         raise MalformedSegment("a seal is the base64 of 64 bytes") from exc
-    if len(raw) != 64 or base64.b64encode(raw).decode("ascii") != text:
+    if len(raw) != 64 or binascii.b2a_base64(raw, newline=False).decode("ascii") != text:
         raise MalformedSegment("a seal is the canonical base64 of 64 bytes")
     return raw
 

@@ -5,7 +5,9 @@ All three phases run in one process against one fresh nats-server, on the same m
 (a) raw: publish N messages of the sealed segments' median size with nats-py (a window of
     acks in flight), then pull-consume them in batches with no processing;
 (b) fold: the same N sealed segments pre-filled into a fresh stream, then a ledger started
-    on it, timed until its watermark reaches the stream's last sequence;
+    on it, timed until its watermark reaches the stream's last sequence; three fresh
+    ledgers in turn (the median is reported), then the ledger's own puller alone on the
+    same stream (``lean_pull_per_s``: the transport the fold runs on);
 (c) end to end: hosts publish sealed segments at a paced rate (with the host protocol's
     Nats-Msg-Id and expected-last-subject-sequence headers) while the ledger folds and signs
     checkpoints; the latency of a segment is the time from its PubAck to the signing of the
@@ -30,8 +32,10 @@ from fleet.segment import CallAccount, make_snapshot
 from fleet.subjects import STREAM, segment_subject
 from fleet.wire import encode_envelope
 from ledger.natsd import NatsServer
+from ledger.puller import Puller, ack_all
+from ledger.seal_verifiers import VERIFIER
 from ledger.service import Ledger, LedgerConfig, connect
-from ledger.stream import ensure_stream
+from ledger.stream import ensure_consumer, ensure_stream
 
 Message = tuple[str, str, bytes, str, int]  # subject, msg id, payload, run, index
 
@@ -146,30 +150,50 @@ async def wait_folded(ledger: Ledger, js: Any, timeout: float = 600.0) -> None:
     raise TimeoutError("the ledger did not catch up")
 
 
-async def fold_rate(workdir: Path, messages: list[Message], keys: dict[str, SigningKey]
-                    ) -> float:
+async def fold_rates(workdir: Path, messages: list[Message], keys: dict[str, SigningKey],
+                     repeats: int) -> tuple[list[float], float]:
+    """The fold rate of ``repeats`` fresh ledgers (each its own store and consumer) over one
+    pre-filled stream, and the lean puller's rate on that stream with no folding."""
     with NatsServer(store_dir=workdir / "nats-fold") as server:
         nc = await connect([server.url], name="bench-fill")
         js = nc.jetstream(timeout=10.0)
         await ensure_stream(js)
         await publish_all(js, messages)
-        ledger = Ledger(LedgerConfig(data_dir=workdir / "ledger-fold", servers=[server.url],
-                                     name="bench", batch=1024, checkpoint_every=10**9,
-                                     checkpoint_ms=10**9))
-        for name, key in keys.items():
-            ledger.store.enroll(name, _b64(key))
-        ledger._hosts = ledger.store.hosts()
-        stop = asyncio.Event()
-        start = time.perf_counter()
-        await ledger.start()
-        task = asyncio.create_task(ledger.run(stop))
-        await wait_folded(ledger, js)
-        elapsed = time.perf_counter() - start
-        stop.set()
-        await task
-        await ledger.close()
+        rates = []
+        for n in range(repeats):
+            ledger = Ledger(LedgerConfig(data_dir=workdir / f"ledger-fold-{n}",
+                                         servers=[server.url], name=f"bench{n}", batch=1024,
+                                         checkpoint_every=10**9, checkpoint_ms=10**9))
+            for name, key in keys.items():
+                ledger.store.enroll(name, _b64(key))
+            stop = asyncio.Event()
+            start = time.perf_counter()
+            await ledger.start()
+            task = asyncio.create_task(ledger.run(stop))
+            await wait_folded(ledger, js)
+            rates.append(len(messages) / (time.perf_counter() - start))
+            stop.set()
+            await task
+            await ledger.close()
+        lean = await lean_pull_rate(nc, js, len(messages))
         await nc.drain()
-    return len(messages) / elapsed
+    return rates, lean
+
+
+async def lean_pull_rate(nc: Any, js: Any, count: int) -> float:
+    """The ledger's own pull (:class:`ledger.puller.Puller`, batches of 1024, AckAll) with
+    no work: the transport the fold runs on."""
+    durable = await ensure_consumer(js, "bench-lean", 0)
+    puller = await Puller(nc, STREAM, durable).start()
+    got = 0
+    start = time.perf_counter()
+    while got < count:
+        batch = await puller.fetch(1024, timeout=5.0)
+        got += len(batch)
+        await ack_all(nc, batch[-1])
+    elapsed = time.perf_counter() - start
+    await puller.stop()
+    return count / elapsed
 
 
 async def end_to_end(workdir: Path, messages: list[Message], keys: dict[str, SigningKey],
@@ -222,14 +246,16 @@ def _b64(key: SigningKey) -> str:
     return base64.b64encode(bytes(key.verify_key)).decode()
 
 
-async def run_bench(segments: int, rate: float, e2e_segments: int) -> dict[str, Any]:
+async def run_bench(segments: int, rate: float, e2e_segments: int,
+                    repeats: int = 3) -> dict[str, Any]:
     messages, keys = make_segments(segments)
     size = int(statistics.median(len(m[2]) for m in messages))
     with tempfile.TemporaryDirectory(prefix="fleet-bench-") as tmp:
         workdir = Path(tmp)
         with NatsServer(store_dir=workdir / "nats-raw") as server:
             raw_pub, raw_con = await raw_rates(server.url, segments, size)
-        fold = await fold_rate(workdir, messages, keys)
+        folds, lean = await fold_rates(workdir, messages, keys, repeats)
+        fold = statistics.median(folds)
         e2e_msgs, e2e_keys = make_segments(e2e_segments)
         e2e_msgs = interleave(e2e_msgs)
         e2e_rate, lat = await end_to_end(workdir, e2e_msgs, e2e_keys, rate)
@@ -240,6 +266,10 @@ async def run_bench(segments: int, rate: float, e2e_segments: int) -> dict[str, 
         "raw_consume_per_s": round(raw_con),
         "fold_per_s": round(fold),
         "fold_ratio_to_raw_consume": round(fold / raw_con, 3),
+        "fold_runs_per_s": [round(f) for f in folds],
+        "lean_pull_per_s": round(lean),
+        "fold_ratio_to_lean_pull": round(fold / lean, 3),
+        "seal_verifier": VERIFIER,
         "e2e_segments": e2e_segments,
         "e2e_target_rate_per_s": rate,
         "e2e_per_s": round(e2e_rate),

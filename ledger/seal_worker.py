@@ -1,14 +1,16 @@
 """Seal verification on a second core.
 
-Ed25519 verification is most of the fold's CPU, and PyNaCl holds the GIL while it runs, so
-threads cannot share it out. The ledger therefore hands half of each large batch's seals to
-a worker process (``python -m ledger.seal_worker``, talking over its stdin and stdout) and
-checks the other half itself. The verdicts are plain booleans, the ones the fold would
-compute in line; a worker that fails is dropped and the ledger verifies in line (slower,
-never different). The worker exits when its stdin closes, so it never outlives the ledger.
+Ed25519 verification is most of the fold's CPU (:mod:`ledger.seal_verifiers` picks the
+implementation), and it holds the GIL while it runs, so threads cannot share it out. The
+ledger therefore hands seals to a worker process (``python -m ledger.seal_worker``, talking
+over its stdin and stdout): each batch's while the previous batch is folded (see
+:class:`SealWorker`). The verdicts are plain booleans, the ones the fold would compute in
+line; a worker that fails is dropped and the ledger verifies in line (slower, never
+different). The worker exits when its stdin closes, so it never outlives the ledger.
 
-Frames: a request is ``count:u32`` then per item ``public_key[32] || len:u16 || message ||
-signature[64]``; the reply is ``count`` bytes, 1 for a valid seal and 0 otherwise.
+Frames: a request is ``count:u32 || size:u32`` then ``size`` bytes holding, per item,
+``public_key[32] || len:u16 || message || signature[64]``; the reply is ``count`` bytes, 1
+for a valid seal and 0 otherwise.
 """
 
 from __future__ import annotations
@@ -20,38 +22,34 @@ import subprocess
 import sys
 from typing import BinaryIO
 
-from nacl.exceptions import BadSignatureError
-from nacl.signing import VerifyKey
+from ledger.seal_verifiers import Item, verify_many
 
-# (public key, sealed message, signature)
-Item = tuple[bytes, bytes, bytes]
+__all__ = ["Item", "SealTicket", "SealWorker", "decode_request", "encode_request", "serve",
+           "verify_many"]
 
-_COUNT = struct.Struct(">I")
+_HEAD = struct.Struct(">II")
 _LEN = struct.Struct(">H")
-_KEYS: dict[bytes, VerifyKey] = {}
-
-
-def verify_many(items: list[Item]) -> list[bool]:
-    """Each seal's verdict, in order."""
-    out = []
-    for public, message, signature in items:
-        key = _KEYS.get(public)
-        if key is None:
-            key = _KEYS[public] = VerifyKey(public)
-        try:
-            key.verify(message, signature)
-        except (BadSignatureError, ValueError, TypeError):
-            out.append(False)
-        else:
-            out.append(True)
-    return out
 
 
 def encode_request(items: list[Item]) -> bytes:
-    parts = [_COUNT.pack(len(items))]
+    parts = []
     for public, message, signature in items:
         parts += (public, _LEN.pack(len(message)), message, signature)
-    return b"".join(parts)
+    body = b"".join(parts)
+    return _HEAD.pack(len(items), len(body)) + body
+
+
+def decode_request(count: int, body: bytes) -> list[Item]:
+    items = []
+    pos = 0
+    for _ in range(count):
+        (length,) = _LEN.unpack_from(body, pos + 32)
+        end = pos + 34 + length
+        items.append((body[pos:pos + 32], body[pos + 34:end], body[end:end + 64]))
+        pos = end + 64
+    if pos != len(body):
+        raise ValueError("a seal request's items do not fill its body")
+    return items
 
 
 def _read(stream: BinaryIO, n: int) -> bytes:
@@ -65,12 +63,8 @@ def serve(inp: BinaryIO, out: BinaryIO) -> None:
     """The worker's loop: read a request, answer it, until the input ends."""
     while True:
         try:
-            (count,) = _COUNT.unpack(_read(inp, 4))
-            items = []
-            for _ in range(count):
-                public = _read(inp, 32)
-                (length,) = _LEN.unpack(_read(inp, 2))
-                items.append((public, _read(inp, length), _read(inp, 64)))
+            count, size = _HEAD.unpack(_read(inp, _HEAD.size))
+            items = decode_request(count, _read(inp, size))
         except EOFError:
             return
         out.write(bytes(verify_many(items)))

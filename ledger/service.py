@@ -162,6 +162,8 @@ class Ledger:
         self._last_checkpoint_at = time.monotonic()
         self._sealer = SealWorker()
         self._pending: tuple[list[Delivery], Prepared] | None = None
+        self._committing: tuple[list[Delivery], list[Incoming],
+                                asyncio.Future[None] | None] | None = None
         # Held while a batch is written and committed; API reads take it too, so they never
         # see a batch that is not committed (nor sign a checkpoint over one).
         self.store_lock = asyncio.Lock()
@@ -204,14 +206,17 @@ class Ledger:
         return self.finish(self.prepare(msgs, share_in_line=0.5))
 
     def prepare(self, msgs: list[tuple[int, str, bytes]],
-                share_in_line: float | None = None) -> Prepared:
+                share_in_line: float | None = None, refresh_hosts: bool = True) -> Prepared:
         """Decode a batch and hand its seals to the seal worker; :meth:`finish` folds it.
 
         The fold loop prepares batch k+1 before it finishes batch k, so the worker checks
         k+1's seals while this process decides and commits k. Decisions use the host table
-        as it was when the batch was prepared (its seals were looked up in that table).
+        as it was when the batch was prepared (its seals were looked up in that table);
+        ``refresh_hosts=False`` (while a commit holds the store) uses the table last read,
+        and a change since is caught when the batch is written.
         """
-        self._refresh_hosts()
+        if refresh_hosts:
+            self._refresh_hosts()
         hosts = self._hosts
         envs = [decode(subject, data) for _seq, subject, data in msgs]
         wanted = [(n, seal_item(e, hosts)) for n, e in enumerate(envs)
@@ -267,6 +272,19 @@ class Ledger:
             held = batch_heads.get((run, index))
             return held if held is not None else self.store.head_at(run, index)
 
+        # The batch's runs that are not cached, read in one query; those the store lacks
+        # are new runs, not looked up again one by one.
+        runs = self._runs
+        unseen = {e.run for e in prepared.envs if not isinstance(e, Refused)} - runs.keys()
+        for run, slot in self.store.load_runs(unseen).items():
+            self._remember(run, slot)
+        absent = unseen - runs.keys()
+
+        def get_run(run: bytes) -> RunSlot | None:
+            if run in absent and run not in runs:
+                return None
+            return self._get_run(run)
+
         for (seq, subject, data), env, seal_ok in zip(prepared.msgs, prepared.envs, seals,
                                                       strict=True):
             if seq <= watermark:
@@ -274,12 +292,12 @@ class Ledger:
             if isinstance(env, Refused):
                 decision: Accepted | Refused = env
             else:
-                decision = decide_envelope(subject, env, seq, hosts, self._get_run, head_at,
-                                           seal_ok)
+                decision = decide_envelope(subject, env, seq, hosts, get_run, head_at, seal_ok)
             if isinstance(decision, Accepted):
                 batch_heads[(decision.run, decision.index)] = decision.head
                 if decision.created:
                     self._remember(decision.run, decision.slot)
+                    absent.discard(decision.run)  # stored from now on, even if evicted
             batch.append(Incoming(seq, subject, data, decision))
             top = max(top, seq)
         return batch, top
@@ -391,66 +409,117 @@ class Ledger:
                 with contextlib.suppress(asyncio.TimeoutError):
                     await asyncio.wait_for(stop.wait(), backoff)
                 backoff = min(backoff * 2, 5.0)
-        if self._pending is not None:
-            with contextlib.suppress(Exception):  # unacked, it is redelivered after a restart
-                await self._finish_and_ack(*self._pending)
-            self._pending = None
+        with contextlib.suppress(Exception):  # what stays unacked is redelivered on restart
+            await self._settle()
+            if self._pending is not None:
+                pending, self._pending = self._pending, None
+                await self._start_commit(*pending)
+                await self._settle()
+        await self._abandon()
         with contextlib.suppress(Exception):
             if sub is not None:
                 await sub.stop()
 
     async def _one_batch(self, sub: Any) -> None:
-        """Fetch batch k+1 and hand its seals to the worker, then fold, commit and ack batch
-        k (held from the call before), so the worker's core checks seals while this one
-        folds. A batch smaller than asked means the consumer is caught up: it is folded at
-        once rather than held, so a quiet stream adds no latency."""
-        pending = self._pending
+        """One turn of the fold's pipeline, over three batches in flight:
+
+        - batch k+1 is fetched (the puller asked for it before k was folded) and decoded,
+          and its seals go to the worker, while batch k-1's commit (its fsync, SQLite's WAL
+          checkpoints) finishes on the commit thread;
+        - batch k-1 is then acked (only now durable), and a checkpoint signed if due;
+        - batch k is decided (with the verdicts of its seals, checked meanwhile) and
+          written, and its commit started.
+
+        A batch smaller than asked means the consumer is caught up: it is folded and
+        committed at once, so a quiet stream adds no latency.
+        """
+        pending, committing = self._pending, self._committing
         try:
-            msgs: list[Delivery] = await sub.fetch(self.config.batch, timeout=0.25,
-                                                   linger=pending is None)
+            msgs: list[Delivery] = await sub.fetch(
+                self.config.batch, timeout=0.25, linger=pending is None and committing is None)
         except (TimeoutError, FetchTimeoutError, nats.errors.TimeoutError):
             msgs = []
-        held: list[tuple[list[Delivery], Prepared]] = [] if pending is None else [pending]
         self._pending = None
+        unacked = [b[0] for b in (committing, pending) if b is not None] + [msgs]
         try:
+            new = None
             if msgs:
-                held.append((msgs, self.prepare([(m.seq, m.subject, m.data) for m in msgs])))
-            if held and len(msgs) >= self.config.batch:
-                self._pending = held.pop()
-            while held:
-                await self._finish_and_ack(*held[0])
-                held.pop(0)
+                new = (msgs, self.prepare([(m.seq, m.subject, m.data) for m in msgs],
+                                          refresh_hosts=committing is None))
+            await self._settle()
+            if pending is not None:
+                await self._start_commit(*pending)
+            if new is not None and len(msgs) >= self.config.batch:
+                self._pending = new
+            else:
+                if new is not None:
+                    await self._settle()
+                    await self._start_commit(*new)
+                await self._settle()
         except Exception:
-            for batch_msgs, _ in held + ([self._pending] if self._pending else []):
+            for batch_msgs in unacked:
                 for m in batch_msgs:
                     with contextlib.suppress(Exception):
                         await nak(self.nc, m, 1.0)
-            self._pending = None
+            await self._abandon()
             raise
         self.healthy = True
         self.health_detail = "ok"
-        if self.checkpoint_due():
-            note = self.sign_checkpoint()
-            if note is not None and self.nc is not None:
-                await self.nc.publish(CHECKPOINTS, note.encode())
 
-    async def _finish_and_ack(self, msgs: list[Delivery], prepared: Prepared) -> None:
-        """Fold a batch, commit it and ack it. The commit (its fsync, and SQLite's WAL
-        checkpoints) runs on a thread of its own, so the event loop meanwhile reads and
-        parses the next batch, which the puller asked for before this one was folded."""
-        assert self.nc is not None
-        async with self.store_lock:
+    async def _start_commit(self, msgs: list[Delivery], prepared: Prepared) -> None:
+        """Decide and write a batch, then start its commit on the commit thread. The store
+        lock is held until :meth:`_settle`, so API reads never see an uncommitted batch."""
+        await self.store_lock.acquire()
+        try:
             batch, _ = self.decide_and_write(prepared)
-            if batch:
-                try:
-                    await asyncio.get_running_loop().run_in_executor(self._committer,
-                                                                     self.store.commit)
-                except Exception:
-                    self._runs.clear()
-                    raise
+        except BaseException:
+            self.store_lock.release()
+            raise
+        done: asyncio.Future[None] | None = None
+        if batch:
+            done = asyncio.get_running_loop().run_in_executor(self._committer,
+                                                              self.store.commit)
+        self._committing = (msgs, batch, done)
+
+    async def _settle(self) -> None:
+        """Wait for the commit in flight, then ack its batch, publish its refusals, and sign
+        a checkpoint if one is due."""
+        committing, self._committing = self._committing, None
+        if committing is None:
+            return
+        msgs, batch, done = committing
+        try:
+            if done is not None:
+                await done
+        except BaseException:
+            # The decisions advanced cached run states that were never stored.
+            self._runs.clear()
+            raise
+        finally:
+            self.store_lock.release()
+        assert self.nc is not None
         await ack_all(self.nc, msgs[-1])
         self.stream_last_seq = max(self.stream_last_seq, msgs[-1].seq)
         await self._publish_refusals(batch)
+        if self.checkpoint_due():
+            note = self.sign_checkpoint()
+            if note is not None:
+                await self.nc.publish(CHECKPOINTS, note.encode())
+
+    async def _abandon(self) -> None:
+        """Drop the batches in flight after a failure (they were nak'd): wait out a commit
+        still running, so the store is not left mid-transaction."""
+        self._pending = None
+        committing, self._committing = self._committing, None
+        if committing is None:
+            return
+        try:
+            if committing[2] is not None:
+                with contextlib.suppress(Exception):
+                    await committing[2]
+        finally:
+            self._runs.clear()
+            self.store_lock.release()
 
     async def _publish_refusals(self, batch: list[Incoming]) -> None:
         assert self.nc is not None

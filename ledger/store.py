@@ -29,16 +29,15 @@ import json
 import os
 import sqlite3
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Collection, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import msgspec
 from nacl.signing import VerifyKey
 
-from fleet.address import format_address, parse_address
+from fleet.address import format_address, id_text, parse_address
 from fleet.fold import Accepted, HostEntry, Refused, RunSlot
 from fleet.merkle import leaf_hash
 from fleet.run_codec import state_from_json, state_to_json
@@ -78,8 +77,7 @@ class HostsChanged(Exception):
     """The hosts table changed after the batch being written was decided."""
 
 
-@dataclass(frozen=True, slots=True)
-class Incoming:
+class Incoming(msgspec.Struct, frozen=True):
     """One decided message of a batch, with what the store keeps of it."""
 
     stream_seq: int
@@ -253,6 +251,20 @@ class LedgerStore:
             return None
         return RunSlot(row[0], state_from_json(msgspec.json.decode(row[1])))
 
+    def load_runs(self, runs: Collection[bytes]) -> dict[bytes, RunSlot]:
+        """The stored slots of ``runs`` (those the store holds), in few queries."""
+        wanted = {id_text(run): run for run in runs}
+        names = list(wanted)
+        found: dict[bytes, RunSlot] = {}
+        for first in range(0, len(names), 500):
+            chunk = names[first:first + 500]
+            rows = self.conn.execute(
+                f"SELECT run, host, state FROM runs WHERE run IN ({','.join('?' * len(chunk))})",
+                chunk)
+            for name, host, state in rows:
+                found[wanted[name]] = RunSlot(host, state_from_json(msgspec.json.decode(state)))
+        return found
+
     def head_at(self, run: bytes, index: int) -> bytes | None:
         row = self.conn.execute("SELECT head FROM segments WHERE run = ? AND idx = ?",
                                 (format_address(run), index)).fetchone()
@@ -305,7 +317,7 @@ class LedgerStore:
         for item in batch:
             d = item.decision
             if isinstance(d, Accepted):
-                run = format_address(d.run)
+                run = id_text(d.run)
                 segment_rows.append((run, d.index, format_address(d.head), d.kind,
                                      size + len(leaves), item.stream_seq, item.payload))
                 leaves.append(leaf_hash(d.leaf))
@@ -313,7 +325,7 @@ class LedgerStore:
                 first_seq.setdefault(run, item.stream_seq)
             else:
                 refusals.append((item.stream_seq, item.subject, d.host,
-                                 None if d.run is None else format_address(d.run), d.index,
+                                 None if d.run is None else id_text(d.run), d.index,
                                  d.rule, d.detail, item.payload, now))
         db.executemany("INSERT INTO segments (run, idx, head, kind, leaf_index, stream_seq,"
                        " payload) VALUES (?, ?, ?, ?, ?, ?, ?)", segment_rows)

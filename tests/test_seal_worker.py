@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import os
 import signal
+import struct
 
+import pytest
 from nacl.signing import SigningKey
 
-from ledger.seal_worker import SealWorker, verify_many
+from ledger.seal_worker import SealWorker, decode_request, encode_request, verify_many
 
 
 def items(count: int = 300):
@@ -91,3 +93,13 @@ def test_an_outstanding_batch_is_answered_when_the_worker_dies():
         assert worker.collect(ticket) == verify_many(batch)
     finally:
         worker.close()
+
+
+def test_request_frames_round_trip_and_refuse_a_short_body():
+    batch = items(20)
+    frame = encode_request(batch)
+    count, size = int.from_bytes(frame[:4], "big"), int.from_bytes(frame[4:8], "big")
+    assert (count, size) == (20, len(frame) - 8)
+    assert decode_request(count, frame[8:]) == batch
+    with pytest.raises((ValueError, struct.error)):
+        decode_request(count + 1, frame[8:])

@@ -17,12 +17,15 @@ from fleet.cli._app import bench
               help="Target publish rate of the end-to-end phase (segments/s).")
 @click.option("--e2e-segments", default=10_000, show_default=True, type=click.IntRange(100),
               help="Segments published in the end-to-end phase.")
+@click.option("--repeats", default=3, show_default=True, type=click.IntRange(1),
+              help="Fresh ledgers folding the pre-filled stream (the median is reported).")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON only.")
-def bench_ingest(segments: int, rate: float, e2e_segments: int, as_json: bool) -> None:
+def bench_ingest(segments: int, rate: float, e2e_segments: int, repeats: int,
+                 as_json: bool) -> None:
     """Raw nats-py publish/consume, the ledger folding a pre-filled stream, end to end."""
     from ledger.bench_ingest import run_bench
 
-    result = asyncio.run(run_bench(segments, rate, e2e_segments))
+    result = asyncio.run(run_bench(segments, rate, e2e_segments, repeats))
     if as_json:
         click.echo(json.dumps(result))
         return
