@@ -13,6 +13,7 @@ from __future__ import annotations
 import binascii
 import struct
 from collections.abc import Callable
+from typing import NamedTuple
 
 from blake3 import blake3
 from nacl.exceptions import BadSignatureError
@@ -24,9 +25,19 @@ from fleet.errors import RecordError
 from fleet.phases import FRESH, TRANSITIONS
 from fleet.record import Energy
 from fleet.seal import SEAL_DOMAIN
-from fleet.segment import MAX_U64, PROVENANCES, encode_ids, encode_text
+from fleet.segment import (
+    CLOSED,
+    EXECUTED,
+    MAX_U64,
+    PROVENANCES,
+    RESUMED,
+    SUSPENDED,
+    encode_ids,
+    encode_text,
+)
 from fleet.wait_proof import WaitTracker
 from fleet.wire import (
+    CallsWire,
     ClosedWire,
     ExecutedWire,
     RecordWire,
@@ -39,12 +50,13 @@ _RECEIPT = struct.Struct(">QB")
 _INDEX = struct.Struct(">Q")
 
 
-class _Invalid(Exception):
-    pass
+class NotFast(Exception):
+    """A check the fast path does not vouch for: the reference path decides."""
 
 
-def _addresses(segments: list) -> list[str]:  # type: ignore[type-arg]
-    """Every address text of the segments, in the order :func:`_walk` consumes them."""
+def segment_addresses(segments: list) -> list[str]:  # type: ignore[type-arg]
+    """Every address text of the segments, in the order :func:`step` consumes them (each
+    segment's stated head first)."""
     out: list[str] = []
     add = out.append
     for w in segments:
@@ -65,10 +77,10 @@ def _addresses(segments: list) -> list[str]:  # type: ignore[type-arg]
 def _snapshot_bytes(s: SnapshotWire, take: Callable[[], bytes]) -> bytes:
     if s.transcript is not None:
         if s.fs_root is not None or s.mem_image is not None:
-            raise _Invalid
+            raise NotFast
         return take() + b"\x02"
     if s.fs_root is None:
-        raise _Invalid
+        raise NotFast
     if s.mem_image is None:
         return take() + b"\x00"
     return take() + b"\x01" + take()
@@ -76,7 +88,7 @@ def _snapshot_bytes(s: SnapshotWire, take: Callable[[], bytes]) -> bytes:
 
 def _u64(value: int) -> int:
     if type(value) is not int or not 0 <= value <= MAX_U64:
-        raise _Invalid
+        raise NotFast
     return value
 
 
@@ -96,7 +108,7 @@ def _text(value: str) -> bytes:
 def _seal(text: str) -> bytes:
     raw = binascii.a2b_base64(text, strict_mode=True)
     if len(raw) != 64 or binascii.b2a_base64(raw, newline=False).decode() != text:
-        raise _Invalid
+        raise NotFast
     return raw
 
 
@@ -106,8 +118,70 @@ def fast_check(
     """(segments, head, phase, energy, wait tracker) of a valid record, else ``None``."""
     try:
         return _walk(record, run, verify_key)
-    except (_Invalid, RecordError, ValueError, KeyError, BadSignatureError, TypeError):
+    except (NotFast, RecordError, ValueError, KeyError, BadSignatureError, TypeError):
         return None
+
+
+class Step(NamedTuple):
+    """What one segment does to a run, worked out before anything is changed."""
+
+    body: bytes  # its canonical bytes (the head is BLAKE3(previous head || body))
+    phase: str  # the phase after it
+    parked: bytes | None  # the park held after it: snapshot canonical bytes || manifest
+    receipt: tuple[str, int] | None  # (provenance, uj) of an executed interval
+    idle: tuple[str, int] | None  # (provenance, uj) of a resume's idle energy
+    executed: bool
+    calls: CallsWire | None  # an executed interval's call account (None: unaccounted)
+
+
+def step(wire: object, take: Callable[[], bytes], phase: str, parked: bytes | None) -> Step:
+    """One segment's effect from its wire form, ``take`` yielding its addresses after the
+    stated head (in :func:`segment_addresses` order). Raises when the fast path cannot
+    vouch for it (the reference path then decides)."""
+    kind = type(wire)
+    if kind is ExecutedWire:
+        claimed = take()
+        obj = wire.attestation_object  # type: ignore[attr-defined]
+        r = obj.receipt
+        att = blake3(
+            ATTESTATION_DOMAIN + _RECEIPT.pack(_u64(r.uj), PROVENANCES[r.provenance])
+            + _text(r.meter) + take() + _text(obj.outcome)
+        ).digest()
+        if att != claimed:
+            raise NotFast
+        body = b"\x01" + att
+        calls = wire.calls  # type: ignore[attr-defined]
+        if calls is not None:
+            body += (b"\x01" + encode_ids(calls.dispatched, "dispatched")
+                     + encode_ids(calls.resolved, "resolved"))
+        return Step(body, TRANSITIONS[(phase, EXECUTED)], parked, (r.provenance, r.uj), None,
+                    True, calls)
+    if kind is SuspendedWire:
+        park = _snapshot_bytes(wire.snapshot, take) + take()  # type: ignore[attr-defined]
+        return Step(b"\x02" + park, TRANSITIONS[(phase, SUSPENDED)], park, None, None, False,
+                    None)
+    if kind is ResumedWire:
+        park = _snapshot_bytes(wire.snapshot, take) + take()  # type: ignore[attr-defined]
+        idle_uj, provenance = wire.idle_uj, wire.idle_provenance  # type: ignore[attr-defined]
+        if park != parked or _u64(idle_uj) == 0:
+            raise NotFast
+        body = (b"\x03" + park + _RECEIPT.pack(idle_uj, PROVENANCES[provenance])
+                + _text(wire.idle_meter))  # type: ignore[attr-defined]
+        return Step(body, TRANSITIONS[(phase, RESUMED)], None, None, (provenance, idle_uj),
+                    False, None)
+    if kind is ClosedWire:
+        return Step(b"\x04", TRANSITIONS[(phase, CLOSED)], parked, None, None, False, None)
+    raise NotFast  # pragma: no cover - the tagged union has no other member
+
+
+def apply_step(st: Step, index: int, energy: Energy, wait: WaitTracker) -> None:
+    """Count a step's energy and calls, as :meth:`fleet.record.RunState.apply` does."""
+    if st.receipt is not None:
+        energy.receipts[st.receipt[0]] += st.receipt[1]
+    elif st.idle is not None:
+        energy.idle[st.idle[0]] += st.idle[1]
+    if st.executed:
+        wait.add(index, st.calls)  # type: ignore[arg-type]  # the same two sequences
 
 
 def _walk(
@@ -117,67 +191,24 @@ def _walk(
     phase = FRESH
     parked: bytes | None = None
     energy = Energy()
-    receipts, idle = energy.receipts, energy.idle
     wait = WaitTracker()
-    transitions = TRANSITIONS
     verify = None if verify_key is None else verify_key.verify
-    raws = parse_addresses(_addresses(record.segments))
+    raws = parse_addresses(segment_addresses(record.segments))
     if raws is None:
-        raise _Invalid
+        raise NotFast
     take = iter(raws).__next__
     index = 0
     for wire in record.segments:
         stated = take()
         index += 1
         if wire.index != index:
-            raise _Invalid
-        kind = type(wire)
-        if kind is ExecutedWire:
-            claimed = take()
-            obj = wire.attestation_object
-            r = obj.receipt
-            att = blake3(
-                ATTESTATION_DOMAIN + _RECEIPT.pack(_u64(r.uj), PROVENANCES[r.provenance])
-                + _text(r.meter) + take() + _text(obj.outcome)
-            ).digest()
-            if att != claimed:
-                raise _Invalid
-            body = b"\x01" + att
-            calls = wire.calls
-            if calls is not None:
-                body += (b"\x01" + encode_ids(calls.dispatched, "dispatched")
-                         + encode_ids(calls.resolved, "resolved"))
-                wait.add(index, calls)  # type: ignore[arg-type]  # same two sequences
-            else:
-                wait.add(index, None)
-            receipts[r.provenance] += r.uj
-            name = "executed"
-        elif kind is SuspendedWire:
-            park = _snapshot_bytes(wire.snapshot, take)
-            park += take()
-            body = b"\x02" + park
-            parked = park
-            name = "suspended"
-        elif kind is ResumedWire:
-            park = _snapshot_bytes(wire.snapshot, take)
-            park += take()
-            if park != parked or _u64(wire.idle_uj) == 0:
-                raise _Invalid
-            body = (b"\x03" + park + _RECEIPT.pack(wire.idle_uj,
-                                                   PROVENANCES[wire.idle_provenance])
-                    + _text(wire.idle_meter))
-            idle[wire.idle_provenance] += wire.idle_uj
-            parked = None
-            name = "resumed"
-        elif kind is ClosedWire:
-            body = b"\x04"
-            name = "closed"
-        else:  # pragma: no cover - the tagged union has no other member
-            raise _Invalid
-        phase = transitions[(phase, name)]
+            raise NotFast
+        st = step(wire, take, phase, parked)
         if verify is not None:
             verify(SEAL_DOMAIN + run + _INDEX.pack(index) + stated, _seal(wire.seal))
-        head = blake3(head + body).digest()
+        head = blake3(head + st.body).digest()
         if head != stated:
-            raise _Invalid
+            raise NotFast
+        apply_step(st, index, energy, wait)
+        phase, parked = st.phase, st.parked
     return index, head, phase, energy, wait

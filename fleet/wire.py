@@ -204,9 +204,26 @@ def _segment_from_wire(wire: SegmentWire) -> SealedSegment:
 
 # Run, unit and grant ids repeat in every message of a run; their parses are memoised (a
 # refused text raises and is not cached).
-_identity = functools.lru_cache(maxsize=16384)(parse_address)
+identity = functools.lru_cache(maxsize=16384)(parse_address)
 _envelope_decoder = msgspec.json.Decoder(EnvelopeWire)
 _record_decoder = msgspec.json.Decoder(RecordWire)
+
+
+def envelope_wire(data: bytes) -> EnvelopeWire | None:
+    """The message's wire struct for the fold's fast path, or ``None`` where
+    :func:`decode_envelope` would refuse it at this stage (size, JSON shape, version)."""
+    if len(data) > MAX_MESSAGE:
+        return None
+    try:
+        wire = _envelope_decoder.decode(data)
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        return None
+    return wire if wire.v == ENVELOPE_VERSION else None
+
+
+def seal_bytes(text: str) -> bytes:
+    """The 64 bytes of a seal's canonical base64 text, or ``MalformedSegment``."""
+    return _seal_bytes(text)
 
 
 def decode_envelope(data: bytes) -> Envelope:
@@ -220,8 +237,8 @@ def decode_envelope(data: bytes) -> Envelope:
     if wire.v != ENVELOPE_VERSION:
         raise MalformedSegment(f"unknown envelope version {wire.v!r}")
     return Envelope(
-        wire.v, wire.host, _identity(wire.run), _identity(wire.unit_id),
-        _identity(wire.grants_id), segment_from_wire(wire.segment),
+        wire.v, wire.host, identity(wire.run), identity(wire.unit_id),
+        identity(wire.grants_id), segment_from_wire(wire.segment),
     )
 
 

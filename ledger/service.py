@@ -38,11 +38,11 @@ from fleet.fold import (
     RunSlot,
     decide_envelope,
     decode,
-    seal_item,
 )
+from fleet.fold_fast import fast_decide, wire_seal_item
 from fleet.note import Signer, parse_note
 from fleet.subjects import CHECKPOINTS, STREAM, rejection_subject
-from fleet.wire import Envelope
+from fleet.wire import EnvelopeWire, envelope_wire, identity
 from ledger.api import LedgerApi
 from ledger.keys import load_or_create_signer
 from ledger.puller import Delivery, Puller, ack_all, nak
@@ -68,6 +68,9 @@ class LedgerConfig:
     run_cache: int = 50_000
     # A second process verifying half of each large batch's seals (0: all in line).
     seal_workers: int = 1
+    # Decide the common message by fleet.fold_fast (False: every one by the reference path;
+    # the tests fold with both and compare the stores).
+    fast_path: bool = True
     # anchors.base.AnchorConfig entries; anchored by a task beside the fold (anchors.runner).
     anchors: list[Any] = field(default_factory=list)
 
@@ -77,11 +80,12 @@ class Prepared:
     """A decoded batch whose seals are being checked (see :meth:`Ledger.prepare`)."""
 
     msgs: list[tuple[int, str, bytes]]
-    envs: list[Envelope | Refused]
+    wires: list[EnvelopeWire | None]  # None: refused at decoding (the reference path says how)
     hosts: Mapping[str, HostEntry]
     hosts_version: int
     sealed: list[int]  # positions in ``msgs`` whose seals are in ``seals``, in order
     seals: SealTicket
+    runs: set[bytes]  # the runs of the messages with seals
 
 
 WAIT_ENV = "FLEET_NATS_WAIT"
@@ -218,12 +222,14 @@ class Ledger:
         if refresh_hosts:
             self._refresh_hosts()
         hosts = self._hosts
-        envs = [decode(subject, data) for _seq, subject, data in msgs]
-        wanted = [(n, seal_item(e, hosts)) for n, e in enumerate(envs)
-                  if not isinstance(e, Refused)]
-        found = [(n, item) for n, item in wanted if item is not None]
+        wires = [envelope_wire(data) for _seq, _subject, data in msgs]
+        found = [(n, item) for n, item in (
+            (n, None if w is None else wire_seal_item(w, hosts)) for n, w in enumerate(wires))
+            if item is not None]
         ticket = self._sealer.submit([item for _, item in found], share_in_line)
-        return Prepared(msgs, envs, hosts, self._hosts_version, [n for n, _ in found], ticket)
+        runs = {identity(wires[n].run) for n, _ in found}  # type: ignore[union-attr]
+        return Prepared(msgs, wires, hosts, self._hosts_version, [n for n, _ in found], ticket,
+                        runs)
 
     def finish(self, prepared: Prepared) -> tuple[list[Incoming], int]:
         """Decide a prepared batch's messages above the watermark and commit them."""
@@ -261,6 +267,7 @@ class Ledger:
         for n, ok in zip(prepared.sealed, self._sealer.collect(prepared.seals), strict=True):
             seals[n] = ok
         hosts = prepared.hosts
+        fast = self.config.fast_path
         watermark = self.store.watermark()
         batch: list[Incoming] = []
         top = watermark
@@ -275,7 +282,7 @@ class Ledger:
         # The batch's runs that are not cached, read in one query; those the store lacks
         # are new runs, not looked up again one by one.
         runs = self._runs
-        unseen = {e.run for e in prepared.envs if not isinstance(e, Refused)} - runs.keys()
+        unseen = prepared.runs - runs.keys()
         for run, slot in self.store.load_runs(unseen).items():
             self._remember(run, slot)
         absent = unseen - runs.keys()
@@ -285,14 +292,17 @@ class Ledger:
                 return None
             return self._get_run(run)
 
-        for (seq, subject, data), env, seal_ok in zip(prepared.msgs, prepared.envs, seals,
-                                                      strict=True):
+        for (seq, subject, data), wire, seal_ok in zip(prepared.msgs, prepared.wires, seals,
+                                                       strict=True):
             if seq <= watermark:
                 continue
-            if isinstance(env, Refused):
-                decision: Accepted | Refused = env
-            else:
-                decision = decide_envelope(subject, env, seq, hosts, get_run, head_at, seal_ok)
+            decision: Accepted | Refused | None = None
+            if wire is not None and fast:
+                decision = fast_decide(subject, wire, seq, hosts, get_run, seal_ok)
+            if decision is None:  # not the happy path: the reference path names the rule
+                env = decode(subject, data)
+                decision = env if isinstance(env, Refused) else decide_envelope(
+                    subject, env, seq, hosts, get_run, head_at, seal_ok)
             if isinstance(decision, Accepted):
                 batch_heads[(decision.run, decision.index)] = decision.head
                 if decision.created:
@@ -465,6 +475,7 @@ class Ledger:
             raise
         self.healthy = True
         self.health_detail = "ok"
+        await self._checkpoint_if_due()  # a timed one, also while the stream is quiet
 
     async def _start_commit(self, msgs: list[Delivery], prepared: Prepared) -> None:
         """Decide and write a batch, then start its commit on the commit thread. The store
@@ -501,9 +512,14 @@ class Ledger:
         await ack_all(self.nc, msgs[-1])
         self.stream_last_seq = max(self.stream_last_seq, msgs[-1].seq)
         await self._publish_refusals(batch)
-        if self.checkpoint_due():
+        await self._checkpoint_if_due()
+
+    async def _checkpoint_if_due(self) -> None:
+        """Sign and publish a checkpoint when N leaves or T ms have passed since the last
+        (only between commits: the store then holds exactly what was committed)."""
+        if self._committing is None and self.checkpoint_due():
             note = self.sign_checkpoint()
-            if note is not None:
+            if note is not None and self.nc is not None:
                 await self.nc.publish(CHECKPOINTS, note.encode())
 
     async def _abandon(self) -> None:

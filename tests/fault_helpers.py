@@ -16,6 +16,7 @@ import asyncio
 import contextlib
 import json
 import os
+import random
 import signal
 import sqlite3
 import subprocess
@@ -363,6 +364,23 @@ def seed_hosts(data: Path, hosts: list[tuple[str, str, int, int | None]]) -> Non
             "INSERT INTO hosts (name, public_key, enrolled_after, revoked_after, enrolled_at)"
             " VALUES (?, ?, ?, ?, 0)", hosts)
     store.close()
+
+
+def fold_in_random_batches(stream: list[tuple[int, str, bytes]], data: Path,
+                           rng: random.Random, largest: int, **config: Any) -> None:
+    """Fold ``stream`` into the store in ``data`` by a ledger's own ``fold_messages``, in
+    batches of random sizes up to ``largest``, then close the store."""
+    from ledger.service import Ledger, LedgerConfig
+
+    ledger = Ledger(LedgerConfig(data_dir=data, servers=[], **config))
+    try:
+        i = 0
+        while i < len(stream):
+            n = rng.randint(1, largest)
+            ledger.fold_messages(stream[i:i + n])
+            i += n
+    finally:
+        ledger.store.close()
 
 
 def reference_fold(messages: list[tuple[int, str, bytes]],

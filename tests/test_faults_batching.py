@@ -7,8 +7,11 @@ replica): the log and every refusal must come out the same, byte for byte.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import random
+from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from test_fuzz_fold import mutate, reseal
@@ -59,30 +62,38 @@ def test_batch_size_does_not_change_any_decision(tmp_path: Path, batch: int) -> 
     whole.check_leaves()
 
 
-async def _fold_over_nats(url: str, stream: list[tuple[int, str, bytes]], data: Path,
-                          hosts: list[tuple[str, str, int, int | None]], batch: int) -> None:
+@contextlib.asynccontextmanager
+async def _running_ledger(url: str, data: Path, hosts: list[tuple[str, str, int, int | None]],
+                          **config: Any) -> AsyncIterator[tuple[Any, Any]]:
+    """(ledger, jetstream) with the ledger folding in a task; stopped on exit."""
     from ledger.service import Ledger, LedgerConfig, connect
     from ledger.stream import ensure_stream
 
     nc = await connect([url], name="batching-test")
     js = nc.jetstream(timeout=10.0)
     await ensure_stream(js)
-    for _seq, subject, payload in stream:
-        await js.publish(subject, payload)
     seed_hosts(data, hosts)
-    ledger = Ledger(LedgerConfig(data_dir=data, servers=[url], name="pipelined", batch=batch))
+    ledger = Ledger(LedgerConfig(data_dir=data, servers=[url], **config))
     stop = asyncio.Event()
     task = asyncio.create_task(ledger.run(stop))
     try:
-        for _ in range(600):
-            if ledger.store.watermark() >= len(stream):
-                break
-            await asyncio.sleep(0.05)
+        yield ledger, js
     finally:
         stop.set()
         await task
         await ledger.close()
         await nc.drain()
+
+
+async def _fold_over_nats(url: str, stream: list[tuple[int, str, bytes]], data: Path,
+                          hosts: list[tuple[str, str, int, int | None]], batch: int) -> None:
+    async with _running_ledger(url, data, hosts, name="pipelined", batch=batch) as (led, js):
+        for _seq, subject, payload in stream:
+            await js.publish(subject, payload)
+        for _ in range(600):
+            if led.store.watermark() >= len(stream):
+                break
+            await asyncio.sleep(0.05)
 
 
 @pytest.mark.parametrize("batch", [5, 16])
@@ -104,3 +115,26 @@ def test_the_pipelined_fold_over_nats_decides_as_one_batch(
     assert (over_nats.size, over_nats.root, over_nats.segments) == (
         whole.size, whole.root, whole.segments)
     assert over_nats.rejections == whole.rejections
+
+
+async def _quiet_checkpoint(url: str, data: Path) -> tuple[int, int | None]:
+    run = sealed_run("h1", "quiet-checkpoint", "eprec")
+    hosts = [("h1", encode_key(bytes(host_key("h1").verify_key)), 0, None)]
+    async with _running_ledger(url, data, hosts, name="quiet", checkpoint_every=10**6,
+                               checkpoint_ms=200) as (led, js):
+        for subject, payload in run.messages:
+            await js.publish(subject, payload)
+        for _ in range(100):  # the stream stays quiet from here on
+            last = led.store.last_checkpoint()
+            if last is not None and last[0] == len(run.messages):
+                return len(run.messages), last[0]
+            await asyncio.sleep(0.05)
+    return len(run.messages), None
+
+
+def test_a_timed_checkpoint_is_signed_while_the_stream_is_quiet(
+        tmp_path: Path, nats_server: NatsServer) -> None:
+    """checkpoint_ms applies after the last batch too: no later message is needed for the
+    leaves already folded to get a signed checkpoint."""
+    count, signed = asyncio.run(_quiet_checkpoint(nats_server.url, tmp_path / "quiet"))
+    assert signed == count

@@ -24,6 +24,7 @@ from fault_helpers import (
     RULES,
     LedgerProc,
     fleet,
+    fold_in_random_batches,
     host_key,
     host_rows,
     reference_fold,
@@ -159,8 +160,6 @@ def test_mutants_through_the_ledgers_fold_and_store(tmp_path: Path) -> None:
     genuine segments."""
     from test_fuzz_fold import GENUINE
 
-    from ledger.service import Ledger, LedgerConfig
-
     from fault_helpers import RULES as rules
 
     rng = random.Random(777)
@@ -183,15 +182,7 @@ def test_mutants_through_the_ledgers_fold_and_store(tmp_path: Path) -> None:
         msgs.append((subject, body))
     msgs += queue
     stream = [(i, s, d) for i, (s, d) in enumerate(msgs, start=1)]
-    ledger = Ledger(LedgerConfig(data_dir=data, servers=[]))
-    try:
-        i = 0
-        while i < len(stream):
-            n = rng.randint(1, 600)
-            ledger.fold_messages(stream[i:i + n])
-            i += n
-    finally:
-        ledger.store.close()
+    fold_in_random_batches(stream, data, rng, 600)
     summary = store_summary(data)
     assert summary.watermark == len(stream)
     assert summary.size + len(summary.rejections) == len(stream)

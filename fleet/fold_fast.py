@@ -1,0 +1,137 @@
+"""The fold's happy path: one message decided from its wire form, without core objects.
+
+Most messages a ledger folds are the next segment of a run it holds, from an enrolled host,
+sealed and valid. :func:`fast_decide` decides exactly those, with the byte-level steps of
+:mod:`fleet.verify_fast` (canonical bytes assembled from the wire fields, a few hashes) and
+changes the run's state as :meth:`fleet.record.RunState.apply` would. Anything else (a
+refusal of any kind, a replay, a gap, an undecodable field) returns ``None`` before any
+state is touched, and the caller decides the message by the reference path,
+:func:`fleet.fold.decide_envelope`, which names the rule. Tests hold the two paths to the
+same logs and refusals on genuine and mutated streams.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Callable, Mapping
+
+from blake3 import blake3
+
+from fleet.address import parse_address, parse_addresses
+from fleet.errors import FleetError
+from fleet.fold import Accepted, HostEntry, RunSlot
+from fleet.leaf import encode_leaf
+from fleet.record import RunState, genesis
+from fleet.seal import seal_message
+from fleet.segment import ImageSnapshot, Snapshot, TranscriptSnapshot
+from fleet.subjects import segment_subject
+from fleet.verify_fast import NotFast, apply_step, segment_addresses, step
+from fleet.wire import ENVELOPE_VERSION, EnvelopeWire, identity, seal_bytes
+
+# What a field the fast path cannot vouch for raises (the reference path then decides).
+_CANNOT = (NotFast, FleetError, ValueError, KeyError, TypeError, struct.error, OverflowError)
+
+
+def wire_seal_item(
+    wire: EnvelopeWire, hosts: Mapping[str, HostEntry]
+) -> tuple[bytes, bytes, bytes] | None:
+    """:func:`fleet.fold.seal_item` from the wire form: the same (key, sealed message, seal)
+    for a message that decodes, ``None`` for an unknown host or a field that does not."""
+    entry = hosts.get(wire.host)
+    if entry is None:
+        return None
+    seg = wire.segment
+    try:
+        return (bytes(entry.verify_key),
+                seal_message(identity(wire.run), seg.index, parse_address(seg.head)),
+                seal_bytes(seg.seal))
+    except _CANNOT:
+        return None
+
+
+def fast_decide(
+    subject: str,
+    wire: EnvelopeWire,
+    stream_seq: int,
+    hosts: Mapping[str, HostEntry],
+    get_run: Callable[[bytes], RunSlot | None],
+    seal_ok: bool | None,
+) -> Accepted | None:
+    """The message accepted (its run's state advanced), or ``None``: not the happy path,
+    nothing changed, decide it by the reference path."""
+    if seal_ok is not True or wire.v != ENVELOPE_VERSION:
+        return None
+    try:
+        return _decide(subject, wire, stream_seq, hosts, get_run)
+    except _CANNOT:
+        return None
+
+
+def _decide(
+    subject: str,
+    wire: EnvelopeWire,
+    stream_seq: int,
+    hosts: Mapping[str, HostEntry],
+    get_run: Callable[[bytes], RunSlot | None],
+) -> Accepted | None:
+    host = wire.host
+    # ``identity`` parses strictly, so the run's text is its canonical form here.
+    if subject != segment_subject(host, wire.run):
+        return None
+    entry = hosts.get(host)
+    if entry is None or stream_seq <= entry.enrolled_after or (
+            entry.revoked_after is not None and stream_seq > entry.revoked_after):
+        return None
+    run = identity(wire.run)
+    unit, grants = identity(wire.unit_id), identity(wire.grants_id)
+    seg = wire.segment
+    slot = get_run(run)
+    created = slot is None
+    if slot is None:
+        if seg.index != 1 or genesis(unit, grants) != run:
+            return None
+        state = RunState.open(unit, grants)
+    else:
+        state = slot.state
+        if slot.host != host or state.unit_id != unit or state.grants_id != grants:
+            return None
+        if seg.index != state.index + 1:
+            return None
+    raws = parse_addresses(segment_addresses([seg]))
+    if raws is None:
+        return None
+    take = iter(raws).__next__
+    stated = take()
+    held = None if state.parked is None else state.parked.canonical() + state.parked_manifest
+    st = step(seg, take, state.phase, held)
+    head = blake3(state.head + st.body).digest()
+    if head != stated:
+        return None
+    # Accepted: change the state as RunState.apply does for this segment.
+    if slot is None:
+        slot = RunSlot(host, state)
+    index = state.index + 1
+    apply_step(st, index, state.energy, state.wait)
+    if st.parked is not held:
+        state.parked, state.parked_manifest = _park(st.parked)
+    state.index = index
+    state.head = head
+    state.phase = st.phase
+    return Accepted(host, run, index, head, _KIND[type(seg).__name__], encode_leaf(
+        run, index, head), slot, created)
+
+
+def _park(park: bytes | None) -> tuple[Snapshot | None, bytes | None]:
+    """The snapshot and manifest behind park bytes (snapshot canonical || manifest)."""
+    if park is None:
+        return None, None
+    form = park[32]
+    if form == 0x02:
+        return TranscriptSnapshot(park[:32]), park[33:]
+    if form == 0x01:
+        return ImageSnapshot(park[:32], park[33:65]), park[65:]
+    return ImageSnapshot(park[:32]), park[33:]
+
+
+_KIND = {"ExecutedWire": "executed", "SuspendedWire": "suspended", "ResumedWire": "resumed",
+         "ClosedWire": "closed"}

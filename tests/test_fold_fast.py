@@ -1,0 +1,102 @@
+"""The fold's happy path (fleet.fold_fast) decides exactly as the reference path.
+
+The same streams (genuine runs of every shape, interleaved with mutants, reseals by a lying
+host, replays and garbage) are folded by two ledgers, one deciding the common message by
+the fast path and one deciding everything by the reference path; their stores must be
+identical row for row: leaves, segments, run states (energy, wait tracker, parked
+snapshot), refusals with their rules and details.
+"""
+
+from __future__ import annotations
+
+import random
+import sqlite3
+from pathlib import Path
+
+import pytest
+from test_fuzz_fold import GENUINE, mutate, reseal
+
+import fleet.fold_fast
+from fleet.seal import encode_key
+from ledger import service
+
+from fault_helpers import fold_in_random_batches, host_key, sealed_run, seed_hosts
+
+HOSTS = [("h1", encode_key(bytes(host_key("h1").verify_key)), 0, None),
+         ("h2", encode_key(bytes(host_key("h2").verify_key)), 0, None),
+         ("gone", encode_key(bytes(host_key("gone").verify_key)), 0, 40)]
+
+
+def _stream(seed: int, count: int) -> list[tuple[int, str, bytes]]:
+    rng = random.Random(seed)
+    extra = [m for i, plan in enumerate(["eeeeeeeeec", "epreprepreprec", "eeepr", "epc", "c"])
+             for m in sealed_run("h2", f"fast-{seed}-{i}", plan).messages]
+    by_run: dict[str, list[tuple[str, bytes]]] = {}
+    for subject, data in list(GENUINE) + extra:
+        by_run.setdefault(subject, []).append((subject, data))
+    runs = list(by_run.values())
+    rng.shuffle(runs)
+    queue = []  # runs interleaved, each in its own order
+    while any(runs):
+        for r in runs:
+            if r:
+                queue.append(r.pop(0))
+    msgs: list[tuple[str, bytes]] = []
+    while queue or len(msgs) < count:
+        roll = rng.random()
+        if queue and (roll < 0.6 or len(msgs) >= count):
+            msgs.append(queue.pop(0))
+        elif msgs and roll < 0.7:
+            msgs.append(rng.choice(msgs))  # a replay
+        elif roll < 0.85:
+            subject, data, _ = reseal(rng, *rng.choice(GENUINE))
+            msgs.append((subject, data))
+        else:
+            msgs.append(mutate(rng, *rng.choice(GENUINE)))
+    return [(i, s, d) for i, (s, d) in enumerate(msgs, start=1)]
+
+
+def _fold(stream: list[tuple[int, str, bytes]], data: Path, fast: bool, seed: int) -> None:
+    seed_hosts(data, HOSTS)
+    fold_in_random_batches(stream, data, random.Random(seed), 300, fast_path=fast,
+                           seal_workers=0)
+
+
+def _dump(data: Path) -> dict[str, list[tuple[object, ...]]]:
+    db = sqlite3.connect(f"file:{data / 'ledger.db'}?mode=ro", uri=True)
+    try:
+        return {table: [tuple(r) for r in db.execute(f"SELECT {cols} FROM {table} ORDER BY 1, 2")]
+                for table, cols in (
+                    ("segments", "run, idx, head, kind, leaf_index, stream_seq, payload"),
+                    ("runs", "run, host, segments, head, phase, state, first_seq, last_seq"),
+                    ("rejections", "stream_seq, subject, host, run, idx, rule, detail, payload"),
+                    ("tree_nodes", "id, hashes"),
+                    ("meta", "key, value"))}
+    finally:
+        db.close()
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_fast_and_reference_paths_build_the_same_store(tmp_path: Path,
+                                                        monkeypatch: pytest.MonkeyPatch,
+                                                        seed: int) -> None:
+    stream = _stream(seed, 1500)
+    taken: list[bool] = []
+    real = fleet.fold_fast.fast_decide
+
+    def counting(*args, **kwargs):  # type: ignore[no-untyped-def]
+        decision = real(*args, **kwargs)
+        taken.append(decision is not None)
+        return decision
+
+    monkeypatch.setattr(service, "fast_decide", counting)
+    _fold(stream, tmp_path / "fast", True, seed)
+    _fold(stream, tmp_path / "reference", False, seed)
+    fast, reference = _dump(tmp_path / "fast"), _dump(tmp_path / "reference")
+    assert fast == reference
+    accepted = len(fast["segments"])
+    # The fast path decided every accepted message, and only those.
+    assert sum(taken) == accepted > 60
+    assert len(fast["rejections"]) > 300
+    kinds = {row[3] for row in fast["segments"]}
+    assert kinds == {"executed", "suspended", "resumed", "closed"}
