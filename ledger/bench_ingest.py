@@ -140,11 +140,19 @@ async def publish_all(js: Any, messages: list[Message], window: int = 256,
     return acked
 
 
-async def wait_folded(ledger: Ledger, js: Any, timeout: float = 600.0) -> None:
+async def wait_folded(ledger: Ledger, js: Any, timeout: float = 600.0,
+                      last_seq: int | None = None) -> None:
+    """Until the ledger's watermark reaches the stream's end (``last_seq`` where it is known
+    beforehand: then the wait asks the server nothing, and costs the ledger's process
+    nothing but a local read every 10 ms)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        info = await js.stream_info(STREAM)
-        if ledger.store.watermark() >= info.state.last_seq:
+        if last_seq is None:
+            info = await js.stream_info(STREAM)
+            end = info.state.last_seq
+        else:
+            end = last_seq
+        if ledger.store.watermark() >= end:
             return
         await asyncio.sleep(0.01)
     raise TimeoutError("the ledger did not catch up")
@@ -170,7 +178,7 @@ async def fold_rates(workdir: Path, messages: list[Message], keys: dict[str, Sig
             start = time.perf_counter()
             await ledger.start()
             task = asyncio.create_task(ledger.run(stop))
-            await wait_folded(ledger, js)
+            await wait_folded(ledger, js, last_seq=len(messages))
             rates.append(len(messages) / (time.perf_counter() - start))
             stop.set()
             await task
