@@ -56,13 +56,15 @@ def fast_decide(
     hosts: Mapping[str, HostEntry],
     get_run: Callable[[bytes], RunSlot | None],
     seal_ok: bool | None,
+    stated: bytes | None = None,
 ) -> Accepted | None:
     """The message accepted (its run's state advanced), or ``None``: not the happy path,
-    nothing changed, decide it by the reference path."""
+    nothing changed, decide it by the reference path. ``stated``: the segment's head as
+    already parsed for its seal check (it is parsed here otherwise)."""
     if seal_ok is not True or wire.v != ENVELOPE_VERSION:
         return None
     try:
-        return _decide(subject, wire, stream_seq, hosts, get_run)
+        return _decide(subject, wire, stream_seq, hosts, get_run, stated)
     except _CANNOT:
         return None
 
@@ -73,6 +75,7 @@ def _decide(
     stream_seq: int,
     hosts: Mapping[str, HostEntry],
     get_run: Callable[[bytes], RunSlot | None],
+    stated: bytes | None,
 ) -> Accepted | None:
     host = wire.host
     # ``identity`` parses strictly, so the run's text is its canonical form here.
@@ -98,8 +101,10 @@ def _decide(
         if seg.index != state.index + 1:
             return None
     # A handful of addresses: one strict parse each is cheaper than the batched parse here.
-    take = iter([parse_address(text) for text in segment_addresses([seg])]).__next__
-    stated = take()
+    texts = segment_addresses([seg])
+    if stated is None:
+        stated = parse_address(texts[0])
+    take = iter([parse_address(text) for text in texts[1:]]).__next__
     held = None if state.parked is None else state.parked.canonical() + state.parked_manifest
     st = step(seg, take, state.phase, held)
     head = blake3(state.head + st.body).digest()

@@ -170,7 +170,7 @@ async def fold_rates(workdir: Path, messages: list[Message], keys: dict[str, Sig
         rates = []
         for n in range(repeats):
             ledger = Ledger(LedgerConfig(data_dir=workdir / f"ledger-fold-{n}",
-                                         servers=[server.url], name=f"bench{n}", batch=1024,
+                                         servers=[server.url], name=f"bench{n}",
                                          checkpoint_every=10**9, checkpoint_ms=10**9))
             for name, key in keys.items():
                 ledger.store.enroll(name, _b64(key))
@@ -189,14 +189,14 @@ async def fold_rates(workdir: Path, messages: list[Message], keys: dict[str, Sig
 
 
 async def lean_pull_rate(nc: Any, js: Any, count: int) -> float:
-    """The ledger's own pull (:class:`ledger.puller.Puller`, batches of 1024, AckAll) with
+    """The ledger's own pull (:class:`ledger.puller.Puller`, batches of 2048, AckAll) with
     no work: the transport the fold runs on."""
     durable = await ensure_consumer(js, "bench-lean", 0)
     puller = await Puller(nc, STREAM, durable).start()
     got = 0
     start = time.perf_counter()
     while got < count:
-        batch = await puller.fetch(1024, timeout=5.0)
+        batch = await puller.fetch(2048, timeout=5.0)
         got += len(batch)
         await ack_all(nc, batch[-1])
     elapsed = time.perf_counter() - start

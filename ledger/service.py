@@ -62,7 +62,9 @@ class LedgerConfig:
     nkey: Path | None = None
     replicas: int = 1
     dedup_window_s: float = 120.0
-    batch: int = 512
+    # Messages per fetch and per commit: large enough that per-batch costs (the commit's
+    # fsync, the pull request, the seal worker round trip) vanish per message.
+    batch: int = 2048
     checkpoint_every: int = 1000
     checkpoint_ms: int = 1000
     run_cache: int = 50_000
@@ -86,6 +88,7 @@ class Prepared:
     sealed: list[int]  # positions in ``msgs`` whose seals are in ``seals``, in order
     seals: SealTicket
     runs: set[bytes]  # the runs of the messages with seals
+    heads: list[bytes]  # their stated heads, parsed for the seal check
 
 
 WAIT_ENV = "FLEET_NATS_WAIT"
@@ -228,8 +231,10 @@ class Ledger:
             if item is not None]
         ticket = self._sealer.submit([item for _, item in found], share_in_line)
         runs = {identity(wires[n].run) for n, _ in found}  # type: ignore[union-attr]
+        # A sealed message ends with the head: ``... || index:u64 || head[32]``.
+        heads = [item[1][-32:] for _, item in found]
         return Prepared(msgs, wires, hosts, self._hosts_version, [n for n, _ in found], ticket,
-                        runs)
+                        runs, heads)
 
     def finish(self, prepared: Prepared) -> tuple[list[Incoming], int]:
         """Decide a prepared batch's messages above the watermark and commit them."""
@@ -264,8 +269,11 @@ class Ledger:
 
     def _decide(self, prepared: Prepared) -> tuple[list[Incoming], int]:
         seals: list[bool | None] = [None] * len(prepared.msgs)
-        for n, ok in zip(prepared.sealed, self._sealer.collect(prepared.seals), strict=True):
+        heads: list[bytes | None] = [None] * len(prepared.msgs)
+        for n, ok, head in zip(prepared.sealed, self._sealer.collect(prepared.seals),
+                               prepared.heads, strict=True):
             seals[n] = ok
+            heads[n] = head
         hosts = prepared.hosts
         fast = self.config.fast_path
         watermark = self.store.watermark()
@@ -292,13 +300,13 @@ class Ledger:
                 return None
             return self._get_run(run)
 
-        for (seq, subject, data), wire, seal_ok in zip(prepared.msgs, prepared.wires, seals,
-                                                       strict=True):
+        for (seq, subject, data), wire, seal_ok, head in zip(prepared.msgs, prepared.wires,
+                                                             seals, heads, strict=True):
             if seq <= watermark:
                 continue
             decision: Accepted | Refused | None = None
             if wire is not None and fast:
-                decision = fast_decide(subject, wire, seq, hosts, get_run, seal_ok)
+                decision = fast_decide(subject, wire, seq, hosts, get_run, seal_ok, head)
             if decision is None:  # not the happy path: the reference path names the rule
                 env = decode(subject, data)
                 decision = env if isinstance(env, Refused) else decide_envelope(
