@@ -5,8 +5,9 @@ All three phases run in one process against one fresh nats-server, on the same m
 (a) raw: publish N messages of the sealed segments' median size with nats-py (a window of
     acks in flight), then pull-consume them in batches with no processing;
 (b) fold: the same N sealed segments pre-filled into a fresh stream, then a ledger started
-    on it, timed until its watermark reaches the stream's last sequence; three fresh
-    ledgers in turn (the median is reported), then the ledger's own puller alone on the
+    on it (connected, API and seal worker up, as (a)'s consumer is before its clock starts),
+    timed from the start of its fold loop until its watermark reaches the stream's end; three
+    fresh ledgers in turn (the median is reported), then the ledger's own puller alone on the
     same stream (``lean_pull_per_s``: the transport the fold runs on);
 (c) end to end: hosts publish sealed segments at a paced rate (with the host protocol's
     Nats-Msg-Id and expected-last-subject-sequence headers) while the ledger folds and signs
@@ -175,8 +176,10 @@ async def fold_rates(workdir: Path, messages: list[Message], keys: dict[str, Sig
             for name, key in keys.items():
                 ledger.store.enroll(name, _b64(key))
             stop = asyncio.Event()
-            start = time.perf_counter()
+            # Set up (connection, API, seal worker process) before the clock starts, as the
+            # raw baseline's consumer is: this phase times the fold.
             await ledger.start()
+            start = time.perf_counter()
             task = asyncio.create_task(ledger.run(stop))
             await wait_folded(ledger, js, last_seq=len(messages))
             rates.append(len(messages) / (time.perf_counter() - start))

@@ -360,7 +360,14 @@ class Ledger:
     # -- the service loop -----------------------------------------------------------------
 
     async def start(self) -> None:
+        """Connect, provision the stream, start the API (and anchors) and the seal worker;
+        :meth:`run` then folds."""
         cfg = self.config
+        if cfg.seal_workers:
+            try:
+                await asyncio.get_running_loop().run_in_executor(None, self._sealer.start)
+            except Exception as exc:  # in line is slower, never wrong
+                log.warning("no seal worker (%s); verifying seals in line", exc)
         self.nc = await connect(cfg.servers, cfg.nkey, name=f"fleet-ledger-{cfg.name}")
         self.js = self.nc.jetstream(timeout=10.0)
         await ensure_stream(self.js, cfg.replicas, cfg.dedup_window_s)
@@ -399,11 +406,6 @@ class Ledger:
         if self.nc is None:
             await self.start()
         assert self.js is not None and self.nc is not None
-        if self.config.seal_workers:
-            try:
-                await asyncio.get_running_loop().run_in_executor(None, self._sealer.start)
-            except Exception as exc:  # in line is slower, never wrong
-                log.warning("no seal worker (%s); verifying seals in line", exc)
         backoff = 0.2
         sub = None
         while not stop.is_set():
