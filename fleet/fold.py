@@ -27,7 +27,6 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 import msgspec
-from nacl.exceptions import BadSignatureError
 from nacl.signing import VerifyKey
 
 from fleet.address import id_text
@@ -48,7 +47,7 @@ from fleet.errors import (
 )
 from fleet.leaf import encode_leaf
 from fleet.record import RunState, chain, genesis
-from fleet.seal import check_seal, seal_message
+from fleet.seal import check_seal
 from fleet.subjects import SEGMENTS, segment_subject
 from fleet.verify import fold_sealed
 from fleet.wire import Envelope, decode_envelope
@@ -109,31 +108,21 @@ def decode(subject: str, data: bytes) -> Envelope | Refused:
         return Refused(exc.rule, str(exc), subject_host(subject), None, _position(exc))
 
 
-def seal_item(
-    env: Envelope, hosts: Mapping[str, HostEntry]
-) -> tuple[bytes, bytes, bytes] | None:
-    """(host public key, sealed message, seal) to check, or ``None`` for an unknown host.
+def seal_valid(env: Envelope, hosts: Mapping[str, HostEntry]) -> bool | None:
+    """Whether the seal verifies under the host's enrolled key (``None``: no such host).
 
     A seal depends on nothing but the message and the key, so a ledger may check a whole
     batch's seals (on another core, say) before the serial fold and hand the verdicts to
-    :func:`decide_envelope`.
+    :func:`decide_envelope` (the ledger builds them from the wire form:
+    :func:`fleet.fold_fast.wire_seal_item`).
     """
     entry = hosts.get(env.host)
     if entry is None:
         return None
     s = env.sealed
-    return bytes(entry.verify_key), seal_message(env.run, s.index, s.head), s.seal
-
-
-def seal_valid(env: Envelope, hosts: Mapping[str, HostEntry]) -> bool | None:
-    """Whether the seal verifies under the host's enrolled key (``None``: no such host)."""
-    item = seal_item(env, hosts)
-    if item is None:
-        return None
-    public, message, signature = item
     try:
-        VerifyKey(public).verify(message, signature)
-    except (BadSignatureError, ValueError, TypeError):
+        check_seal(entry.verify_key, env.run, s.index, s.head, s.seal)
+    except BadSeal:
         return False
     return True
 

@@ -35,8 +35,9 @@ _CANNOT = (NotFast, FleetError, ValueError, KeyError, TypeError, struct.error, O
 def wire_seal_item(
     wire: EnvelopeWire, hosts: Mapping[str, HostEntry]
 ) -> tuple[bytes, bytes, bytes] | None:
-    """:func:`fleet.fold.seal_item` from the wire form: the same (key, sealed message, seal)
-    for a message that decodes, ``None`` for an unknown host or a field that does not."""
+    """(host public key, sealed message, seal) from the wire form, the check
+    :func:`fleet.fold.seal_valid` makes for the decoded message; ``None`` for an unknown host
+    or a field that does not decode."""
     entry = hosts.get(wire.host)
     if entry is None:
         return None

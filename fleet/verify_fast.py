@@ -10,7 +10,6 @@ Tests hold the two paths to the same verdicts on random and mutated records.
 
 from __future__ import annotations
 
-import binascii
 import struct
 from collections.abc import Callable
 from typing import NamedTuple
@@ -24,7 +23,7 @@ from fleet.attestation import DOMAIN as ATTESTATION_DOMAIN
 from fleet.errors import RecordError
 from fleet.phases import FRESH, TRANSITIONS
 from fleet.record import Energy
-from fleet.seal import SEAL_DOMAIN
+from fleet.seal import seal_message
 from fleet.segment import (
     CLOSED,
     EXECUTED,
@@ -44,10 +43,10 @@ from fleet.wire import (
     ResumedWire,
     SnapshotWire,
     SuspendedWire,
+    seal_bytes,
 )
 
 _RECEIPT = struct.Struct(">QB")
-_INDEX = struct.Struct(">Q")
 
 
 class NotFast(Exception):
@@ -102,13 +101,6 @@ def _text(value: str) -> bytes:
         raw = encode_text(value, "text")
         if len(_TEXTS) < 4096:
             _TEXTS[value] = raw
-    return raw
-
-
-def _seal(text: str) -> bytes:
-    raw = binascii.a2b_base64(text, strict_mode=True)
-    if len(raw) != 64 or binascii.b2a_base64(raw, newline=False).decode() != text:
-        raise NotFast
     return raw
 
 
@@ -205,7 +197,7 @@ def _walk(
             raise NotFast
         st = step(wire, take, phase, parked)
         if verify is not None:
-            verify(SEAL_DOMAIN + run + _INDEX.pack(index) + stated, _seal(wire.seal))
+            verify(seal_message(run, index, stated), seal_bytes(wire.seal))
         head = blake3(head + st.body).digest()
         if head != stated:
             raise NotFast

@@ -29,7 +29,7 @@ import msgspec
 
 from fleet.address import format_address, parse_address
 from fleet.attestation import Attestation, make_attestation
-from fleet.errors import MalformedSegment, RecordError, ValueOutOfRange
+from fleet.errors import FleetError, MalformedSegment, RecordError, ValueOutOfRange
 from fleet.segment import (
     CLOSED,
     EXECUTED,
@@ -149,7 +149,8 @@ class Envelope(msgspec.Struct, frozen=True):
 # -- decoding ------------------------------------------------------------------------------
 
 
-def _seal_bytes(text: str) -> bytes:
+def seal_bytes(text: str) -> bytes:
+    """The 64 bytes of a seal's canonical base64 text, or ``MalformedSegment``."""
     try:
         raw = binascii.a2b_base64(text, strict_mode=True)
     except (binascii.Error, ValueError, TypeError) as exc:
@@ -198,7 +199,7 @@ def _segment_from_wire(wire: SegmentWire) -> SealedSegment:
         )
     else:
         segment = ClosedSegment()
-    return SealedSegment(wire.index, segment, parse_address(wire.head), _seal_bytes(wire.seal),
+    return SealedSegment(wire.index, segment, parse_address(wire.head), seal_bytes(wire.seal),
                          attestation)
 
 
@@ -211,23 +212,14 @@ _record_decoder = msgspec.json.Decoder(RecordWire)
 
 def envelope_wire(data: bytes) -> EnvelopeWire | None:
     """The message's wire struct for the fold's fast path, or ``None`` where
-    :func:`decode_envelope` would refuse it at this stage (size, JSON shape, version)."""
-    if len(data) > MAX_MESSAGE:
-        return None
+    :func:`decode_envelope` refuses it before its fields (size, JSON shape, version)."""
     try:
-        wire = _envelope_decoder.decode(data)
-    except (msgspec.DecodeError, msgspec.ValidationError):
+        return _wire(data)
+    except FleetError:
         return None
-    return wire if wire.v == ENVELOPE_VERSION else None
 
 
-def seal_bytes(text: str) -> bytes:
-    """The 64 bytes of a seal's canonical base64 text, or ``MalformedSegment``."""
-    return _seal_bytes(text)
-
-
-def decode_envelope(data: bytes) -> Envelope:
-    """Decode one NATS message; anything undecodable is ``MalformedSegment``."""
+def _wire(data: bytes) -> EnvelopeWire:
     if len(data) > MAX_MESSAGE:
         raise ValueOutOfRange(f"a message of {len(data)} bytes exceeds {MAX_MESSAGE}")
     try:
@@ -236,6 +228,12 @@ def decode_envelope(data: bytes) -> Envelope:
         raise MalformedSegment(f"undecodable segment message: {exc}") from None
     if wire.v != ENVELOPE_VERSION:
         raise MalformedSegment(f"unknown envelope version {wire.v!r}")
+    return wire
+
+
+def decode_envelope(data: bytes) -> Envelope:
+    """Decode one NATS message; anything undecodable is ``MalformedSegment``."""
+    wire = _wire(data)
     return Envelope(
         wire.v, wire.host, identity(wire.run), identity(wire.unit_id),
         identity(wire.grants_id), segment_from_wire(wire.segment),

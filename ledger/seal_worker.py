@@ -87,13 +87,14 @@ class SealTicket:
 class SealWorker:
     """One worker process, started on demand and replaced by in-line checks if it fails.
 
-    Two ways to use it. :meth:`verify` answers a batch at once, the worker taking half.
     :meth:`submit` and :meth:`collect` let the ledger overlap a batch's seals with the
     previous batch's fold: it submits batch k+1, folds and commits batch k, then collects
-    k+1. At most one request is in the worker at a time (a second submit first reads the
-    answer of the one before), so the pipe never fills and a write never waits on the
-    worker. The share the ledger checks itself adapts: it grows while the worker's answer is
-    late when collected (the worker is the bottleneck) and shrinks while it is early.
+    k+1 (a caller with nothing to do meanwhile submits with ``share_in_line=0.5`` and
+    checks half itself). At most one request is in the worker at a time (a second submit
+    first reads the answer of the one before), so the pipe never fills and a write never
+    waits on the worker. The share the ledger checks itself adapts: it grows while the
+    worker's answer is late when collected (the worker is the bottleneck) and shrinks while
+    it is early.
     """
 
     MIN_SPLIT = 64
@@ -109,10 +110,6 @@ class SealWorker:
             self._proc = subprocess.Popen(
                 [sys.executable, "-m", "ledger.seal_worker"], stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
-
-    def verify(self, items: list[Item]) -> list[bool]:
-        """Verdicts for ``items``: the worker takes the second half while we do the first."""
-        return self.collect(self.submit(items, 0.5))
 
     def submit(self, items: list[Item], share_in_line: float | None = None) -> SealTicket:
         """Hand a batch's seals to the worker and return; the caller checks

@@ -33,8 +33,9 @@ def test_worker_verdicts_equal_in_line_verdicts():
     worker = SealWorker()
     worker.start()
     try:
-        assert worker.verify(batch) == expected
-        assert worker.verify(batch[:10]) == expected[:10]  # small batches stay in line
+        assert worker.collect(worker.submit(batch, 0.5)) == expected
+        # small batches stay in line
+        assert worker.collect(worker.submit(batch[:10], 0.5)) == expected[:10]
     finally:
         worker.close()
 
@@ -49,7 +50,7 @@ def test_a_killed_worker_falls_back_to_in_line_checks():
     os.kill(pid, signal.SIGKILL)
     worker._proc.wait(5)
     try:
-        assert worker.verify(batch) == verify_many(batch)
+        assert worker.collect(worker.submit(batch, 0.5)) == verify_many(batch)
         assert worker._proc is None
     finally:
         worker.close()
