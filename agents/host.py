@@ -42,11 +42,18 @@ KEY_FILE = "host.key"
 PUB_FILE = "host.pub"
 
 
+class HostKeyError(ValueError):
+    """A host key file that does not hold a key."""
+
+
 def load_or_create_key(data_dir: Path) -> SigningKey:
     """The host's sealing key (base64 seed in ``host.key``, mode 0600), created once."""
     path = data_dir / KEY_FILE
     if path.exists():
-        return SigningKey(base64.b64decode(path.read_text().strip(), validate=True))
+        try:
+            return SigningKey(base64.b64decode(path.read_text().strip(), validate=True))
+        except (ValueError, TypeError) as exc:  # binascii.Error, a wrong seed length
+            raise HostKeyError(f"{path} does not hold a base64 Ed25519 seed: {exc}") from None
     key = SigningKey.generate()
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     with os.fdopen(fd, "w") as f:

@@ -102,10 +102,11 @@ class LedgerApi:
 
     async def status(self, body: dict[str, Any]) -> Any:
         led = self.ledger
-        lag = await led.stream_lag()  # a NATS request: not under the store lock
+        end = await led.refresh_stream_end()  # a NATS request: not under the store lock
         async with led.store_lock:
             return views.status(led.store, origin=led.origin,
-                                vkey=led.signer.verifier().text(), lag=lag,
+                                vkey=led.signer.verifier().text(),
+                                lag=max(0, end - led.store.watermark()),
                                 healthy=led.healthy, detail=led.health_detail)
 
     async def checkpoint(self, body: dict[str, Any]) -> Any:

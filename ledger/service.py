@@ -196,6 +196,10 @@ class Ledger:
     def _remember(self, run: bytes, slot: RunSlot) -> None:
         self._runs[run] = slot
         self._runs.move_to_end(run)
+
+    def _trim_runs(self) -> None:
+        """Forget the least recently used runs beyond ``run_cache``: only between batches,
+        never inside one, where a run's advanced or new state is held nowhere else."""
         while len(self._runs) > self.config.run_cache:
             self._runs.popitem(last=False)
 
@@ -268,6 +272,7 @@ class Ledger:
             return batch, top
 
     def _decide(self, prepared: Prepared) -> tuple[list[Incoming], int]:
+        self._trim_runs()
         seals: list[bool | None] = [None] * len(prepared.msgs)
         heads: list[bytes | None] = [None] * len(prepared.msgs)
         for n, ok, head in zip(prepared.sealed, self._sealer.collect(prepared.seals),
@@ -315,7 +320,7 @@ class Ledger:
                 batch_heads[(decision.run, decision.index)] = decision.head
                 if decision.created:
                     self._remember(decision.run, decision.slot)
-                    absent.discard(decision.run)  # stored from now on, even if evicted
+                    absent.discard(decision.run)  # cached from now on
             batch.append(Incoming(seq, subject, data, decision))
             top = max(top, seq)
         return batch, top
@@ -454,14 +459,16 @@ class Ledger:
         committed at once, so a quiet stream adds no latency.
         """
         pending, committing = self._pending, self._committing
-        try:
-            msgs: list[Delivery] = await sub.fetch(
-                self.config.batch, timeout=0.25, linger=pending is None and committing is None)
-        except (TimeoutError, FetchTimeoutError, nats.errors.TimeoutError):
-            msgs = []
         self._pending = None
-        unacked = [b[0] for b in (committing, pending) if b is not None] + [msgs]
+        msgs: list[Delivery] = []
+        unacked = [b[0] for b in (committing, pending) if b is not None]
         try:
+            try:
+                msgs = await sub.fetch(self.config.batch, timeout=0.25,
+                                       linger=pending is None and committing is None)
+            except (TimeoutError, FetchTimeoutError, nats.errors.TimeoutError):
+                msgs = []
+            unacked.append(msgs)
             new = None
             if msgs:
                 new = (msgs, self.prepare([(m.seq, m.subject, m.data) for m in msgs],
@@ -493,13 +500,18 @@ class Ledger:
         await self.store_lock.acquire()
         try:
             batch, _ = self.decide_and_write(prepared)
+            done: asyncio.Future[None] | None = None
+            if batch:
+                try:
+                    done = asyncio.get_running_loop().run_in_executor(self._committer,
+                                                                      self.store.commit)
+                except BaseException:
+                    self.store.rollback()
+                    self._runs.clear()
+                    raise
         except BaseException:
             self.store_lock.release()
             raise
-        done: asyncio.Future[None] | None = None
-        if batch:
-            done = asyncio.get_running_loop().run_in_executor(self._committer,
-                                                              self.store.commit)
         self._committing = (msgs, batch, done)
 
     async def _settle(self) -> None:
@@ -511,7 +523,8 @@ class Ledger:
         msgs, batch, done = committing
         try:
             if done is not None:
-                await done
+                # Shielded: a cancelled wait must not release the lock mid-commit.
+                await asyncio.shield(done)
         except BaseException:
             # The decisions advanced cached run states that were never stored.
             self._runs.clear()
@@ -558,13 +571,14 @@ class Ledger:
             with contextlib.suppress(Exception):
                 await self.nc.publish(rejection_subject(d.host), msgspec.json.encode(body))
 
-    async def stream_lag(self) -> int:
-        if self.js is None:
-            return 0
-        with contextlib.suppress(Exception):
-            info = await self.js.stream_info(STREAM)
-            self.stream_last_seq = info.state.last_seq
-        return max(0, self.stream_last_seq - self.store.watermark())
+    async def refresh_stream_end(self) -> int:
+        """The stream's last sequence, asked of the server (the last known if it does not
+        answer); the lag is that minus the watermark, read under the store lock."""
+        if self.js is not None:
+            with contextlib.suppress(Exception):
+                info = await self.js.stream_info(STREAM)
+                self.stream_last_seq = info.state.last_seq
+        return self.stream_last_seq
 
     async def close(self) -> None:
         if self._anchor_task is not None:

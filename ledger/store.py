@@ -298,6 +298,11 @@ class LedgerStore:
             self.conn.execute("ROLLBACK")
             raise
 
+    def rollback(self) -> None:
+        """Abandon the open transaction, if any."""
+        if self.conn.in_transaction:
+            self.conn.execute("ROLLBACK")
+
     def commit(self) -> None:
         """Commit the open transaction, or roll it back if the commit fails (full disk): the
         connection is never left inside a failed transaction. Safe to run in a thread while
@@ -305,8 +310,7 @@ class LedgerStore:
         try:
             self.conn.execute("COMMIT")
         except BaseException:
-            if self.conn.in_transaction:
-                self.conn.execute("ROLLBACK")
+            self.rollback()
             raise
 
     def _write(self, batch: Sequence[Incoming], watermark: int) -> int:

@@ -21,7 +21,14 @@ from fleet.subjects import SEGMENTS
 from ledger.natsd import NatsServer
 from ledger.seal_worker import SealWorker
 
-from fault_helpers import host_key, reference_fold, sealed_run, seed_hosts, store_summary
+from fault_helpers import (
+    fold_in_random_batches,
+    host_key,
+    reference_fold,
+    sealed_run,
+    seed_hosts,
+    store_summary,
+)
 
 
 def _stream() -> list[tuple[int, str, bytes]]:
@@ -138,3 +145,16 @@ def test_a_timed_checkpoint_is_signed_while_the_stream_is_quiet(
     leaves already folded to get a signed checkpoint."""
     count, signed = asyncio.run(_quiet_checkpoint(nats_server.url, tmp_path / "quiet"))
     assert signed == count
+
+
+def test_a_run_cache_smaller_than_a_batch_changes_no_decision(tmp_path: Path) -> None:
+    """Run states advanced or created inside a batch are never evicted before the batch is
+    stored: with a cache of one run, batches holding four interleaved runs decide as one."""
+    stream = _stream()
+    hosts = [("h1", encode_key(bytes(host_key("h1").verify_key)), 0, None)]
+    whole = reference_fold(stream, hosts, tmp_path / "whole", batch=len(stream))
+    seed_hosts(tmp_path / "tiny", hosts)
+    fold_in_random_batches(stream, tmp_path / "tiny", random.Random(5), 40, run_cache=1)
+    tiny = store_summary(tmp_path / "tiny")
+    assert (tiny.size, tiny.root, tiny.segments) == (whole.size, whole.root, whole.segments)
+    assert tiny.rejections == whole.rejections

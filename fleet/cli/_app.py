@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sqlite3
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -24,10 +25,6 @@ class CheckFailed(click.ClickException):
         click.echo(self.format_message(), err=True)
 
 
-def fail(message: str) -> CheckFailed:
-    return CheckFailed(message)
-
-
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="fleet-ledger")
 def cli() -> None:
@@ -35,10 +32,19 @@ def cli() -> None:
 
 
 def run(entry: Callable[..., Any]) -> None:
+    """Run the group. A file the user named that cannot be read or written, or a database
+    that is not one, ends every command the same way: one line, exit 2, no traceback."""
     try:
         entry(standalone_mode=True)
     except KeyboardInterrupt:
         sys.exit(130)
+    except OSError as exc:
+        where = f": {exc.filename}" if exc.filename else ""
+        click.echo(f"Error: {exc.strerror or exc}{where}", err=True)
+        sys.exit(UserError.exit_code)
+    except sqlite3.DatabaseError as exc:
+        click.echo(f"Error: {exc}", err=True)
+        sys.exit(UserError.exit_code)
 
 
 @cli.group()

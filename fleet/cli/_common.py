@@ -24,6 +24,11 @@ def nats_options(fn: F) -> F:
     return fn
 
 
+def split_servers(url: str) -> list[str]:
+    """The server URLs of a ``--nats`` value (comma separated)."""
+    return [u.strip() for u in url.split(",") if u.strip()]
+
+
 def api(url: str, endpoint: str, body: dict[str, Any] | None = None,
         nkey: Path | None = None, timeout: float = 10.0) -> Any:
     """Call the ledger; one readable line and a non-zero exit when that fails."""

@@ -11,8 +11,9 @@ from typing import Any
 
 import click
 
-from fleet.cli._app import CheckFailed, cli
+from fleet.cli._app import CheckFailed, UserError, cli
 from fleet.cli._common import progress, progress_done
+from ledger.natsd import NatsServerError
 
 
 async def _wait_folded(ledger: Any, js: Any, timeout: float) -> None:
@@ -123,6 +124,8 @@ def demo(hosts: int, runs: int, keep: Path | None, as_json: bool) -> None:
         else:
             with tempfile.TemporaryDirectory(prefix="fleet-demo-") as tmp:
                 summary = asyncio.run(_demo(Path(tmp), hosts, runs))
+    except NatsServerError as exc:
+        raise UserError(f"cannot start nats-server: {exc}") from None
     finally:
         progress_done()
     if as_json:

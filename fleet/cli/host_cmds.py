@@ -12,7 +12,7 @@ from typing import Any
 import click
 
 from fleet.cli._app import CheckFailed, UserError, cli
-from fleet.cli._common import emit_json, progress, progress_done
+from fleet.cli._common import emit_json, progress, progress_done, split_servers
 
 
 @cli.group()
@@ -81,7 +81,7 @@ def host_revoke(name: str, data: Path) -> None:
 def host_simulate(hosts: int, runs: int, url: str, data: Path, name: str | None,
                   nkey: Path | None, enroll_into: Path | None, as_json: bool) -> None:
     """Record and stream simulated runs; a killed simulator resumes where it stopped."""
-    servers = [u.strip() for u in url.split(",") if u.strip()]
+    servers = split_servers(url)
     if hosts == 1:
         summary = _one_host(name or "host", data, runs, servers, nkey, enroll_into)
         if as_json:
@@ -137,7 +137,7 @@ def host_simulate(hosts: int, runs: int, url: str, data: Path, name: str | None,
 
 def _one_host(name: str, host_dir: Path, runs: int, servers: list[str], nkey: Path | None,
               enroll_into: Path | None) -> dict:
-    from agents.host import load_or_create_key
+    from agents.host import HostKeyError, load_or_create_key
     from agents.simulate import simulate_host
     from fleet.seal import encode_key
     from fleet.subjects import check_host_name
@@ -150,7 +150,10 @@ def _one_host(name: str, host_dir: Path, runs: int, servers: list[str], nkey: Pa
     if enroll_into is not None:
         from ledger.store import StoreError
 
-        key = load_or_create_key(host_dir)
+        try:
+            key = load_or_create_key(host_dir)
+        except HostKeyError as exc:
+            raise UserError(str(exc)) from None
         store = _store(enroll_into)
         try:
             known = {h["name"]: h for h in store.host_rows()}
@@ -169,7 +172,7 @@ def _one_host(name: str, host_dir: Path, runs: int, servers: list[str], nkey: Pa
 
     try:
         return asyncio.run(simulate_host(name, host_dir, runs, servers, nkey, on_progress=show))
-    except NatsUnreachable as exc:
+    except (NatsUnreachable, HostKeyError) as exc:
         raise UserError(str(exc)) from None
     except OSError as exc:
         raise UserError(f"cannot reach NATS at {','.join(servers)}: {exc}") from None

@@ -13,7 +13,7 @@ from typing import Any
 import click
 
 from fleet.cli._app import UserError, cli
-from fleet.cli._common import api, emit_json, nats_options
+from fleet.cli._common import api, emit_json, nats_options, split_servers
 
 
 def _ledger_config(data: Path, servers: list[str], **kw: Any) -> Any:
@@ -82,7 +82,7 @@ def ledger_serve(url: str, data: Path, nkey: Path | None, name: str, origin: str
     from fleet.cli.anchor_cmds import load_anchors_option
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
-    servers = [u.strip() for u in url.split(",") if u.strip()]
+    servers = split_servers(url)
     config = _ledger_config(data, servers, name=name, origin=origin, nkey=nkey,
                             replicas=replicas, checkpoint_every=checkpoint_every,
                             checkpoint_ms=checkpoint_ms, dedup_window_s=dedup_window,
@@ -133,7 +133,7 @@ def up(data: Path, url: str | None, nats_port: int, sim_hosts: int, runs: int, n
                                 die_with_parent=True).start()
             url = server.url
         click.echo(f"nats: {url}", err=True)
-        config = _ledger_config(data / "ledger", [url], name=name, origin=origin,
+        config = _ledger_config(data / "ledger", split_servers(url), name=name, origin=origin,
                                 replicas=replicas, checkpoint_every=checkpoint_every,
                                 checkpoint_ms=checkpoint_ms, dedup_window_s=dedup_window,
                                 anchors=anchors)

@@ -45,7 +45,7 @@ def witness_keygen(name: str, out_dir: Path) -> None:
 
 def _listen(text: str) -> tuple[str, int]:
     host, sep, port = text.rpartition(":")
-    if not sep or not port.isdigit():
+    if not sep or not port.isdigit() or int(port) > 65535:
         raise UserError(f"--listen {text!r} is not HOST:PORT")
     return host or "127.0.0.1", int(port)
 
@@ -74,9 +74,13 @@ def witness_serve(key_file: Path, log_vkeys: tuple[str, ...], state_dir: Path, l
     except (OSError, MalformedKey) as exc:
         raise UserError(f"cannot load witness key {key_file}: {exc}") from None
     logs = load_verifiers(log_vkeys)
+    address = _listen(listen)
     try:
-        httpd = WitnessHTTPServer(_listen(listen), Witness(signer, logs, state_dir),
-                                  prefix=prefix)
+        state = Witness(signer, logs, state_dir)
+    except (OSError, ValueError, KeyError) as exc:
+        raise UserError(f"cannot load witness state in {state_dir}: {exc}") from None
+    try:
+        httpd = WitnessHTTPServer(address, state, prefix=prefix)
     except OSError as exc:
         raise UserError(f"cannot listen on {listen}: {exc.strerror or exc}") from None
 
