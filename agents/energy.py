@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import math
 import os
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -220,11 +219,6 @@ def image_park_idle(
         joules += memory_w_per_gb * memory_bytes / GB * seconds
         meter += f"+mem@{_num(memory_w_per_gb)}W/GB"
     return _estimate(joules, meter)
-
-
-def park_seconds(parked_at: float, resumed_at: float | None = None) -> float:
-    """Seconds between two ``time.time()`` stamps (now if ``resumed_at`` is None)."""
-    return max(0.0, (time.time() if resumed_at is None else resumed_at) - parked_at)
 
 
 def _check_park(size: int, seconds: float) -> None:

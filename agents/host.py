@@ -29,7 +29,7 @@ import msgspec
 from nacl.signing import SigningKey
 
 from agents.outbox import DEFAULT_LIMIT_BYTES, DEFAULT_RESERVE, Outbox
-from fleet.address import format_address, parse_address
+from fleet.address import format_address
 from fleet.builder import RecordBuilder
 from fleet.run_codec import state_from_json, state_to_json
 from fleet.seal import encode_key
@@ -101,9 +101,6 @@ class Host:
         hr._catch_up()
         return hr
 
-    def run_ids(self) -> list[str]:
-        return [r for (r,) in self._db.execute("SELECT run FROM runs ORDER BY rowid")]
-
     def _save(self, run: str, builder: RecordBuilder) -> None:
         self._db.execute("INSERT INTO runs (run, state) VALUES (?, ?) ON CONFLICT(run)"
                          " DO UPDATE SET state = excluded.state",
@@ -171,4 +168,4 @@ class HostRun:
         return self._emit(self.builder.close)
 
 
-__all__ = ["Host", "HostRun", "load_or_create_key", "parse_address"]
+__all__ = ["Host", "HostKeyError", "HostRun", "load_or_create_key"]

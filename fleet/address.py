@@ -53,11 +53,6 @@ def parse_address(text: object) -> bytes:
         raise MalformedAddress(f"not a b3: content address: {_show(text)}") from exc
 
 
-def address_of(data: bytes) -> str:
-    """Text address of ``data``'s BLAKE3 digest."""
-    return format_address(digest(data))
-
-
 def _show(value: object) -> str:
     text = repr(value)
     return text if len(text) <= 60 else text[:57] + "..."

@@ -50,7 +50,7 @@ from fleet.record import RunState, chain, genesis
 from fleet.seal import check_seal
 from fleet.subjects import SEGMENTS, segment_subject
 from fleet.verify import fold_sealed
-from fleet.wire import Envelope, decode_envelope
+from fleet.wire import Envelope, EnvelopeWire, decode_envelope, envelope_from_wire
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,10 +100,11 @@ def subject_host(subject: str) -> str | None:
     return None
 
 
-def decode(subject: str, data: bytes) -> Envelope | Refused:
-    """The message's envelope, or its refusal when it does not decode."""
+def decode(subject: str, data: bytes, wire: EnvelopeWire | None = None) -> Envelope | Refused:
+    """The message's envelope, or its refusal when it does not decode; ``wire``: its wire
+    form where :func:`fleet.wire.envelope_wire` already decoded it (not decoded again)."""
     try:
-        return decode_envelope(data)
+        return decode_envelope(data) if wire is None else envelope_from_wire(wire)
     except FleetError as exc:
         return Refused(exc.rule, str(exc), subject_host(subject), None, _position(exc))
 

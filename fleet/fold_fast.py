@@ -23,10 +23,25 @@ from fleet.fold import Accepted, HostEntry, RunSlot
 from fleet.leaf import encode_leaf
 from fleet.record import RunState, genesis
 from fleet.seal import seal_message
-from fleet.segment import ImageSnapshot, Snapshot, TranscriptSnapshot
+from fleet.segment import (
+    CLOSED,
+    EXECUTED,
+    RESUMED,
+    SUSPENDED,
+)
 from fleet.subjects import segment_subject
 from fleet.verify_fast import NotFast, apply_step, segment_addresses, step
-from fleet.wire import ENVELOPE_VERSION, EnvelopeWire, identity, seal_bytes
+from fleet.wire import (
+    ENVELOPE_VERSION,
+    ClosedWire,
+    EnvelopeWire,
+    ExecutedWire,
+    ResumedWire,
+    SuspendedWire,
+    identity,
+    seal_bytes,
+    snapshot_from_wire,
+)
 
 # What a field the fast path cannot vouch for raises (the reference path then decides).
 _CANNOT = (NotFast, FleetError, ValueError, KeyError, TypeError, struct.error, OverflowError)
@@ -108,34 +123,28 @@ def _decide(
     take = iter([parse_address(text) for text in texts[1:]]).__next__
     held = None if state.parked is None else state.parked.canonical() + state.parked_manifest
     st = step(seg, take, state.phase, held)
-    head = blake3(state.head + st.body).digest()
+    head = blake3(state.head + st[0]).digest()
     if head != stated:
         return None
-    # Accepted: change the state as RunState.apply does for this segment.
+    # Accepted: change the state as RunState.apply does for this segment (the park's
+    # objects built first, so nothing that can raise runs once the state has changed).
+    if type(seg) is SuspendedWire:
+        parked = snapshot_from_wire(seg.snapshot), parse_address(seg.manifest)
+    elif type(seg) is ResumedWire:
+        parked = None, None
+    else:
+        parked = state.parked, state.parked_manifest
     if slot is None:
         slot = RunSlot(host, state)
     index = state.index + 1
     apply_step(st, index, state.energy, state.wait)
-    if st.parked is not held:
-        state.parked, state.parked_manifest = _park(st.parked)
+    state.parked, state.parked_manifest = parked
     state.index = index
     state.head = head
-    state.phase = st.phase
-    return Accepted(host, run, index, head, _KIND[type(seg).__name__], encode_leaf(
-        run, index, head), slot, created)
+    state.phase = st[1]
+    return Accepted(host, run, index, head, _KIND[type(seg)], encode_leaf(run, index, head),
+                    slot, created)
 
 
-def _park(park: bytes | None) -> tuple[Snapshot | None, bytes | None]:
-    """The snapshot and manifest behind park bytes (snapshot canonical || manifest)."""
-    if park is None:
-        return None, None
-    form = park[32]
-    if form == 0x02:
-        return TranscriptSnapshot(park[:32]), park[33:]
-    if form == 0x01:
-        return ImageSnapshot(park[:32], park[33:65]), park[65:]
-    return ImageSnapshot(park[:32]), park[33:]
-
-
-_KIND = {"ExecutedWire": "executed", "SuspendedWire": "suspended", "ResumedWire": "resumed",
-         "ClosedWire": "closed"}
+_KIND = {ExecutedWire: EXECUTED, SuspendedWire: SUSPENDED, ResumedWire: RESUMED,
+         ClosedWire: CLOSED}

@@ -127,7 +127,7 @@ class RunState:
     ) -> tuple[str, bytes]:
         """The phase and head ``segment`` would lead to, or the named refusal; changes nothing."""
         nxt = self.check(segment, attestation)
-        return nxt, digest(self.head + segment.canonical())
+        return nxt, chain(self.head, segment)
 
     def advance(self, segment: Segment, attestation: Attestation | None = None) -> bytes:
         """Fold ``segment`` and return the new head; a refusal leaves the state unchanged."""

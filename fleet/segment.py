@@ -75,21 +75,21 @@ def check_provenance(value: object) -> str:
     return value  # type: ignore[return-value]
 
 
-# Meters, outcomes and provenance texts repeat across segments: their checked encodings are
-# memoised (bounded; a refused text raises and is never stored).
-_TEXTS: dict[tuple[str, int], bytes] = {}
+# Meters and outcomes repeat across segments: their checked encodings are memoised
+# (bounded; a refused text raises and is never stored).
+_TEXTS: dict[str, bytes] = {}
 
 
 def encode_text(value: object, what: str, limit: int = MAX_TEXT) -> bytes:
     """``len:u16 || utf8`` of a non-empty text without control characters."""
-    if type(value) is str:
-        held = _TEXTS.get((value, limit))
-        if held is not None:
-            return held
-    raw = _encode_text(value, what, limit)
-    if len(_TEXTS) < 4096:
-        _TEXTS[(value, limit)] = raw  # type: ignore[index]
-    return raw
+    if limit != MAX_TEXT:
+        return _encode_text(value, what, limit)
+    held = _TEXTS.get(value) if type(value) is str else None
+    if held is None:
+        held = _encode_text(value, what, limit)
+        if len(_TEXTS) < 4096:
+            _TEXTS[value] = held  # type: ignore[index]
+    return held
 
 
 def _encode_text(value: object, what: str, limit: int) -> bytes:

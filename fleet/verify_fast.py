@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Callable
-from typing import NamedTuple
 
 from blake3 import blake3
 from nacl.exceptions import BadSignatureError
@@ -91,19 +90,6 @@ def _u64(value: int) -> int:
     return value
 
 
-_TEXTS: dict[str, bytes] = {}
-
-
-def _text(value: str) -> bytes:
-    """``text()`` bytes of a meter or outcome; they repeat across segments, so memoised."""
-    raw = _TEXTS.get(value)
-    if raw is None:
-        raw = encode_text(value, "text")
-        if len(_TEXTS) < 4096:
-            _TEXTS[value] = raw
-    return raw
-
-
 def fast_check(
     record: RecordWire, run: bytes, verify_key: VerifyKey | None
 ) -> tuple[int, bytes, str, Energy, WaitTracker] | None:
@@ -114,16 +100,17 @@ def fast_check(
         return None
 
 
-class Step(NamedTuple):
-    """What one segment does to a run, worked out before anything is changed."""
-
-    body: bytes  # its canonical bytes (the head is BLAKE3(previous head || body))
-    phase: str  # the phase after it
-    parked: bytes | None  # the park held after it: snapshot canonical bytes || manifest
-    receipt: tuple[str, int] | None  # (provenance, uj) of an executed interval
-    idle: tuple[str, int] | None  # (provenance, uj) of a resume's idle energy
-    executed: bool
-    calls: CallsWire | None  # an executed interval's call account (None: unaccounted)
+# What one segment does to a run, worked out before anything is changed (a plain tuple:
+# one is built per segment on the verifier's and the fold's hot path):
+#   body      its canonical bytes (the head is BLAKE3(previous head || body))
+#   phase     the phase after it
+#   parked    the park held after it: snapshot canonical bytes || manifest
+#   receipt   (provenance, uj) of an executed interval
+#   idle      (provenance, uj) of a resume's idle energy
+#   executed  whether it is an executed interval
+#   calls     an executed interval's call account (None: unaccounted)
+Step = tuple[bytes, str, bytes | None, tuple[str, int] | None, tuple[str, int] | None, bool,
+             CallsWire | None]
 
 
 def step(wire: object, take: Callable[[], bytes], phase: str, parked: bytes | None) -> Step:
@@ -137,7 +124,7 @@ def step(wire: object, take: Callable[[], bytes], phase: str, parked: bytes | No
         r = obj.receipt
         att = blake3(
             ATTESTATION_DOMAIN + _RECEIPT.pack(_u64(r.uj), PROVENANCES[r.provenance])
-            + _text(r.meter) + take() + _text(obj.outcome)
+            + encode_text(r.meter, "meter") + take() + encode_text(obj.outcome, "outcome")
         ).digest()
         if att != claimed:
             raise NotFast
@@ -146,11 +133,11 @@ def step(wire: object, take: Callable[[], bytes], phase: str, parked: bytes | No
         if calls is not None:
             body += (b"\x01" + encode_ids(calls.dispatched, "dispatched")
                      + encode_ids(calls.resolved, "resolved"))
-        return Step(body, TRANSITIONS[(phase, EXECUTED)], parked, (r.provenance, r.uj), None,
+        return (body, TRANSITIONS[(phase, EXECUTED)], parked, (r.provenance, r.uj), None,
                     True, calls)
     if kind is SuspendedWire:
         park = _snapshot_bytes(wire.snapshot, take) + take()  # type: ignore[attr-defined]
-        return Step(b"\x02" + park, TRANSITIONS[(phase, SUSPENDED)], park, None, None, False,
+        return (b"\x02" + park, TRANSITIONS[(phase, SUSPENDED)], park, None, None, False,
                     None)
     if kind is ResumedWire:
         park = _snapshot_bytes(wire.snapshot, take) + take()  # type: ignore[attr-defined]
@@ -158,22 +145,23 @@ def step(wire: object, take: Callable[[], bytes], phase: str, parked: bytes | No
         if park != parked or _u64(idle_uj) == 0:
             raise NotFast
         body = (b"\x03" + park + _RECEIPT.pack(idle_uj, PROVENANCES[provenance])
-                + _text(wire.idle_meter))  # type: ignore[attr-defined]
-        return Step(body, TRANSITIONS[(phase, RESUMED)], None, None, (provenance, idle_uj),
+                + encode_text(wire.idle_meter, "idle_meter"))  # type: ignore[attr-defined]
+        return (body, TRANSITIONS[(phase, RESUMED)], None, None, (provenance, idle_uj),
                     False, None)
     if kind is ClosedWire:
-        return Step(b"\x04", TRANSITIONS[(phase, CLOSED)], parked, None, None, False, None)
+        return (b"\x04", TRANSITIONS[(phase, CLOSED)], parked, None, None, False, None)
     raise NotFast  # pragma: no cover - the tagged union has no other member
 
 
 def apply_step(st: Step, index: int, energy: Energy, wait: WaitTracker) -> None:
     """Count a step's energy and calls, as :meth:`fleet.record.RunState.apply` does."""
-    if st.receipt is not None:
-        energy.receipts[st.receipt[0]] += st.receipt[1]
-    elif st.idle is not None:
-        energy.idle[st.idle[0]] += st.idle[1]
-    if st.executed:
-        wait.add(index, st.calls)  # type: ignore[arg-type]  # the same two sequences
+    _body, _phase, _parked, receipt, idle, executed, calls = st
+    if receipt is not None:
+        energy.receipts[receipt[0]] += receipt[1]
+    elif idle is not None:
+        energy.idle[idle[0]] += idle[1]
+    if executed:
+        wait.add(index, calls)  # type: ignore[arg-type]  # the same two sequences
 
 
 def _walk(
@@ -198,9 +186,9 @@ def _walk(
         st = step(wire, take, phase, parked)
         if verify is not None:
             verify(seal_message(run, index, stated), seal_bytes(wire.seal))
-        head = blake3(head + st.body).digest()
+        head = blake3(head + st[0]).digest()
         if head != stated:
             raise NotFast
         apply_step(st, index, energy, wait)
-        phase, parked = st.phase, st.parked
+        phase, parked = st[1], st[2]
     return index, head, phase, energy, wait

@@ -160,7 +160,7 @@ def seal_bytes(text: str) -> bytes:
     return raw
 
 
-def _snapshot(wire: SnapshotWire) -> Snapshot:
+def snapshot_from_wire(wire: SnapshotWire) -> Snapshot:
     return make_snapshot(
         fs_root=None if wire.fs_root is None else parse_address(wire.fs_root),
         mem_image=None if wire.mem_image is None else parse_address(wire.mem_image),
@@ -191,10 +191,10 @@ def _segment_from_wire(wire: SegmentWire) -> SealedSegment:
         calls = None if c is None else CallAccount(tuple(c.dispatched), tuple(c.resolved))
         segment = Executed(parse_address(wire.attestation), calls)
     elif type(wire) is SuspendedWire:
-        segment = Suspended(_snapshot(wire.snapshot), parse_address(wire.manifest))
+        segment = Suspended(snapshot_from_wire(wire.snapshot), parse_address(wire.manifest))
     elif type(wire) is ResumedWire:
         segment = make_resumed(
-            _snapshot(wire.snapshot), parse_address(wire.manifest), wire.idle_uj,
+            snapshot_from_wire(wire.snapshot), parse_address(wire.manifest), wire.idle_uj,
             wire.idle_provenance, wire.idle_meter,
         )
     else:
@@ -233,7 +233,12 @@ def _wire(data: bytes) -> EnvelopeWire:
 
 def decode_envelope(data: bytes) -> Envelope:
     """Decode one NATS message; anything undecodable is ``MalformedSegment``."""
-    wire = _wire(data)
+    return envelope_from_wire(_wire(data))
+
+
+def envelope_from_wire(wire: EnvelopeWire) -> Envelope:
+    """The core objects of an envelope already decoded by :func:`envelope_wire` (its
+    fields still checked here: a refusal names the first that fails)."""
     return Envelope(
         wire.v, wire.host, identity(wire.run), identity(wire.unit_id),
         identity(wire.grants_id), segment_from_wire(wire.segment),

@@ -121,15 +121,6 @@ def _conflict(size: int, origin: str) -> Outcome:
     return Outcome(409, SIZE_CONTENT_TYPE, f"{size}\n".encode(), origin=origin)
 
 
-def request_origin(body: bytes) -> str | None:
-    """The origin of the checkpoint in a request body, if it parses that far."""
-    try:
-        request = parse_request(body)
-        return parse_checkpoint(parse_note(request.note)[0]).origin
-    except LogError:
-        return None
-
-
 def decide(
     body: bytes,
     logs: Mapping[str, Sequence[Verifier]],

@@ -29,6 +29,7 @@ from nats.js.api import AckPolicy, ConsumerConfig
 
 from fleet.address import digest, format_address
 from fleet.builder import RecordBuilder
+from fleet.seal import encode_key
 from fleet.segment import CallAccount, make_snapshot
 from fleet.subjects import STREAM, segment_subject
 from fleet.wire import encode_envelope
@@ -174,7 +175,7 @@ async def fold_rates(workdir: Path, messages: list[Message], keys: dict[str, Sig
                                          servers=[server.url], name=f"bench{n}",
                                          checkpoint_every=10**9, checkpoint_ms=10**9))
             for name, key in keys.items():
-                ledger.store.enroll(name, _b64(key))
+                ledger.store.enroll(name, encode_key(bytes(key.verify_key)))
             stop = asyncio.Event()
             # Set up (connection, API, seal worker process) before the clock starts, as the
             # raw baseline's consumer is: this phase times the fold.
@@ -213,8 +214,7 @@ async def end_to_end(workdir: Path, messages: list[Message], keys: dict[str, Sig
         ledger = Ledger(LedgerConfig(data_dir=workdir / "ledger-e2e", servers=[server.url],
                                      name="e2e", checkpoint_every=10**9, checkpoint_ms=100))
         for name, key in keys.items():
-            ledger.store.enroll(name, _b64(key))
-        ledger._hosts = ledger.store.hosts()
+            ledger.store.enroll(name, encode_key(bytes(key.verify_key)))
         stop = asyncio.Event()
         await ledger.start()
         task = asyncio.create_task(ledger.run(stop))
@@ -249,12 +249,6 @@ async def end_to_end(workdir: Path, messages: list[Message], keys: dict[str, Sig
         await ledger.close()
         await nc.drain()
     return len(messages) / elapsed, latencies
-
-
-def _b64(key: SigningKey) -> str:
-    import base64
-
-    return base64.b64encode(bytes(key.verify_key)).decode()
 
 
 async def run_bench(segments: int, rate: float, e2e_segments: int,

@@ -2,8 +2,9 @@
 
 Both give the verdicts of the pure core's :func:`fleet.seal.check_seal` (libsodium's
 ``crypto_sign_verify_detached``); ``fleet verify`` keeps to PyNaCl. ed25519-dalek's
-``verify_strict`` checks a seal in about 55% of libsodium's time on the benchmark machine
-(55 us against 99 us), and seals are most of the fold's CPU. It is reached through the
+``verify_strict`` checks a seal in about three quarters of libsodium's time on the
+benchmark machine (``fleet bench records``: 70 us against 90-96 us), and seals are most of
+the fold's CPU. It is reached through the
 ``solders`` wheel (``pip install 'fleet-ledger[fast]'``), the one maintained PyPI wheel that
 exposes it.
 

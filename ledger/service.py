@@ -313,7 +313,7 @@ class Ledger:
             if wire is not None and fast:
                 decision = fast_decide(subject, wire, seq, hosts, get_run, seal_ok, head)
             if decision is None:  # not the happy path: the reference path names the rule
-                env = decode(subject, data)
+                env = decode(subject, data, wire)
                 decision = env if isinstance(env, Refused) else decide_envelope(
                     subject, env, seq, hosts, get_run, head_at, seal_ok)
             if isinstance(decision, Accepted):

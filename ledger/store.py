@@ -24,7 +24,6 @@ over an older database row) and keeps database rows the file lacks.
 
 from __future__ import annotations
 
-import base64
 import json
 import os
 import sqlite3
@@ -35,7 +34,6 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
-from nacl.signing import VerifyKey
 
 from fleet.address import format_address, id_text, parse_address
 from fleet.fold import Accepted, HostEntry, Refused, RunSlot
@@ -236,7 +234,7 @@ class LedgerStore:
         rows = self.conn.execute(
             "SELECT name, public_key, enrolled_after, revoked_after FROM hosts")
         return {
-            name: HostEntry(name, VerifyKey(base64.b64decode(key)), enrolled, revoked)
+            name: HostEntry(name, decode_key(key), enrolled, revoked)
             for name, key, enrolled, revoked in rows
         }
 
@@ -275,12 +273,6 @@ class LedgerStore:
         return None if row is None else parse_address(row[0])
 
     # -- the batch ------------------------------------------------------------------------
-
-    def commit_batch(self, batch: Sequence[Incoming], watermark: int) -> int:
-        """Write a batch and commit it (:meth:`write_batch`, then :meth:`commit`)."""
-        size = self.write_batch(batch, watermark)
-        self.commit()
-        return size
 
     def write_batch(self, batch: Sequence[Incoming], watermark: int,
                     hosts_version: int | None = None) -> int:

@@ -75,8 +75,8 @@ class TreeStore:
     """The fleet log's Merkle tree on an open SQLite connection.
 
     Methods: :meth:`size`, :meth:`root` (current or any historical size),
-    :meth:`append` (leaf hashes, no commit), :meth:`get_nodes` (hashes of planned node
-    ids), :meth:`inclusion_proof`, :meth:`consistency_proof`.
+    :meth:`append` (leaf hashes, no commit), :meth:`inclusion_proof`,
+    :meth:`consistency_proof`.
     """
 
     def __init__(self, conn: sqlite3.Connection) -> None:
@@ -180,10 +180,6 @@ class TreeStore:
                 raise MissingNode(f"node {level}/{index} is missing from the store")
             out[(level, index)] = item
         return out
-
-    def get_nodes(self, nodes: Iterable[NodeId]) -> dict[NodeId, bytes]:
-        """Hashes of complete-subtree nodes (as planned by :mod:`fleet.merkle`)."""
-        return self._read(nodes, self._sync())
 
     def _prove(self, make_plan: Callable[[int], Plan], size: int | None) -> list[bytes]:
         current = self._sync()

@@ -19,6 +19,7 @@ from test_fuzz_fold import mutate, reseal
 from fleet.seal import encode_key
 from fleet.subjects import SEGMENTS
 from ledger.natsd import NatsServer
+from ledger.puller import Puller
 from ledger.seal_worker import SealWorker
 
 from fault_helpers import (
@@ -71,14 +72,18 @@ def test_batch_size_does_not_change_any_decision(tmp_path: Path, batch: int) -> 
 
 @contextlib.asynccontextmanager
 async def _running_ledger(url: str, data: Path, hosts: list[tuple[str, str, int, int | None]],
+                          before: list[tuple[int, str, bytes]] = (),  # type: ignore[assignment]
                           **config: Any) -> AsyncIterator[tuple[Any, Any]]:
-    """(ledger, jetstream) with the ledger folding in a task; stopped on exit."""
+    """(ledger, jetstream) with the ledger folding in a task; stopped on exit. ``before``
+    is published before the ledger starts (a backlog it then folds in full batches)."""
     from ledger.service import Ledger, LedgerConfig, connect
     from ledger.stream import ensure_stream
 
     nc = await connect([url], name="batching-test")
     js = nc.jetstream(timeout=10.0)
     await ensure_stream(js)
+    for _seq, subject, payload in before:
+        await js.publish(subject, payload)
     seed_hosts(data, hosts)
     ledger = Ledger(LedgerConfig(data_dir=data, servers=[url], **config))
     stop = asyncio.Event()
@@ -94,9 +99,8 @@ async def _running_ledger(url: str, data: Path, hosts: list[tuple[str, str, int,
 
 async def _fold_over_nats(url: str, stream: list[tuple[int, str, bytes]], data: Path,
                           hosts: list[tuple[str, str, int, int | None]], batch: int) -> None:
-    async with _running_ledger(url, data, hosts, name="pipelined", batch=batch) as (led, js):
-        for _seq, subject, payload in stream:
-            await js.publish(subject, payload)
+    async with _running_ledger(url, data, hosts, before=stream, name="pipelined",
+                               batch=batch) as (led, _js):
         for _ in range(600):
             if led.store.watermark() >= len(stream):
                 break
@@ -111,6 +115,15 @@ def test_the_pipelined_fold_over_nats_decides_as_one_batch(
     checking the newer one's seals): through a real server, with the worker splitting even
     these small batches, the log and the refusals equal those of a single in-memory batch."""
     monkeypatch.setattr(SealWorker, "MIN_SPLIT", 2)
+    full_batches = []
+    fetch = Puller.fetch
+
+    async def counting(self, size, timeout, linger=True):  # type: ignore[no-untyped-def]
+        got = await fetch(self, size, timeout, linger)
+        full_batches.append(len(got) == size)  # a full batch is held while the next comes
+        return got
+
+    monkeypatch.setattr(Puller, "fetch", counting)
     # What the stream would hold: messages published on its subjects, numbered in order.
     on_subjects = [(s, d) for _, s, d in _stream()
                    if s.startswith(SEGMENTS + ".") and "" not in s.split(".")]
@@ -122,6 +135,7 @@ def test_the_pipelined_fold_over_nats_decides_as_one_batch(
     assert (over_nats.size, over_nats.root, over_nats.segments) == (
         whole.size, whole.root, whole.segments)
     assert over_nats.rejections == whole.rejections
+    assert sum(full_batches) >= len(stream) // batch - 1  # the backlog went through pipelined
 
 
 async def _quiet_checkpoint(url: str, data: Path) -> tuple[int, int | None]:

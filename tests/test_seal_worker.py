@@ -34,6 +34,8 @@ def test_worker_verdicts_equal_in_line_verdicts():
     worker.start()
     try:
         assert worker.collect(worker.submit(batch, 0.5)) == expected
+        # The worker answered (a dead one would have been replaced by in-line checks).
+        assert worker._proc is not None and worker._proc.poll() is None
         # small batches stay in line
         assert worker.collect(worker.submit(batch[:10], 0.5)) == expected[:10]
     finally:
@@ -104,3 +106,37 @@ def test_request_frames_round_trip_and_refuse_a_short_body():
     assert decode_request(count, frame[8:]) == batch
     with pytest.raises((ValueError, struct.error)):
         decode_request(count + 1, frame[8:])
+
+
+def test_the_worker_exits_when_its_ledger_is_sigkilled(tmp_path):
+    """A SIGKILLed ledger closes nothing, but its end of the pipe closes with it: the
+    worker reads end of input and exits (no orphan left verifying for nobody)."""
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    parent = subprocess.Popen(
+        [sys.executable, "-c", "import time\nfrom ledger.seal_worker import SealWorker\n"
+         "w = SealWorker(); w.start(); print(w._proc.pid, flush=True); time.sleep(60)"],
+        stdout=subprocess.PIPE, text=True)
+    try:
+        worker_pid = int(parent.stdout.readline())
+        os.kill(parent.pid, signal.SIGKILL)
+        parent.wait(10)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            try:
+                stat = Path(f"/proc/{worker_pid}/stat").read_text()
+                state = stat.rsplit(")", 1)[1].split()[0]
+            except FileNotFoundError:
+                break
+            if state == "Z":
+                break
+            time.sleep(0.05)
+        else:
+            raise AssertionError(f"seal worker {worker_pid} outlived its SIGKILLed ledger")
+    finally:
+        if parent.poll() is None:
+            parent.kill()
+            parent.wait(10)

@@ -21,7 +21,6 @@ import json
 import os
 import random
 import resource
-import struct
 import subprocess
 import sys
 import tempfile
@@ -34,17 +33,16 @@ from typing import Any
 import click
 
 from fleet.cli._app import UserError, bench
+from fleet.leaf import encode_leaf
 
 IMPLS = ("ours", "pymerkle")
-_LEAF = struct.Struct(">12s32sQ32s")
 _RUN = sha256(b"bench run").digest()
 
 
 def bench_leaves(start: int, stop: int) -> Iterator[bytes]:
     """Fleet leaves ``start .. stop - 1``: fixed run, segment i + 1, a head derived from i."""
-    pack = _LEAF.pack
     for i in range(start, stop):
-        yield pack(b"fleet.leaf/1", _RUN, i + 1, i.to_bytes(32, "big"))
+        yield encode_leaf(_RUN, i + 1, i.to_bytes(32, "big"))
 
 
 def _percentiles(samples: list[float]) -> tuple[float, float]:

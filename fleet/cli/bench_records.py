@@ -64,12 +64,20 @@ def measure(segments: int, repeats: int) -> dict[str, object]:
         for msg, sig in messages:
             verify(msg, sig)
 
+    from ledger import seal_verifiers
+
+    public = bytes(key)
+    items = [(public, msg, sig) for msg, sig in messages]
+    dalek = seal_verifiers._dalek()
     variants: dict[str, Callable[[], object]] = {
         "chain": lambda: verify_record(chain_rec),
         "sealed": lambda: verify_record(sealed_rec),
         "file": lambda: verify_record(decode_record(data)),
         "bare": bare,
+        "ledger_libsodium": lambda: seal_verifiers.verify_many_libsodium(items),
     }
+    if dalek is not None:
+        variants["ledger_dalek"] = lambda: dalek(items)
     times: dict[str, list[float]] = {k: [] for k in variants}
     for _ in range(repeats):
         for name, fn in variants.items():
@@ -85,6 +93,13 @@ def measure(segments: int, repeats: int) -> dict[str, object]:
         "bare_ed25519_verifies_per_s": round(segments / med["bare"]),
         "sealed_over_bare_time_ratio": round(statistics.median(ratios), 3),
         "file_sealed_segments_per_s": round(segments / med["file"]),
+        # The ledger's batch seal check (ledger/seal_verifiers.py) on the same seals.
+        "ledger_seal_check_us_libsodium": round(med["ledger_libsodium"] / segments * 1e6, 1),
+        **({} if dalek is None else {
+            "ledger_seal_check_us_dalek": round(med["ledger_dalek"] / segments * 1e6, 1),
+            "dalek_over_libsodium_time_ratio": round(statistics.median(
+                d / n for d, n in zip(times["ledger_dalek"], times["ledger_libsodium"],
+                                      strict=True)), 3)}),
         "statistic": "CPU time of this process (one core), median of interleaved rounds; "
                      "chain and sealed verify a decoded record (every head, rule and address "
                      "recomputed), file_sealed adds the JSON decode of the record file",

@@ -34,6 +34,7 @@ async def _demo(workdir: Path, hosts: int, runs: int) -> dict[str, Any]:
     from fleet.checkpoint import open_checkpoint
     from fleet.note import parse_verifier_key
     from fleet.proof_bundle import verify_bundle
+    from fleet.subjects import segment_subject
     from fleet.verify import verify_record
     from fleet.wire import decode_envelope, decode_record
     from ledger import views
@@ -71,8 +72,8 @@ async def _demo(workdir: Path, hosts: int, runs: int) -> dict[str, Any]:
             tampered = json.loads(payload)
             tampered["segment"]["attestation_object"]["receipt"]["uj"] += 1
             env = decode_envelope(payload)
-            await ledger.js.publish(
-                f"fleet.seg.{env.host}.{victim['run'][3:]}", json.dumps(tampered).encode())
+            await ledger.js.publish(segment_subject(env.host, victim["run"]),
+                                    json.dumps(tampered).encode())
             await _wait_folded(ledger, ledger.js, 60.0)
             ledger.sign_checkpoint()
             # Prove a run through the API, as any client would, and check it offline.
