@@ -118,16 +118,7 @@ class LedgerApi:
     async def prove(self, body: dict[str, Any]) -> Any:
         run = _field(body, "run", str)
         index = _field(body, "index", int, required=False)
-        store = self.ledger.store
-        row = store.run_row(run)
-        if row is None:
-            raise views.NotFound(f"no run {run} in this ledger")
-        idx = row["segments"] if index is None else index
-        seg = store.segment(run, idx)
-        if seg is None:
-            raise views.NotFound(f"run {run} has no segment {idx}")
-        checkpoint = self.ledger.checkpoint_covering(seg[1])
-        return views.prove(store, run, idx, checkpoint)
+        return views.prove(self.ledger.store, run, index, self.ledger.checkpoint_covering)
 
     async def consistency(self, body: dict[str, Any]) -> Any:
         store = self.ledger.store

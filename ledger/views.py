@@ -7,6 +7,7 @@ sees the same JSON whether it asks a running ledger or reads a stopped one's fol
 from __future__ import annotations
 
 import base64
+from collections.abc import Callable
 from typing import Any
 
 import msgspec
@@ -65,8 +66,9 @@ def run_status(store: LedgerStore, run: str) -> dict[str, Any]:
 
 
 def prove(store: LedgerStore, run: str, index: int | None,
-          checkpoint: tuple[int, bytes, str]) -> dict[str, Any]:
-    """The proof bundle of segment ``index`` (default: the latest) of ``run``."""
+          checkpoint_for: Callable[[int], tuple[int, bytes, str]]) -> dict[str, Any]:
+    """The proof bundle of segment ``index`` (default: the latest) of ``run``, against the
+    checkpoint ``checkpoint_for(leaf_index)`` gives (one whose tree holds the leaf)."""
     row = store.run_row(run)
     if row is None:
         raise NotFound(f"no run {run} in this ledger")
@@ -75,7 +77,7 @@ def prove(store: LedgerStore, run: str, index: int | None,
     if seg is None:
         raise NotFound(f"run {run} has no segment {idx}")
     head, leaf_index = seg
-    size, _root, note = checkpoint
+    size, _root, note = checkpoint_for(leaf_index)
     leaf = encode_leaf(parse_address(run), idx, parse_address(head))
     bundle = build_bundle(
         origin=parse_checkpoint(parse_note(note)[0]).origin, tree_size=size,
