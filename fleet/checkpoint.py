@@ -20,7 +20,6 @@ must hold a consistency proof from the last size it signed, and it refuses
 from __future__ import annotations
 
 import base64
-import binascii
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -32,7 +31,7 @@ from fleet.log_errors import (
     ShrinkingCheckpoint,
 )
 from fleet.merkle import HASH_SIZE, verify_consistency
-from fleet.note import Signer, Verifier, open_note, sign_note
+from fleet.note import Signer, Verifier, b64decode_strict, open_note, sign_note
 
 _SIZE = re.compile(r"(0|[1-9][0-9]{0,19})\Z")
 _MAX_SIZE = (1 << 63) - 1
@@ -49,7 +48,7 @@ class Checkpoint:
 
     def body(self) -> str:
         """The checkpoint's note text."""
-        lines = [self.origin, str(self.size), base64.b64encode(self.root).decode()]
+        lines = [self.origin, str(self.size), self.root_base64()]
         return "".join(line + "\n" for line in (*lines, *self.extensions))
 
     def root_base64(self) -> str:
@@ -73,10 +72,7 @@ def parse_checkpoint(text: str) -> Checkpoint:
         raise MalformedCheckpoint("checkpoint origin is empty or has control characters")
     if _SIZE.match(size_text) is None or int(size_text) > _MAX_SIZE:
         raise MalformedCheckpoint(f"checkpoint size {size_text[:30]!r} is not a decimal size")
-    try:
-        root = binascii.a2b_base64(root_text.encode("ascii"), strict_mode=True)
-    except (binascii.Error, UnicodeEncodeError) as exc:
-        raise MalformedCheckpoint("checkpoint root is not base64") from exc
+    root = b64decode_strict(root_text, "checkpoint root", MalformedCheckpoint)
     if len(root) != HASH_SIZE:
         raise MalformedCheckpoint(f"checkpoint root is {len(root)} bytes, not {HASH_SIZE}")
     if any(not line for line in extensions):

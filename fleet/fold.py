@@ -47,7 +47,7 @@ from fleet.errors import (
 )
 from fleet.leaf import encode_leaf
 from fleet.record import RunState, chain, genesis
-from fleet.seal import check_seal
+from fleet.seal import bad_seal, check_seal
 from fleet.subjects import SEGMENTS, segment_subject
 from fleet.verify import fold_sealed
 from fleet.wire import Envelope, EnvelopeWire, decode_envelope, envelope_from_wire
@@ -205,7 +205,7 @@ def _decide(
     if index > state.index + 1:
         raise IndexGap(f"segment {index} where {state.index + 1} was next", segment=index)
     if seal_ok is False:
-        raise _bad_seal(index)
+        raise bad_seal(index)
     fold_sealed(state, sealed, None if seal_ok else entry.verify_key)
     return Accepted(env.host, env.run, index, state.head, sealed.segment.kind,
                     encode_leaf(env.run, index, state.head), slot, created)
@@ -224,7 +224,7 @@ def _refuse_old_index(
     if seal_ok is None:
         check_seal(entry.verify_key, env.run, index, sealed.head, sealed.seal)
     elif not seal_ok:
-        raise _bad_seal(index)
+        raise bad_seal(index)
     previous = env.run if index == 1 else head_at(env.run, index - 1)
     held = state.head if index == state.index else head_at(env.run, index)
     if previous is None or held is None:  # pragma: no cover - the store holds every index
@@ -239,8 +239,3 @@ def _refuse_old_index(
     if sealed.head == held:
         raise Replay(f"segment {index} of this run is already folded", segment=index)
     raise Fork(f"the run already holds a different segment {index}", segment=index)
-
-
-def _bad_seal(index: int) -> BadSeal:
-    return BadSeal("the seal does not verify under the host key for this run, index and head",
-                   segment=index)

@@ -78,7 +78,8 @@ def key_id(name: str, public_key: bytes) -> int:
     return int.from_bytes(digest[:4], "big")
 
 
-def _b64decode(text: str, what: str, error: type[Exception]) -> bytes:
+def b64decode_strict(text: str, what: str, error: type[Exception]) -> bytes:
+    """Strict base64 (no stray characters or padding), or ``error`` naming ``what``."""
     try:
         return binascii.a2b_base64(text.encode("ascii"), strict_mode=True)
     except (binascii.Error, UnicodeEncodeError) as exc:
@@ -149,7 +150,7 @@ def parse_key_fields(
         raise MalformedKey(f"{kind} key has an invalid name {name!r}")
     if _KEY_ID.match(id_text) is None:
         raise MalformedKey(f"{kind} key id {id_text!r} is not 8 lowercase hex digits")
-    blob = _b64decode(blob_text, f"{kind} key", MalformedKey)
+    blob = b64decode_strict(blob_text, f"{kind} key", MalformedKey)
     if len(blob) != 33 or blob[0] != alg:
         raise MalformedKey(f"{kind} key is not {alg_text}")
     return int(id_text, 16), blob[1:]
@@ -244,7 +245,7 @@ def parse_note(message: str | bytes) -> tuple[str, list[Signature]]:
         name, _, blob_text = line[len(SIG_PREFIX) :].partition(" ")
         if not valid_name(name) or not blob_text:
             raise MalformedNote(f"malformed signature line: {line[:40]!r}")
-        blob = _b64decode(blob_text, "signature", MalformedNote)
+        blob = b64decode_strict(blob_text, "signature", MalformedNote)
         if len(blob) < 5:
             raise MalformedNote("signature is shorter than a key id and one byte")
         signatures.append(Signature(name, int.from_bytes(blob[:4], "big"), blob[4:]))

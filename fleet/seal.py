@@ -44,10 +44,13 @@ def check_seal(
     try:
         verify_key.verify(seal_message(run, index, head), signature)
     except (BadSignatureError, ValueError, TypeError) as exc:
-        raise BadSeal(
-            "the seal does not verify under the host key for this run, index and head",
-            segment=index,
-        ) from exc
+        raise bad_seal(index) from exc
+
+
+def bad_seal(index: int) -> BadSeal:
+    """The refusal of a seal that does not verify (also when checked elsewhere, in batch)."""
+    return BadSeal("the seal does not verify under the host key for this run, index and head",
+                   segment=index)
 
 
 def encode_key(public_key: bytes) -> str:

@@ -31,7 +31,6 @@ Answers, in the order checked:
 from __future__ import annotations
 
 import base64
-import binascii
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -40,7 +39,7 @@ from fleet.checkpoint import Checkpoint, parse_checkpoint
 from fleet.cosignature import WitnessSigner
 from fleet.log_errors import LogError, NoteError, ProofError
 from fleet.merkle import HASH_SIZE, verify_consistency
-from fleet.note import Verifier, open_note, parse_note
+from fleet.note import Verifier, b64decode_strict, open_note, parse_note
 
 MAX_PROOF_LINES = 63
 SIZE_CONTENT_TYPE = "text/x.tlog.size"
@@ -83,10 +82,7 @@ def parse_request(body: bytes) -> AddCheckpoint:
         raise MalformedRequest(f"more than {MAX_PROOF_LINES} consistency proof lines")
     proof = []
     for line in lines[1:]:
-        try:
-            item = binascii.a2b_base64(line.encode("ascii"), strict_mode=True)
-        except (binascii.Error, UnicodeEncodeError) as exc:
-            raise MalformedRequest("a consistency proof line is not base64") from exc
+        item = b64decode_strict(line, "a consistency proof line", MalformedRequest)
         if len(item) != HASH_SIZE:
             raise MalformedRequest(f"a consistency proof hash is {len(item)} bytes")
         proof.append(item)
