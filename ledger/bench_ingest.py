@@ -234,7 +234,7 @@ async def end_to_end(workdir: Path, messages: list[Message], keys: dict[str, Sig
         await wait_folded(ledger, js)
         elapsed = time.perf_counter() - start
         await asyncio.sleep(0.3)  # let the last timed checkpoint be signed
-        ledger.sign_checkpoint()
+        await ledger.sign_checkpoint_now()
         stop.set()
         await task
         store = ledger.store

@@ -338,8 +338,16 @@ class Ledger:
         elapsed_ms = (time.monotonic() - self._last_checkpoint_at) * 1000
         return elapsed_ms >= self.config.checkpoint_ms
 
+    async def sign_checkpoint_now(self) -> str | None:
+        """:meth:`sign_checkpoint` from outside the fold loop: under the store lock, so never
+        inside a batch's transaction while its commit runs."""
+        async with self.store_lock:
+            return self.sign_checkpoint()
+
     def sign_checkpoint(self) -> str | None:
-        """Sign the current tree if it grew, after checking it extends the last one signed."""
+        """Sign the current tree if it grew, after checking it extends the last one signed.
+        The caller holds the store: the fold loop between commits, or the store lock
+        (:meth:`sign_checkpoint_now`)."""
         size = self.store.tree.size()
         last = self.store.last_checkpoint()
         if last is not None and last[0] == size:

@@ -172,3 +172,28 @@ def test_a_run_cache_smaller_than_a_batch_changes_no_decision(tmp_path: Path) ->
     tiny = store_summary(tmp_path / "tiny")
     assert (tiny.size, tiny.root, tiny.segments) == (whole.size, whole.root, whole.segments)
     assert tiny.rejections == whole.rejections
+
+
+def test_a_checkpoint_asked_from_outside_the_fold_waits_for_the_commit(tmp_path: Path) -> None:
+    """A checkpoint signed by someone other than the fold loop (the demo, the bench, the API)
+    while a batch's commit is in flight waits for it: it neither fails on the open
+    transaction nor signs a tree that is not committed."""
+    from ledger.service import Ledger, LedgerConfig
+
+    async def scenario(ledger: Ledger) -> tuple[bool, str | None]:
+        await ledger.store_lock.acquire()  # as _start_commit holds it until _settle
+        ledger.store.write_batch([], 0)  # the batch's transaction, its commit in flight
+        waiter = asyncio.create_task(ledger.sign_checkpoint_now())
+        await asyncio.sleep(0.05)
+        waited = not waiter.done()
+        ledger.store.commit()
+        ledger.store_lock.release()
+        return waited, await waiter
+
+    ledger = Ledger(LedgerConfig(data_dir=tmp_path / "led", servers=[], seal_workers=0))
+    try:
+        waited, note = asyncio.run(scenario(ledger))
+    finally:
+        ledger.store.close()
+    assert waited
+    assert note is not None and ledger.origin in note

@@ -75,7 +75,7 @@ async def _demo(workdir: Path, hosts: int, runs: int) -> dict[str, Any]:
             await ledger.js.publish(segment_subject(env.host, victim["run"]),
                                     json.dumps(tampered).encode())
             await _wait_folded(ledger, ledger.js, 60.0)
-            ledger.sign_checkpoint()
+            await ledger.sign_checkpoint_now()
             # Prove a run through the API, as any client would, and check it offline.
             run_id = victim["run"]
             bundle = json.loads(await call(server.url, "prove", {"run": run_id}))
