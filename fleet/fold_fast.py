@@ -13,11 +13,11 @@ same logs and refusals on genuine and mutated streams.
 from __future__ import annotations
 
 import struct
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 
 from blake3 import blake3
 
-from fleet.address import parse_address
+from fleet.address import parse_address, parse_addresses
 from fleet.errors import FleetError
 from fleet.fold import Accepted, HostEntry, RunSlot
 from fleet.leaf import encode_leaf
@@ -47,19 +47,40 @@ from fleet.wire import (
 _CANNOT = (NotFast, FleetError, ValueError, KeyError, TypeError, struct.error, OverflowError)
 
 
+def batch_addresses(wires: Sequence[EnvelopeWire | None]) -> list[list[bytes] | None]:
+    """Each message's addresses parsed (:func:`segment_addresses` order, the stated head
+    first), ``None`` for a message that did not decode or holds one that does not parse.
+
+    One strict parse for the whole batch (:func:`fleet.address.parse_addresses`, a few C
+    calls) instead of one per address; only a batch holding a malformed address is parsed
+    again message by message, to find which."""
+    present = [w for w in wires if w is not None]
+    ends: list[int] = []
+    texts = segment_addresses([w.segment for w in present], ends)
+    raws = parse_addresses(texts)
+    parsed: list[list[bytes] | None] = []
+    start = 0
+    for end in ends:
+        parsed.append(raws[start:end] if raws is not None else parse_addresses(texts[start:end]))
+        start = end
+    found = iter(parsed)
+    return [None if w is None else next(found) for w in wires]
+
+
 def wire_seal_item(
-    wire: EnvelopeWire, hosts: Mapping[str, HostEntry]
+    wire: EnvelopeWire, hosts: Mapping[str, HostEntry], head: bytes | None = None
 ) -> tuple[bytes, bytes, bytes] | None:
     """(host public key, sealed message, seal) from the wire form, the check
     :func:`fleet.fold.seal_valid` makes for the decoded message; ``None`` for an unknown host
-    or a field that does not decode."""
+    or a field that does not decode. ``head``: the stated head, if already parsed."""
     entry = hosts.get(wire.host)
     if entry is None:
         return None
     seg = wire.segment
     try:
         return (bytes(entry.verify_key),
-                seal_message(identity(wire.run), seg.index, parse_address(seg.head)),
+                seal_message(identity(wire.run), seg.index,
+                             parse_address(seg.head) if head is None else head),
                 seal_bytes(seg.seal))
     except _CANNOT:
         return None
@@ -72,15 +93,15 @@ def fast_decide(
     hosts: Mapping[str, HostEntry],
     get_run: Callable[[bytes], RunSlot | None],
     seal_ok: bool | None,
-    stated: bytes | None = None,
+    addresses: list[bytes] | None = None,
 ) -> Accepted | None:
     """The message accepted (its run's state advanced), or ``None``: not the happy path,
-    nothing changed, decide it by the reference path. ``stated``: the segment's head as
-    already parsed for its seal check (it is parsed here otherwise)."""
+    nothing changed, decide it by the reference path. ``addresses``: the segment's
+    addresses as already parsed (:func:`batch_addresses`); they are parsed here otherwise."""
     if seal_ok is not True or wire.v != ENVELOPE_VERSION:
         return None
     try:
-        return _decide(subject, wire, stream_seq, hosts, get_run, stated)
+        return _decide(subject, wire, stream_seq, hosts, get_run, addresses)
     except _CANNOT:
         return None
 
@@ -91,7 +112,7 @@ def _decide(
     stream_seq: int,
     hosts: Mapping[str, HostEntry],
     get_run: Callable[[bytes], RunSlot | None],
-    stated: bytes | None,
+    addresses: list[bytes] | None,
 ) -> Accepted | None:
     host = wire.host
     # ``identity`` parses strictly, so the run's text is its canonical form here.
@@ -116,11 +137,12 @@ def _decide(
             return None
         if seg.index != state.index + 1:
             return None
-    # A handful of addresses: one strict parse each is cheaper than the batched parse here.
-    texts = segment_addresses([seg])
-    if stated is None:
-        stated = parse_address(texts[0])
-    take = iter([parse_address(text) for text in texts[1:]]).__next__
+    if addresses is None:
+        # A handful of addresses: one strict parse each is cheaper than the batched parse.
+        addresses = [parse_address(text) for text in segment_addresses([seg])]
+    given = iter(addresses)
+    stated = next(given)
+    take = given.__next__
     held = None if state.parked is None else state.parked.canonical() + state.parked_manifest
     st = step(seg, take, state.phase, held)
     head = blake3(state.head + st[0]).digest()

@@ -52,11 +52,13 @@ class NotFast(Exception):
     """A check the fast path does not vouch for: the reference path decides."""
 
 
-def segment_addresses(segments: list) -> list[str]:  # type: ignore[type-arg]
+def segment_addresses(segments: list, ends: list[int] | None = None  # type: ignore[type-arg]
+                      ) -> list[str]:
     """Every address text of the segments, in the order :func:`step` consumes them (each
-    segment's stated head first)."""
+    segment's stated head first); ``ends`` gets the end offset of each segment's texts."""
     out: list[str] = []
     add = out.append
+    mark = None if ends is None else ends.append
     for w in segments:
         add(w.head)
         t = type(w)
@@ -69,6 +71,8 @@ def segment_addresses(segments: list) -> list[str]:  # type: ignore[type-arg]
                 if text is not None:
                     add(text)
             add(w.manifest)
+        if mark is not None:
+            mark(len(out))
     return out
 
 

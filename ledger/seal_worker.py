@@ -16,10 +16,13 @@ for a valid seal and 0 otherwise.
 from __future__ import annotations
 
 import contextlib
+import fcntl
+import os
 import select
 import struct
 import subprocess
 import sys
+from collections import deque
 from typing import BinaryIO
 
 from ledger.seal_verifiers import Item, verify_many
@@ -59,6 +62,19 @@ def _read(stream: BinaryIO, n: int) -> bytes:
     return data
 
 
+def _read_fd(fd: int, n: int) -> bytes:
+    # Unbuffered: a buffered reader could hold the next answer's bytes, which the
+    # readiness check (``select`` on the descriptor) would then not see.
+    parts = []
+    while n:
+        data = os.read(fd, n)
+        if not data:
+            raise EOFError
+        parts.append(data)
+        n -= len(data)
+    return b"".join(parts)
+
+
 def serve(inp: BinaryIO, out: BinaryIO) -> None:
     """The worker's loop: read a request, answer it, until the input ends."""
     while True:
@@ -90,19 +106,24 @@ class SealWorker:
     :meth:`submit` and :meth:`collect` let the ledger overlap a batch's seals with the
     previous batch's fold: it submits batch k+1, folds and commits batch k, then collects
     k+1 (a caller with nothing to do meanwhile submits with ``share_in_line=0.5`` and
-    checks half itself). At most one request is in the worker at a time (a second submit
-    first reads the answer of the one before), so the pipe never fills and a write never
-    waits on the worker. The share the ledger checks itself adapts: it grows while the
-    worker's answer is late when collected (the worker is the bottleneck) and shrinks while
-    it is early.
+    checks half itself). Two requests may be outstanding: the one the worker is checking
+    and the next, waiting in the pipe (enlarged to hold a whole batch where the system
+    allows), so submitting batch k+1 never waits for the worker to finish batch k. Their
+    answers (a byte per seal) are kept well inside the smallest pipe, so the worker never
+    blocks writing one while the ledger writes the next request. The share the ledger
+    checks itself adapts: it grows while the worker's answer is late when collected (the
+    worker is the bottleneck) and shrinks while it is early.
     """
 
     MIN_SPLIT = 64
     _STEP = 0.05
+    # Answer bytes that may be outstanding: half of Linux's smallest pipe (64 KiB).
+    _MAX_UNREAD = 32 * 1024
+    _PIPE_SIZE = 1 << 20
 
     def __init__(self) -> None:
         self._proc: subprocess.Popen[bytes] | None = None
-        self._outstanding: SealTicket | None = None
+        self._outstanding: deque[SealTicket] = deque()
         self.share_in_line = 0.0
 
     def start(self) -> None:
@@ -110,6 +131,11 @@ class SealWorker:
             self._proc = subprocess.Popen(
                 [sys.executable, "-m", "ledger.seal_worker"], stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+            assert self._proc.stdin is not None
+            # A batch's request (about 170 bytes a seal) then fits in the pipe whole; where
+            # the system refuses, a write waits for the worker, which is slower, not wrong.
+            with contextlib.suppress(OSError, AttributeError):
+                fcntl.fcntl(self._proc.stdin.fileno(), fcntl.F_SETPIPE_SZ, self._PIPE_SIZE)
 
     def submit(self, items: list[Item], share_in_line: float | None = None) -> SealTicket:
         """Hand a batch's seals to the worker and return; the caller checks
@@ -124,15 +150,15 @@ class SealWorker:
     def collect(self, ticket: SealTicket) -> list[bool]:
         """The verdicts of a submitted batch, in the order submitted."""
         mine = verify_many(ticket.mine)
-        if ticket.answer is None:
+        while ticket.answer is None:
             self._receive()
-        assert ticket.answer is not None
         return mine + ticket.answer
 
     def _send(self, mine: list[Item], theirs: list[Item], adaptive: bool = False
               ) -> SealTicket:
         ticket = SealTicket(mine, theirs, adaptive)
-        if self._outstanding is not None:
+        while self._outstanding and (len(self._outstanding) > 1 or sum(
+                len(t.theirs) for t in self._outstanding) + len(theirs) > self._MAX_UNREAD):
             self._receive()
         proc = self._proc
         if proc is None:
@@ -146,13 +172,13 @@ class SealWorker:
             self.close()
             ticket.answer = verify_many(theirs)
             return ticket
-        self._outstanding = ticket
+        self._outstanding.append(ticket)
         return ticket
 
     def _receive(self) -> None:
-        """Read the outstanding request's answer (checking it in line if the worker died)."""
-        ticket, self._outstanding = self._outstanding, None
-        assert ticket is not None
+        """Read the oldest outstanding request's answer (checking it, and every later one,
+        in line if the worker died)."""
+        ticket = self._outstanding.popleft()
         proc = self._proc
         if proc is None or proc.stdout is None:
             ticket.answer = verify_many(ticket.theirs)
@@ -162,7 +188,7 @@ class SealWorker:
             step = self._STEP if late else -self._STEP
             self.share_in_line = min(0.5, max(0.0, self.share_in_line + step))
         try:
-            answer = _read(proc.stdout, len(ticket.theirs))
+            answer = _read_fd(proc.stdout.fileno(), len(ticket.theirs))
         except (OSError, EOFError):
             self.close()
             ticket.answer = verify_many(ticket.theirs)
@@ -171,9 +197,9 @@ class SealWorker:
 
     def close(self) -> None:
         proc, self._proc = self._proc, None
-        outstanding, self._outstanding = self._outstanding, None
-        if outstanding is not None:
-            outstanding.answer = verify_many(outstanding.theirs)
+        while self._outstanding:
+            ticket = self._outstanding.popleft()
+            ticket.answer = verify_many(ticket.theirs)
         if proc is None:
             return
         with contextlib.suppress(OSError):

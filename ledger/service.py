@@ -39,7 +39,7 @@ from fleet.fold import (
     decide_envelope,
     decode,
 )
-from fleet.fold_fast import fast_decide, wire_seal_item
+from fleet.fold_fast import batch_addresses, fast_decide, wire_seal_item
 from fleet.note import Signer, parse_note
 from fleet.subjects import CHECKPOINTS, STREAM, rejection_subject
 from fleet.wire import EnvelopeWire, envelope_wire, identity
@@ -88,7 +88,7 @@ class Prepared:
     sealed: list[int]  # positions in ``msgs`` whose seals are in ``seals``, in order
     seals: SealTicket
     runs: set[bytes]  # the runs of the messages with seals
-    heads: list[bytes]  # their stated heads, parsed for the seal check
+    addresses: list[list[bytes] | None]  # each message's addresses, parsed (batch_addresses)
 
 
 WAIT_ENV = "FLEET_NATS_WAIT"
@@ -230,15 +230,15 @@ class Ledger:
             self._refresh_hosts()
         hosts = self._hosts
         wires = [envelope_wire(data) for _seq, _subject, data in msgs]
+        addresses = batch_addresses(wires)
         found = [(n, item) for n, item in (
-            (n, None if w is None else wire_seal_item(w, hosts)) for n, w in enumerate(wires))
+            (n, None if w is None else wire_seal_item(w, hosts, a and a[0]))
+            for n, (w, a) in enumerate(zip(wires, addresses, strict=True)))
             if item is not None]
         ticket = self._sealer.submit([item for _, item in found], share_in_line)
         runs = {identity(wires[n].run) for n, _ in found}  # type: ignore[union-attr]
-        # A sealed message ends with the head: ``... || index:u64 || head[32]``.
-        heads = [item[1][-32:] for _, item in found]
         return Prepared(msgs, wires, hosts, self._hosts_version, [n for n, _ in found], ticket,
-                        runs, heads)
+                        runs, addresses)
 
     def finish(self, prepared: Prepared) -> tuple[list[Incoming], int]:
         """Decide a prepared batch's messages above the watermark and commit them."""
@@ -274,11 +274,8 @@ class Ledger:
     def _decide(self, prepared: Prepared) -> tuple[list[Incoming], int]:
         self._trim_runs()
         seals: list[bool | None] = [None] * len(prepared.msgs)
-        heads: list[bytes | None] = [None] * len(prepared.msgs)
-        for n, ok, head in zip(prepared.sealed, self._sealer.collect(prepared.seals),
-                               prepared.heads, strict=True):
+        for n, ok in zip(prepared.sealed, self._sealer.collect(prepared.seals), strict=True):
             seals[n] = ok
-            heads[n] = head
         hosts = prepared.hosts
         fast = self.config.fast_path
         watermark = self.store.watermark()
@@ -305,13 +302,13 @@ class Ledger:
                 return None
             return self._get_run(run)
 
-        for (seq, subject, data), wire, seal_ok, head in zip(prepared.msgs, prepared.wires,
-                                                             seals, heads, strict=True):
+        for (seq, subject, data), wire, seal_ok, addresses in zip(
+                prepared.msgs, prepared.wires, seals, prepared.addresses, strict=True):
             if seq <= watermark:
                 continue
             decision: Accepted | Refused | None = None
             if wire is not None and fast:
-                decision = fast_decide(subject, wire, seq, hosts, get_run, seal_ok, head)
+                decision = fast_decide(subject, wire, seq, hosts, get_run, seal_ok, addresses)
             if decision is None:  # not the happy path: the reference path names the rule
                 env = decode(subject, data, wire)
                 decision = env if isinstance(env, Refused) else decide_envelope(

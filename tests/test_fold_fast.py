@@ -13,6 +13,7 @@ import random
 import sqlite3
 from pathlib import Path
 
+import msgspec
 import pytest
 from test_fuzz_fold import GENUINE, mutate, reseal
 
@@ -100,3 +101,28 @@ def test_fast_and_reference_paths_build_the_same_store(tmp_path: Path,
     assert len(fast["rejections"]) > 300
     kinds = {row[3] for row in fast["segments"]}
     assert kinds == {"executed", "suspended", "resumed", "closed"}
+
+
+@pytest.mark.parametrize("seed", [4, 5])
+def test_batch_addresses_equal_one_parse_per_message(seed: int) -> None:
+    """The batch's single parse gives each message exactly its own addresses, and a
+    malformed address anywhere costs only its own message (None), not its neighbours."""
+    from fleet.address import parse_addresses
+    from fleet.verify_fast import segment_addresses
+    from fleet.wire import envelope_wire
+
+    stream = _stream(seed, 200)
+    wires = [envelope_wire(data) for _seq, _subject, data in stream]
+    decoded = [n for n, w in enumerate(wires) if w is not None]
+    for n in decoded[5::60]:  # a malformed stated head, whatever the mutants hold
+        w = wires[n]
+        assert w is not None
+        wires[n] = msgspec.structs.replace(
+            w, segment=msgspec.structs.replace(w.segment, head="b3:" + "!" * 43))
+    expected = [None if w is None else parse_addresses(segment_addresses([w.segment]))
+                for w in wires]
+    assert fleet.fold_fast.batch_addresses(wires) == expected
+    assert any(e is None for e, w in zip(expected, wires, strict=True) if w is not None)
+    assert sum(e is not None for e in expected) > 100
+    clean = [w for w, e in zip(wires, expected, strict=True) if e is not None]
+    assert fleet.fold_fast.batch_addresses(clean) == [e for e in expected if e is not None]

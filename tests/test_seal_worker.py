@@ -77,10 +77,48 @@ def test_pipelined_batches_keep_their_own_verdicts():
     try:
         for share in (None, 0.0, 0.3):
             ta = worker.submit(a, share)
-            tb = worker.submit(b, share)  # reads A's answer first: one request in flight
+            tb = worker.submit(b, share)  # queued behind A in the pipe
             assert worker.collect(tb) == verify_many(b)
             assert worker.collect(ta) == verify_many(a)
             assert 0.0 <= worker.share_in_line <= 0.5
+    finally:
+        worker.close()
+
+
+def test_two_requests_queue_and_a_third_waits_for_the_first_answer():
+    """Up to two requests are in the worker (one checked, one in the pipe); a third submit
+    reads the oldest answer first, and answers too large to keep unread are read before a
+    second request goes in. Every ticket keeps its own verdicts, collected in any order."""
+    a, b, c = items(120), items(300)[50:250], items(300)[200:]
+    worker = SealWorker()
+    worker.start()
+    try:
+        ta, tb = worker.submit(a, 0.0), worker.submit(b, 0.0)
+        assert len(worker._outstanding) == 2 and ta.answer is None and tb.answer is None
+        tc = worker.submit(c, 0.0)
+        assert ta.answer is not None and list(worker._outstanding) == [tb, tc]
+        assert worker.collect(tc) == verify_many(c)
+        assert worker.collect(ta) == verify_many(a)
+        assert worker.collect(tb) == verify_many(b)
+        worker._MAX_UNREAD = 150  # a and b's answers together would exceed it
+        ta, tb = worker.submit(a, 0.0), worker.submit(b, 0.0)
+        assert ta.answer is not None and list(worker._outstanding) == [tb]
+        assert worker.collect(tb) == verify_many(b) and worker.collect(ta) == verify_many(a)
+    finally:
+        worker.close()
+
+
+def test_two_outstanding_batches_are_answered_when_the_worker_dies():
+    a, b = items(200), items(300)[100:]
+    worker = SealWorker()
+    worker.start()
+    assert worker._proc is not None
+    ta, tb = worker.submit(a, 0.0), worker.submit(b, 0.0)
+    os.kill(worker._proc.pid, signal.SIGKILL)
+    try:
+        assert worker.collect(tb) == verify_many(b)
+        assert worker.collect(ta) == verify_many(a)
+        assert worker._proc is None
     finally:
         worker.close()
 
