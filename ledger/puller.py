@@ -27,8 +27,8 @@ import functools
 import json
 import time
 from collections.abc import Awaitable, Callable
-from typing import NamedTuple
 
+import msgspec
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
@@ -42,8 +42,9 @@ _HEARTBEAT = b"NATS/1.0 100"
 ProcessMsg = Callable[[int, bytes, bytes, bytes, bytes | None], Awaitable[None]]
 
 
-class Delivery(NamedTuple):
-    """One message of the stream as the consumer delivered it."""
+class Delivery(msgspec.Struct, frozen=True, gc=False):
+    """One message of the stream as the consumer delivered it (a struct: one is built per
+    message, in a fifth of a named tuple's time)."""
 
     seq: int  # the stream sequence
     subject: str
@@ -55,18 +56,18 @@ class BadDelivery(Exception):
     """A delivery whose reply subject is not a JetStream ack subject."""
 
 
-def stream_seq(reply: bytes) -> int:
+def stream_seq(reply: bytes | bytearray) -> int:
     """The stream sequence in a JetStream ack subject, in either token layout:
     ``$JS.ACK.<stream>.<consumer>.<delivered>.<sseq>.<cseq>.<ts>.<pending>`` or, with a
     domain and account hash, ``$JS.ACK.<domain>.<hash>.<stream>.<consumer>.<delivered>.
     <sseq>.<cseq>.<ts>.<pending>[.<token>...]``."""
-    tokens = reply.split(b".")
-    if tokens[:2] != [b"$JS", b"ACK"]:
+    if not reply.startswith(b"$JS.ACK."):
         raise BadDelivery(f"not an ack subject: {reply[:80]!r}")
-    if len(tokens) == 9:
-        return int(tokens[5])
-    if len(tokens) >= 11:
-        return int(tokens[7])
+    dots = reply.count(b".")
+    if dots == 8:  # the common layout: the sequence is the fourth token from the end
+        return int(reply.rsplit(b".", 4)[1])
+    if dots >= 10:
+        return int(reply.split(b".", 8)[7])
     raise BadDelivery(f"unexpected ack subject layout: {reply[:80]!r}")
 
 
@@ -116,7 +117,8 @@ class Puller:
             return
         self._take(subject, reply, data, headers)
 
-    def _take(self, subject: bytes, reply: bytes, data: bytes, headers: bytes | None) -> None:
+    def _take(self, subject: bytes | bytearray, reply: bytes | bytearray, data: bytes,
+              headers: bytes | None) -> None:
         if headers is not None and not data and headers.startswith(_STATUS_PREFIX):
             if not headers.startswith(_HEARTBEAT):  # anything but a heartbeat ends it
                 self._ended = True
@@ -211,42 +213,61 @@ async def _parse_fast(parser: Parser, puller: Puller, data: bytes = b"") -> None
     regular expression, no coroutine per message); a frame not yet whole waits for more
     data. Every other protocol line goes to nats-py's parser alone, which shares this
     parser's buffer and state (and finishes a plain ``MSG`` with everything after it).
+    Frames are read at an offset and the buffer is cut once per call, not once per frame,
+    and a delivery's header block is copied only when it has no data (a status).
     """
     buf = parser.buf
     buf.extend(data)
-    while buf:
-        if parser.state != AWAITING_CONTROL_LINE:
-            await Parser.parse(parser)
-            return
-        end = buf.find(b"\r\n", 0, MAX_CONTROL_LINE_SIZE)
-        if end < 0:
-            return
-        if not buf.startswith(b"HMSG "):
-            rest = bytes(buf[end + 2:])
-            del buf[end + 2:]
-            await Parser.parse(parser)
-            buf.extend(rest)
-            continue
-        args = bytes(buf[5:end]).split()
-        if len(args) == 5:
-            subject, sid, reply, head, total = args
-        elif len(args) == 4:
-            subject, sid, head, total = args
-            reply = b""
-        else:
-            await Parser.parse(parser)  # it says what is wrong with the line
-            return
-        start = end + 2
-        header_len, total_len = int(head), int(total)
-        if len(buf) < start + total_len + 2:
-            return
-        headers = bytes(buf[start:start + header_len])
-        payload = bytes(buf[start + header_len:start + total_len])
-        del buf[:start + total_len + 2]
-        if int(sid) == puller._sid:
-            puller._take(subject, reply, payload, headers)
-        else:
-            await parser.nc._process_msg(int(sid), subject, reply, payload, headers)
+    pos = 0
+    try:
+        while pos < len(buf):
+            if parser.state != AWAITING_CONTROL_LINE:
+                del buf[:pos]
+                pos = 0
+                await Parser.parse(parser)
+                return
+            end = buf.find(b"\r\n", pos, pos + MAX_CONTROL_LINE_SIZE)
+            if end < 0:
+                return
+            if not buf.startswith(b"HMSG ", pos):
+                rest = bytes(buf[end + 2:])
+                del buf[end + 2:]
+                del buf[:pos]
+                pos = 0
+                await Parser.parse(parser)
+                buf.extend(rest)
+                continue
+            args = buf[pos + 5:end].split()
+            if len(args) == 5:
+                subject, sid, reply, head, total = args
+            elif len(args) == 4:
+                subject, sid, head, total = args
+                reply = bytearray()
+            else:
+                del buf[:pos]
+                pos = 0
+                await Parser.parse(parser)  # it says what is wrong with the line
+                return
+            start = end + 2
+            header_len = int(head)
+            stop = start + int(total)
+            if len(buf) < stop + 2:
+                return
+            payload = bytes(buf[start + header_len:stop])
+            headers = bytes(buf[start:start + header_len]) if not payload else None
+            pos = stop + 2
+            if int(sid) == puller._sid:
+                puller._take(subject, reply, payload, headers)
+            else:
+                if headers is None and header_len:
+                    headers = bytes(buf[start:start + header_len])
+                del buf[:pos]
+                pos = 0
+                await parser.nc._process_msg(int(sid), bytes(subject), bytes(reply), payload,
+                                             headers)
+    finally:
+        if pos:
+            del buf[:pos]
 
 
 def _rebuild(msg: Msg) -> bytes:
