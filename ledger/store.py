@@ -75,8 +75,9 @@ class HostsChanged(Exception):
     """The hosts table changed after the batch being written was decided."""
 
 
-class Incoming(msgspec.Struct, frozen=True):
-    """One decided message of a batch, with what the store keeps of it."""
+class Incoming(msgspec.Struct, frozen=True, gc=False):
+    """One decided message of a batch, with what the store keeps of it (untracked by the
+    cycle collector, as the decisions it holds: it can never refer back to itself)."""
 
     stream_seq: int
     subject: str
