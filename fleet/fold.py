@@ -24,7 +24,7 @@ Order of checks (the first failure is the rule reported):
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import msgspec
 from nacl.signing import VerifyKey
@@ -61,6 +61,11 @@ class HostEntry:
     verify_key: VerifyKey
     enrolled_after: int = 0
     revoked_after: int | None = None
+    # The key's 32 bytes, taken once: every message's seal check needs them.
+    public_key: bytes = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "public_key", bytes(self.verify_key))
 
 
 @dataclass(slots=True)
@@ -83,6 +88,7 @@ class Accepted(msgspec.Struct, frozen=True, gc=False):
     leaf: bytes
     slot: RunSlot
     created: bool
+    head_text: str | None = None  # the head's address text, where the message held it
 
 
 class Refused(msgspec.Struct, frozen=True, gc=False):

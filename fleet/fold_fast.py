@@ -78,7 +78,7 @@ def wire_seal_item(
         return None
     seg = wire.segment
     try:
-        return (bytes(entry.verify_key),
+        return (entry.public_key,
                 seal_message(identity(wire.run), seg.index,
                              parse_address(seg.head) if head is None else head),
                 seal_bytes(seg.seal))
@@ -165,7 +165,7 @@ def _decide(
     state.head = head
     state.phase = st[1]
     return Accepted(host, run, index, head, _KIND[type(seg)], encode_leaf(run, index, head),
-                    slot, created)
+                    slot, created, seg.head)
 
 
 _KIND = {ExecutedWire: EXECUTED, SuspendedWire: SUSPENDED, ResumedWire: RESUMED,

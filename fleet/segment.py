@@ -150,19 +150,24 @@ def make_snapshot(
     return ImageSnapshot(fs, mem)
 
 
+_NO_IDS = _U32.pack(0)
+
+
 def encode_ids(ids: Sequence[str], what: str) -> bytes:
     """``count:u32 || (len:u32 || utf8)*`` of a call-id list, each id checked."""
-    if len(ids) > MAX_CALLS:
-        raise MalformedCallAccount(f"{what} holds {len(ids)} ids, the limit is {MAX_CALLS}")
-    parts = [_U32.pack(len(ids))]
+    count = len(ids)
+    if not count:
+        return _NO_IDS
+    if count > MAX_CALLS:
+        raise MalformedCallAccount(f"{what} holds {count} ids, the limit is {MAX_CALLS}")
+    parts = [_U32.pack(count)]
     for call_id in ids:
         if not isinstance(call_id, str) or not call_id or not call_id.isprintable():
             raise MalformedCallAccount(f"{what} ids must be non-empty printable text")
-        raw = call_id.encode("utf-8")
+        raw = call_id.encode()
         if len(raw) > MAX_CALL_ID:
             raise MalformedCallAccount(f"a call id is {len(raw)} bytes, limit {MAX_CALL_ID}")
-        parts.append(_U32.pack(len(raw)))
-        parts.append(raw)
+        parts += (_U32.pack(len(raw)), raw)
     return b"".join(parts)
 
 

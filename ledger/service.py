@@ -282,10 +282,18 @@ class Ledger:
         batch: list[Incoming] = []
         top = watermark
         # Heads folded earlier in this batch are not in the store yet; without them a replay
-        # of one would be judged by where the batch happened to end (Fork vs Replay).
+        # of one would be judged by where the batch happened to end (Fork vs Replay). Only
+        # the reference path asks, so they are gathered from the batch when it does.
         batch_heads: dict[tuple[bytes, int], bytes] = {}
+        gathered = 0
 
         def head_at(run: bytes, index: int) -> bytes | None:
+            nonlocal gathered
+            for item in batch[gathered:]:
+                d = item.decision
+                if isinstance(d, Accepted):
+                    batch_heads[(d.run, d.index)] = d.head
+            gathered = len(batch)
             held = batch_heads.get((run, index))
             return held if held is not None else self.store.head_at(run, index)
 
@@ -313,13 +321,12 @@ class Ledger:
                 env = decode(subject, data, wire)
                 decision = env if isinstance(env, Refused) else decide_envelope(
                     subject, env, seq, hosts, get_run, head_at, seal_ok)
-            if isinstance(decision, Accepted):
-                batch_heads[(decision.run, decision.index)] = decision.head
-                if decision.created:
-                    self._remember(decision.run, decision.slot)
-                    absent.discard(decision.run)  # cached from now on
+            if isinstance(decision, Accepted) and decision.created:
+                self._remember(decision.run, decision.slot)
+                absent.discard(decision.run)  # cached from now on
             batch.append(Incoming(seq, subject, data, decision))
-            top = max(top, seq)
+            if seq > top:
+                top = seq
         return batch, top
 
     # -- checkpoints ----------------------------------------------------------------------

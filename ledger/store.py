@@ -319,7 +319,7 @@ class LedgerStore:
             d = item.decision
             if isinstance(d, Accepted):
                 run = id_text(d.run)
-                segment_rows.append((run, d.index, format_address(d.head), d.kind,
+                segment_rows.append((run, d.index, d.head_text or format_address(d.head), d.kind,
                                      size + len(leaves), item.stream_seq, item.payload))
                 leaves.append(leaf_hash(d.leaf))
                 runs[run] = (d, item.stream_seq)

@@ -126,3 +126,47 @@ def test_batch_addresses_equal_one_parse_per_message(seed: int) -> None:
     assert sum(e is not None for e in expected) > 100
     clean = [w for w, e in zip(wires, expected, strict=True) if e is not None]
     assert fleet.fold_fast.batch_addresses(clean) == [e for e in expected if e is not None]
+
+
+def test_seal_text_is_canonical_exactly_when_it_re_encodes_to_itself() -> None:
+    """seal_bytes's spare-bits test accepts exactly the texts that decode (strictly) to 64
+    bytes and re-encode to themselves, on random seals with one character changed, cut,
+    extended, or a different last character."""
+    import binascii
+
+    from fleet.errors import FleetError
+    from fleet.wire import seal_bytes
+
+    def by_re_encoding(text: str) -> bytes | str:
+        try:
+            raw = binascii.a2b_base64(text, strict_mode=True)
+        except (binascii.Error, ValueError):
+            return "refused"
+        ok = len(raw) == 64 and binascii.b2a_base64(raw, newline=False).decode() == text
+        return raw if ok else "refused"
+
+    def by_seal_bytes(text: str) -> bytes | str:
+        try:
+            return seal_bytes(text)
+        except FleetError:
+            return "refused"
+
+    rng = random.Random(11)
+    alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/=-_ "
+    accepted = 0
+    for _ in range(20000):
+        text = binascii.b2a_base64(rng.randbytes(64), newline=False).decode()
+        roll = rng.random()
+        if roll < 0.4:
+            at = rng.randrange(len(text))
+            text = text[:at] + rng.choice(alphabet) + text[at + 1:]
+        elif roll < 0.5:
+            text = text[:rng.randrange(len(text))]
+        elif roll < 0.6:
+            text += rng.choice(alphabet)
+        elif roll < 0.8:
+            text = text[:85] + rng.choice(alphabet[:64]) + "=="
+        expected = by_re_encoding(text)
+        assert by_seal_bytes(text) == expected, text
+        accepted += expected != "refused"
+    assert 5000 < accepted < 15000
