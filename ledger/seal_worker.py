@@ -140,12 +140,16 @@ class SealWorker:
     def submit(self, items: list[Item], share_in_line: float | None = None) -> SealTicket:
         """Hand a batch's seals to the worker and return; the caller checks
         ``share_in_line`` of them itself when it collects (by default the adaptive share,
-        right for a caller that does other work before collecting)."""
+        right for a caller that does other work before collecting). With nothing in the
+        worker (the fold's first batch, or the first after a quiet spell), the adaptive
+        share is half: nothing else is in flight for the worker to be ahead on."""
         if self._proc is None or len(items) < self.MIN_SPLIT:
             return SealTicket(items, [])
-        share = self.share_in_line if share_in_line is None else share_in_line
-        mine = int(len(items) * share)
-        return self._send(items[:mine], items[mine:], adaptive=share_in_line is None)
+        adaptive = share_in_line is None and bool(self._outstanding)
+        if share_in_line is None:
+            share_in_line = self.share_in_line if adaptive else 0.5
+        mine = int(len(items) * share_in_line)
+        return self._send(items[:mine], items[mine:], adaptive=adaptive)
 
     def collect(self, ticket: SealTicket) -> list[bool]:
         """The verdicts of a submitted batch, in the order submitted."""

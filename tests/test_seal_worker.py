@@ -108,6 +108,23 @@ def test_two_requests_queue_and_a_third_waits_for_the_first_answer():
         worker.close()
 
 
+def test_an_idle_worker_gets_half_and_a_busy_one_the_adaptive_share():
+    """With nothing in the worker, the ledger checks half a batch itself (nothing else is
+    in flight to overlap); behind a request in flight, the adaptive share applies."""
+    a, b = items(200), items(300)[100:]
+    worker = SealWorker()
+    worker.start()
+    try:
+        worker.share_in_line = 0.1
+        ta = worker.submit(a)
+        assert len(ta.mine) == 100 and not ta.adaptive
+        tb = worker.submit(b)
+        assert len(tb.mine) == 20 and tb.adaptive
+        assert worker.collect(ta) == verify_many(a) and worker.collect(tb) == verify_many(b)
+    finally:
+        worker.close()
+
+
 def test_two_outstanding_batches_are_answered_when_the_worker_dies():
     a, b = items(200), items(300)[100:]
     worker = SealWorker()
