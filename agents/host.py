@@ -28,7 +28,7 @@ from pathlib import Path
 import msgspec
 from nacl.signing import SigningKey
 
-from agents.outbox import DEFAULT_LIMIT_BYTES, DEFAULT_RESERVE, Outbox
+from agents.outbox import DEFAULT_KEEP_ACKED_BYTES, DEFAULT_LIMIT_BYTES, DEFAULT_RESERVE, Outbox
 from fleet.address import format_address
 from fleet.builder import RecordBuilder
 from fleet.run_codec import state_from_json, state_to_json
@@ -68,13 +68,14 @@ class Host:
     """One host: its key, its outbox and the state of the runs it records."""
 
     def __init__(self, name: str, data_dir: Path | str, *,
-                 outbox_limit: int = DEFAULT_LIMIT_BYTES, reserve: float = DEFAULT_RESERVE
-                 ) -> None:
+                 outbox_limit: int = DEFAULT_LIMIT_BYTES, reserve: float = DEFAULT_RESERVE,
+                 keep_acked_bytes: int = DEFAULT_KEEP_ACKED_BYTES) -> None:
         self.name = check_host_name(name)
         self.dir = Path(data_dir)
         self.dir.mkdir(parents=True, exist_ok=True)
         self.key = load_or_create_key(self.dir)
-        self.outbox = Outbox(self.dir / "outbox.db", limit_bytes=outbox_limit, reserve=reserve)
+        self.outbox = Outbox(self.dir / "outbox.db", limit_bytes=outbox_limit, reserve=reserve,
+                             keep_acked_bytes=keep_acked_bytes)
         self._db = sqlite3.connect(self.dir / "runs.db", isolation_level=None,
                                    check_same_thread=False)
         self._db.execute("PRAGMA journal_mode=WAL")

@@ -11,7 +11,15 @@ fsync'd). Table ``segments`` holds (id, run, idx, kind, subject, msg_id, payload
 acked_seq, state) with state ``pending`` -> ``acked`` (or ``stopped``); table ``runs``
 holds per run the stream sequence of its last acknowledged segment (the next segment's
 ``Nats-Expected-Last-Subject-Sequence``) and a ``stopped`` flag with its reason (a fork:
-the stream holds something else for that run). Acked rows stay until :meth:`Outbox.prune`.
+the stream holds something else for that run).
+
+Acked rows are kept as a record of what was sent, up to ``keep_acked_bytes`` of payload
+(default 256 MiB): past it, every ``PRUNE_EVERY`` acks, the oldest acked rows are deleted
+down to the bound, so a long-lived host's file stays bounded. Each run's newest row is never
+deleted, acked or not: a host killed between writing a segment and saving its run state
+catches up from it on restart (:meth:`agents.host.HostRun._catch_up`). A pruned row's
+index is no longer checked locally against a different segment put again; the broker's
+expected-last-sequence check still stops that run as a fork.
 
 Backpressure with a reserved share: pending bytes are bounded by ``limit_bytes`` (default
 64 MiB). An ``executed`` segment is refused with :class:`OutboxFull` once pending bytes
@@ -40,6 +48,8 @@ KINDS: Final = ("executed", "suspended", "resumed", "closed")
 PRIORITY_KINDS: Final = frozenset({"suspended", "resumed", "closed"})
 DEFAULT_LIMIT_BYTES: Final = 64 * 1024 * 1024
 DEFAULT_RESERVE: Final = 0.10
+DEFAULT_KEEP_ACKED_BYTES: Final = 256 * 1024 * 1024
+PRUNE_EVERY: Final = 1024  # acks between two checks of the acked rows' size
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS segments (
@@ -132,14 +142,19 @@ class Outbox:
         *,
         limit_bytes: int = DEFAULT_LIMIT_BYTES,
         reserve: float = DEFAULT_RESERVE,
+        keep_acked_bytes: int = DEFAULT_KEEP_ACKED_BYTES,
     ) -> None:
         if not 0.0 <= reserve < 1.0:
             raise ValueError(f"reserve is a share in [0, 1), got {reserve}")
         if limit_bytes <= 0:
             raise ValueError(f"limit_bytes must be positive, got {limit_bytes}")
+        if keep_acked_bytes < 0:
+            raise ValueError(f"keep_acked_bytes must not be negative, got {keep_acked_bytes}")
         self.path = Path(path)
         self.limit_bytes = limit_bytes
         self.reserve = reserve
+        self.keep_acked_bytes = keep_acked_bytes
+        self._acks_since_prune = 0
         self._lock = threading.RLock()
         self._listeners: list[Callable[[], None]] = []
         self._db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
@@ -237,6 +252,10 @@ class Outbox:
                 "UPDATE runs SET last_acked_seq = max(last_acked_seq, ?) WHERE run = ?",
                 (stream_seq, row[0]),
             )
+        self._acks_since_prune += 1
+        if self._acks_since_prune >= PRUNE_EVERY:
+            self._acks_since_prune = 0
+            self.prune(self.keep_acked_bytes)
 
     def stop_run(self, run: str, reason: str) -> None:
         """Stop a run (a fork): its pending rows are kept as ``stopped`` and never sent."""
@@ -248,10 +267,30 @@ class Outbox:
                 (run,),
             )
 
-    def prune(self) -> int:
-        """Delete acked rows (their runs keep the last acked seq); returns how many."""
+    def prune(self, keep_bytes: int = 0) -> int:
+        """Delete the oldest acked rows until at most ``keep_bytes`` of acked payload remain,
+        never a run's newest row (see the module's notes); runs keep their last acked seq.
+        Returns how many rows were deleted."""
+        # Acked rows that are not their run's newest: the only ones that may go.
+        prunable = ("state = 'acked' AND idx < (SELECT max(s2.idx) FROM segments AS s2"
+                    " WHERE s2.run = segments.run)")
         with self._tx() as db:
-            return db.execute("DELETE FROM segments WHERE state = 'acked'").rowcount
+            total = db.execute("SELECT coalesce(sum(length(payload)), 0) FROM segments"
+                               " WHERE state = 'acked'").fetchone()[0]
+            excess = total - keep_bytes
+            if excess <= 0:
+                return 0
+            cutoff = None
+            for row_id, size in db.execute(
+                    f"SELECT id, length(payload) FROM segments WHERE {prunable} ORDER BY id"):
+                cutoff = row_id
+                excess -= size
+                if excess <= 0:
+                    break
+            if cutoff is None:
+                return 0
+            return db.execute(f"DELETE FROM segments WHERE id <= ? AND {prunable}",
+                              (cutoff,)).rowcount
 
     # -- reading -------------------------------------------------------------------------
 

@@ -116,6 +116,74 @@ def test_prune_deletes_only_acked_rows(tmp_path):
         assert box.last_acked_seq(RUN) == 3
 
 
+def test_prune_keeps_each_runs_newest_row_and_deletes_oldest_first(tmp_path):
+    """prune(keep) deletes the oldest acked rows until at most ``keep`` bytes of acked
+    payload remain; a run's newest row stays even when acked (a host killed before saving
+    its run state catches up from it); pending and stopped rows are never touched."""
+    other, third = "b3:" + "B" * 43, "b3:" + "C" * 43
+    with Outbox(tmp_path / "o.db") as box:
+        a = [_put(box, i, size=100) for i in range(5)]
+        b = [_put(box, i, size=100, run=other) for i in range(3)]
+        c = [_put(box, i, size=100, run=third) for i in range(2)]
+        for n, row in enumerate(a + b):
+            box.mark_acked(row, n + 1)
+        box.stop_run(third, "fork: test")
+        assert box.prune(keep_bytes=600) == 2  # 800 acked bytes: the two oldest go
+        assert [box.get(r) is None for r in a + b] == [True, True] + [False] * 6
+        assert box.prune(keep_bytes=0) == 4  # all but each run's newest
+        kept = [r for r in a + b + c if box.get(r) is not None]
+        assert kept == [a[-1], b[-1], *c]
+        assert box.prune() == 0
+        assert box.last_acked_seq(RUN) == 5 and box.last_acked_seq(other) == 8
+        assert box.stopped_runs() == {third: "fork: test"}
+
+
+def test_acked_rows_are_bounded_automatically(tmp_path, monkeypatch):
+    """Every PRUNE_EVERY acks the outbox prunes its acked rows down to keep_acked_bytes."""
+    import agents.outbox
+
+    monkeypatch.setattr(agents.outbox, "PRUNE_EVERY", 4)
+    with Outbox(tmp_path / "o.db", keep_acked_bytes=250) as box:
+        rows = [_put(box, i, size=100) for i in range(12)]
+        for n, row in enumerate(rows):
+            box.mark_acked(row, n + 1)
+        held = box._db.execute("SELECT coalesce(sum(length(payload)), 0) FROM segments"
+                               " WHERE state = 'acked'").fetchone()[0]
+        assert held <= 250 + 4 * 100  # pruned at the 12th ack, at most 4 acks since
+        assert box.get(rows[-1]) is not None and box.get(rows[0]) is None
+        assert box.last_acked_seq(RUN) == 12
+
+
+def test_a_host_resumes_its_runs_after_its_outbox_is_pruned(tmp_path):
+    """Pruning leaves the host what it needs: reopened, it continues each run where it
+    was, and a segment written but not yet saved in its run state is still caught up."""
+    from agents.host import Host
+    from fleet.address import digest
+
+    host = Host("pruned", tmp_path / "h")
+    runs = [host.open_run(digest(b"unit%d" % n), digest(b"grants")) for n in range(2)]
+    for hr in runs:
+        for i in range(4):
+            hr.execute(uj=10 + i, provenance="estimated", meter="estimate:cpu-time@15W",
+                       journal_root=digest(b"j%d" % i))
+    # The crash window: the next segment of run 0 reaches the outbox, its state is not saved.
+    saved = host._db.execute("SELECT state FROM runs WHERE run = ?", (runs[0].run,)).fetchone()
+    runs[0].execute(uj=99, provenance="estimated", meter="estimate:cpu-time@15W",
+                    journal_root=digest(b"late"))
+    host._db.execute("UPDATE runs SET state = ? WHERE run = ?", (saved[0], runs[0].run))
+    for n, entry in enumerate(host.outbox.pending()):
+        host.outbox.mark_acked(entry.id, n + 1)
+    assert host.outbox.prune() == 7  # 9 rows, each run's newest kept
+    host.close()
+    host = Host("pruned", tmp_path / "h")
+    again = [host.open_run(digest(b"unit%d" % n), digest(b"grants")) for n in range(2)]
+    assert [hr.state.index for hr in again] == [5, 4]
+    nxt = again[0].execute(uj=1, provenance="estimated", meter="estimate:cpu-time@15W",
+                           journal_root=digest(b"next"))
+    assert nxt.index == 6
+    host.close()
+
+
 def test_put_wakes_listeners_after_commit(tmp_path):
     """Listeners registered with on_put run after the row is committed."""
     seen: list[int] = []
