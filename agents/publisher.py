@@ -24,8 +24,8 @@ holds something this host did not chain there — a fork. A fork, or any other r
 stops that run in the outbox with its reason (never overwritten, never retried) and is
 reported to ``on_stop`` and the log; other runs go on.
 
-:func:`connect` opens a connection that reconnects forever and passes a credentials file
-or nkey seed file through to nats-py.
+Hosts connect with :func:`ledger.service.connect` (reconnects forever once up, an nkey seed
+file for auth), as the ledger does.
 """
 
 from __future__ import annotations
@@ -36,12 +36,11 @@ import logging
 import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Literal
 
 import nats
 import nats.errors
 import nats.js.errors
-from nats.aio.client import Client
 from nats.js import JetStreamContext
 from nats.js.api import Header
 
@@ -104,45 +103,6 @@ class DrainReport:
         self.retries += other.retries
         self.stopped.extend(other.stopped)
         self.remaining = other.remaining
-
-
-async def connect(
-    servers: str | list[str],
-    *,
-    user_credentials: str | None = None,
-    nkeys_seed: str | None = None,
-    name: str = "fleet-host",
-    reconnect_time_wait: float = 1.0,
-    **options: Any,
-) -> Client:
-    """Connect for publishing: reconnect forever; ``user_credentials`` is a ``.creds`` file,
-    ``nkeys_seed`` an nkey seed file (both passed to ``nats.connect`` unchanged). Connection
-    errors and reconnects are logged briefly unless callbacks are given in ``options``."""
-    options.setdefault("error_cb", _log_error)
-    options.setdefault("disconnected_cb", _log_disconnected)
-    options.setdefault("reconnected_cb", _log_reconnected)
-    return await nats.connect(
-        servers,
-        name=name,
-        allow_reconnect=True,
-        max_reconnect_attempts=-1,
-        reconnect_time_wait=reconnect_time_wait,  # type: ignore[arg-type]
-        user_credentials=user_credentials,
-        nkeys_seed=nkeys_seed,
-        **options,
-    )
-
-
-async def _log_error(err: Exception) -> None:
-    log.warning("nats: %s", err or type(err).__name__)
-
-
-async def _log_disconnected() -> None:
-    log.info("nats: disconnected; reconnecting")
-
-
-async def _log_reconnected() -> None:
-    log.info("nats: reconnected")
 
 
 class Publisher:

@@ -14,9 +14,10 @@ import pytest
 from nats.js.errors import APIError
 
 from agents.outbox import Outbox
-from agents.publisher import Backoff, Publisher, Stopped, connect
+from agents.publisher import Backoff, Publisher, Stopped
 from fleet.subjects import STREAM, segment_subject
 from ledger.natsd import NatsCluster, NatsServer
+from ledger.service import connect
 
 HOST = "host1"
 RUN_A = "b3:" + "A" * 43
@@ -62,7 +63,8 @@ async def _with_js(
     body: Callable[[nats.aio.client.Client, nats.js.JetStreamContext], Awaitable[object]],
     replicas: int = 1,
 ) -> object:
-    nc = await connect(servers, reconnect_time_wait=0.1)
+    nc = await connect([servers] if isinstance(servers, str) else servers,
+                       reconnect_time_wait=0.1)
     try:
         js = nc.jetstream()
         await js.add_stream(name=STREAM, subjects=["fleet.seg.>"], num_replicas=replicas)
@@ -207,7 +209,7 @@ def test_retries_until_the_stream_exists_and_reports_remaining_on_timeout(
     _put(box, RUN_A, 0)
 
     async def scenario():
-        nc = await connect(nats_server.url)
+        nc = await connect([nats_server.url])
         try:
             js = nc.jetstream()
             publisher = Publisher(box, js, backoff=FAST)
@@ -269,7 +271,7 @@ def test_run_forever_wakes_on_put_and_stops(nats_server: NatsServer, tmp_path):
 
 
 def test_connect_passes_the_nkey_seed_file(tmp_path):
-    """connect(nkeys_seed=path) authenticates as that nkey user; without it the server refuses."""
+    """connect(nkey=path) authenticates as that nkey user; without it the server refuses."""
     seed = nkeys.encode_seed(os.urandom(32), nkeys.PREFIX_BYTE_USER)
     public = nkeys.from_seed(bytearray(seed)).public_key.decode()
     seed_file = tmp_path / "host1.nk"
@@ -279,7 +281,7 @@ def test_connect_passes_the_nkey_seed_file(tmp_path):
     async def scenario(url: str) -> int:
         with pytest.raises(nats.errors.Error, match="Authorization Violation"):
             await nats.connect(url, allow_reconnect=False, max_reconnect_attempts=0)
-        nc = await connect(url, nkeys_seed=str(seed_file))
+        nc = await connect([url], nkey=seed_file)
         try:
             return (await nc.jetstream().account_info()).streams
         finally:
