@@ -21,7 +21,6 @@ second, different segment there (which the ledger would refuse as a fork).
 from __future__ import annotations
 
 import base64
-import os
 import sqlite3
 from pathlib import Path
 
@@ -37,6 +36,7 @@ from fleet.segment import CallAccount, Snapshot
 from fleet.subjects import check_host_name, segment_subject
 from fleet.verify import fold_sealed
 from fleet.wire import SealedSegment, decode_envelope, encode_envelope
+from ledger.keys import write_secret
 
 KEY_FILE = "host.key"
 PUB_FILE = "host.pub"
@@ -55,11 +55,7 @@ def load_or_create_key(data_dir: Path) -> SigningKey:
         except (ValueError, TypeError) as exc:  # binascii.Error, a wrong seed length
             raise HostKeyError(f"{path} does not hold a base64 Ed25519 seed: {exc}") from None
     key = SigningKey.generate()
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(fd, "w") as f:
-        f.write(base64.b64encode(bytes(key)).decode() + "\n")
-        f.flush()
-        os.fsync(f.fileno())
+    write_secret(path, base64.b64encode(bytes(key)).decode() + "\n")
     (data_dir / PUB_FILE).write_text(encode_key(bytes(key.verify_key)) + "\n")
     return key
 

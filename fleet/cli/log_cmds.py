@@ -8,7 +8,6 @@ one line ``<RuleName>: <what failed>``. A missing or unreadable file or key is a
 from __future__ import annotations
 
 import json
-import os
 import re
 from pathlib import Path
 from typing import Any
@@ -21,6 +20,7 @@ from fleet.cli._common import api, nats_options
 from fleet.log_errors import LogError, MalformedKey
 from fleet.note import Verifier, generate_signer, open_note, parse_verifier_key, valid_name
 from fleet.proof_bundle import verify_bundle
+from ledger.keys import write_secret
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]")
 
@@ -81,9 +81,7 @@ def keygen(name: str, out_dir: str) -> None:
     signer = generate_signer(name)
     try:
         folder.mkdir(parents=True, exist_ok=True)
-        fd = os.open(key_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        with os.fdopen(fd, "w") as handle:
-            handle.write(signer.text() + "\n")
+        write_secret(key_path, signer.text() + "\n")
         vkey_path.write_text(signer.verifier().text() + "\n")
     except OSError as exc:
         raise UserError(f"cannot write keys to {folder}: {exc.strerror or exc}") from exc
