@@ -21,7 +21,8 @@ def simulator_command(name: str, runs: int, url: str, host_dir: Path,
 
 def spawn_simulators(hosts: int, runs: int, url: str, base: Path,
                      enroll_into: Path | None = None, prefix: str = "host",
-                     log_dir: Path | None = None) -> list[subprocess.Popen[str]]:
+                     log_dir: Path | None = None, nkey: Path | None = None
+                     ) -> list[subprocess.Popen[str]]:
     """Start ``hosts`` simulator processes, host folders under ``base``.
 
     Their output is piped (read it with ``communicate()``), or with ``log_dir`` appended to
@@ -31,7 +32,7 @@ def spawn_simulators(hosts: int, runs: int, url: str, base: Path,
     procs = []
     for i in range(1, hosts + 1):
         name = f"{prefix}{i}"
-        cmd = simulator_command(name, runs, url, base / name, enroll_into)
+        cmd = simulator_command(name, runs, url, base / name, enroll_into, nkey)
         if log_dir is None:
             procs.append(subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                           text=True, stdin=subprocess.DEVNULL))

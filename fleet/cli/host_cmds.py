@@ -92,15 +92,9 @@ def host_simulate(hosts: int, runs: int, url: str, data: Path, name: str | None,
         if summary["remaining"]:
             raise CheckFailed(f"{summary['remaining']} segments could not be sent")
         return
-    import subprocess
+    from agents.sim_procs import spawn_simulators
 
-    from agents.sim_procs import simulator_command
-
-    prefix = name or "host"
-    procs = [subprocess.Popen(simulator_command(f"{prefix}{i}", runs, url, data / f"{prefix}{i}",
-                                                enroll_into, nkey),
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-             for i in range(1, hosts + 1)]
+    procs = spawn_simulators(hosts, runs, url, data, enroll_into, name or "host", nkey=nkey)
     import signal
     import sys
     from concurrent.futures import ThreadPoolExecutor, wait
