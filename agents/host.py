@@ -36,7 +36,7 @@ from fleet.segment import CallAccount, Snapshot
 from fleet.subjects import check_host_name, segment_subject
 from fleet.verify import fold_sealed
 from fleet.wire import SealedSegment, decode_envelope, encode_envelope
-from ledger.keys import write_secret
+from ledger.files import write_secret
 
 KEY_FILE = "host.key"
 PUB_FILE = "host.pub"

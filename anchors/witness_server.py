@@ -16,7 +16,6 @@ from __future__ import annotations
 import base64
 import json
 import logging
-import os
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -27,28 +26,12 @@ from typing import Any
 from fleet.cosignature import WitnessSigner
 from fleet.note import Verifier
 from fleet.witness import WitnessState, decide
+from ledger.files import write_atomically
 
 log = logging.getLogger(__name__)
 
 STATE_FILE = "witness-state.json"
 MAX_BODY = 64 * 1024
-
-
-def write_atomically(path: Path, data: bytes) -> None:
-    """Replace ``path`` by ``data``: temp file, fsync, rename, fsync the folder."""
-    tmp = path.with_name(path.name + ".tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    try:
-        os.write(fd, data)
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
-    dir_fd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
 
 
 class WitnessStateFile:
@@ -69,7 +52,7 @@ class WitnessStateFile:
         states = {**self.states, origin: state}
         doc = {"logs": {o: {"size": s.size, "root": base64.b64encode(s.root).decode(),
                             "note": s.note} for o, s in sorted(states.items())}}
-        write_atomically(self.path, json.dumps(doc, indent=1).encode() + b"\n")
+        write_atomically(self.path, json.dumps(doc, indent=1).encode() + b"\n", 0o600)
         self.states = states
 
 

@@ -2,22 +2,13 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 from fleet.note import Signer, generate_signer, parse_signer_key
+from ledger.files import write_secret
 
 KEY_FILE = "ledger.key"
 VKEY_FILE = "ledger.vkey"
-
-
-def write_secret(path: Path, text: str) -> None:
-    """Write ``text`` to a new file readable by its owner only (never widened, even briefly)."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(fd, "w") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
 
 
 def load_or_create_signer(data_dir: Path, origin: str) -> Signer:

@@ -25,7 +25,6 @@ over an older database row) and keeps database rows the file lacks.
 from __future__ import annotations
 
 import json
-import os
 import sqlite3
 import time
 from collections.abc import Collection, Iterator, Sequence
@@ -41,6 +40,7 @@ from fleet.merkle import leaf_hash
 from fleet.run_codec import state_from_json, state_to_json
 from fleet.seal import decode_key
 from fleet.subjects import check_host_name
+from ledger.files import write_atomically
 from ledger.tree_store import TreeStore
 
 DB_NAME = "ledger.db"
@@ -187,20 +187,9 @@ class LedgerStore:
         a failed write rolls the change back): a temporary file, fsync'd, then renamed."""
         doc = {"format": HOSTS_FORMAT, "hosts": self.host_rows()}
         path = self.dir / HOSTS_FILE
-        tmp = path.with_name(f".{HOSTS_FILE}.{os.getpid()}.tmp")
         try:
-            with tmp.open("w") as f:
-                f.write(json.dumps(doc, indent=1) + "\n")
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, path)
-            fd = os.open(self.dir, os.O_RDONLY)
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
+            write_atomically(path, (json.dumps(doc, indent=1) + "\n").encode())
         except OSError as exc:
-            tmp.unlink(missing_ok=True)
             raise StoreError(f"cannot write {path}: {exc.strerror or exc}") from None
 
     def _merge_hosts_file(self) -> None:

@@ -12,7 +12,7 @@ import time
 import pytest
 from witness_helpers import MemLog
 
-from anchors import witness_server
+import ledger.files
 from anchors.witness_client import post_add_checkpoint, submit
 from anchors.witness_server import RunningWitness, Witness
 from fleet.cosignature import (
@@ -146,13 +146,14 @@ def test_state_survives_restart_and_a_failed_write_answers_nothing(tmp_path, log
     def broken_replace(src, dst):
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(witness_server.os, "replace", broken_replace)
+    monkeypatch.setattr(ledger.files.os, "replace", broken_replace)
     with pytest.raises(OSError):
         again.add_checkpoint(format_request(4, log.consistency_proof(4, 7), log.note(7)))
     monkeypatch.undo()
     assert again.state.states[ORIGIN].size == 4
     saved = json.loads((tmp_path / "w" / "witness-state.json").read_text())
     assert saved["logs"][ORIGIN]["size"] == 4
+    assert [p.name for p in (tmp_path / "w").iterdir()] == ["witness-state.json"]  # no temp
 
 
 def test_fleet_witness_serve_subprocess(tmp_path, log_signer):

@@ -20,7 +20,7 @@ from fleet.cli._common import api, nats_options
 from fleet.log_errors import LogError, MalformedKey
 from fleet.note import Verifier, generate_signer, open_note, parse_verifier_key, valid_name
 from fleet.proof_bundle import verify_bundle
-from ledger.keys import write_secret
+from ledger.files import write_secret
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]")
 
