@@ -43,6 +43,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final, Literal
 
+from ledger.transactions import immediate
+
 Kind = Literal["executed", "suspended", "resumed", "closed"]
 KINDS: Final = ("executed", "suspended", "resumed", "closed")
 PRIORITY_KINDS: Final = frozenset({"suspended", "resumed", "closed"})
@@ -173,14 +175,8 @@ class Outbox:
 
     @contextmanager
     def _tx(self) -> Iterator[sqlite3.Connection]:
-        with self._lock:
-            self._db.execute("BEGIN IMMEDIATE")
-            try:
-                yield self._db
-            except BaseException:
-                self._db.execute("ROLLBACK")
-                raise
-            self._db.execute("COMMIT")
+        with self._lock, immediate(self._db) as db:
+            yield db
 
     def close(self) -> None:
         with self._lock:

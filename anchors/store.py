@@ -13,6 +13,7 @@ import time
 from typing import Any
 
 from anchors.base import Receipt
+from ledger.transactions import immediate
 
 _SCHEMA = (
     "CREATE TABLE IF NOT EXISTS anchor_receipts (anchor TEXT NOT NULL, size INTEGER NOT NULL,"
@@ -41,18 +42,13 @@ def register(conn: sqlite3.Connection, name: str, kind: str) -> None:
 
 def record_receipt(conn: sqlite3.Connection, receipt: Receipt) -> None:
     now = time.time()
-    conn.execute("BEGIN IMMEDIATE")
-    try:
+    with immediate(conn):
         conn.execute("INSERT OR REPLACE INTO anchor_receipts (anchor, size, kind, data, at)"
                      " VALUES (?, ?, ?, ?, ?)",
                      (receipt.anchor, receipt.size, receipt.kind, receipt.data, now))
         conn.execute("UPDATE anchor_state SET anchored_size = MAX(COALESCE(anchored_size, 0), ?),"
                      " anchored_at = ?, error = NULL, failures = 0 WHERE anchor = ?",
                      (receipt.size, now, receipt.anchor))
-    except BaseException:
-        conn.execute("ROLLBACK")
-        raise
-    conn.execute("COMMIT")
 
 
 def record_error(conn: sqlite3.Connection, name: str, error: str) -> None:

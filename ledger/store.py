@@ -27,8 +27,8 @@ from __future__ import annotations
 import json
 import sqlite3
 import time
-from collections.abc import Collection, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Collection, Sequence
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +41,7 @@ from fleet.run_codec import state_from_json, state_to_json
 from fleet.seal import decode_key
 from fleet.subjects import check_host_name
 from ledger.files import write_atomically
+from ledger.transactions import immediate
 from ledger.tree_store import TreeStore
 
 DB_NAME = "ledger.db"
@@ -113,15 +114,8 @@ class LedgerStore:
     def close(self) -> None:
         self.conn.close()
 
-    @contextmanager
-    def transaction(self) -> Iterator[sqlite3.Connection]:
-        self.conn.execute("BEGIN IMMEDIATE")
-        try:
-            yield self.conn
-        except BaseException:
-            self.conn.execute("ROLLBACK")
-            raise
-        self.conn.execute("COMMIT")
+    def transaction(self) -> AbstractContextManager[sqlite3.Connection]:
+        return immediate(self.conn)
 
     # -- meta -----------------------------------------------------------------------------
 
