@@ -151,7 +151,10 @@ def _decide(
     # Accepted: change the state as RunState.apply does for this segment (the park's
     # objects built first, so nothing that can raise runs once the state has changed).
     if type(seg) is SuspendedWire:
-        parked = snapshot_from_wire(seg.snapshot), parse_address(seg.manifest)
+        # Its addresses are parsed already: the head, the snapshot's, then the manifest.
+        snapshot_raws = iter(addresses[1:-1])
+        parked = (snapshot_from_wire(seg.snapshot, lambda _text: next(snapshot_raws)),
+                  addresses[-1])
     elif type(seg) is ResumedWire:
         parked = None, None
     else:

@@ -24,6 +24,7 @@ from __future__ import annotations
 import base64
 import binascii
 import functools
+from collections.abc import Callable
 
 import msgspec
 
@@ -169,11 +170,15 @@ def seal_bytes(text: str) -> bytes:
     return raw
 
 
-def snapshot_from_wire(wire: SnapshotWire) -> Snapshot:
+def snapshot_from_wire(wire: SnapshotWire,
+                       parse: Callable[[str], bytes] = parse_address) -> Snapshot:
+    """The snapshot of a wire form; ``parse`` turns each present address (fs_root,
+    mem_image, transcript, in that order) into bytes (a caller that parsed them already
+    hands them back instead of parsing again)."""
     return make_snapshot(
-        fs_root=None if wire.fs_root is None else parse_address(wire.fs_root),
-        mem_image=None if wire.mem_image is None else parse_address(wire.mem_image),
-        transcript=None if wire.transcript is None else parse_address(wire.transcript),
+        fs_root=None if wire.fs_root is None else parse(wire.fs_root),
+        mem_image=None if wire.mem_image is None else parse(wire.mem_image),
+        transcript=None if wire.transcript is None else parse(wire.transcript),
     )
 
 
