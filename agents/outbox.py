@@ -167,6 +167,8 @@ class Outbox:
             for statement in _SCHEMA.split(";"):
                 if statement.strip():
                     self._db.execute(statement)
+            # Kept up to date by mark_acked and prune, so the bound is checked without a scan.
+            self._acked_bytes = self._payload_bytes(self._db, "acked")
 
     @property
     def executed_budget(self) -> int:
@@ -219,7 +221,7 @@ class Outbox:
             ).fetchone()
             if stopped is not None:
                 raise RunStopped(run, stopped[0])
-            pending = self._pending_bytes(db)
+            pending = self._payload_bytes(db, "pending")
             budget = self.limit_bytes if kind in PRIORITY_KINDS else self.executed_budget
             if pending + len(payload) > budget:
                 raise OutboxFull(kind, len(payload), pending, budget)
@@ -237,7 +239,8 @@ class Outbox:
     def mark_acked(self, row_id: int, stream_seq: int) -> None:
         """Record JetStream's ack: the row is acked at ``stream_seq``, its run's last seq too."""
         with self._tx() as db:
-            row = db.execute("SELECT run FROM segments WHERE id = ?", (row_id,)).fetchone()
+            row = db.execute("SELECT run, state, length(payload) FROM segments WHERE id = ?",
+                             (row_id,)).fetchone()
             if row is None:
                 raise KeyError(f"no outbox row {row_id}")
             db.execute(
@@ -248,9 +251,13 @@ class Outbox:
                 "UPDATE runs SET last_acked_seq = max(last_acked_seq, ?) WHERE run = ?",
                 (stream_seq, row[0]),
             )
-        self._acks_since_prune += 1
-        if self._acks_since_prune >= PRUNE_EVERY:
-            self._acks_since_prune = 0
+            if row[1] != "acked":
+                self._acked_bytes += row[2]
+            self._acks_since_prune += 1
+            due = self._acks_since_prune >= PRUNE_EVERY
+            if due:
+                self._acks_since_prune = 0
+        if due and self._acked_bytes > self.keep_acked_bytes:
             self.prune(self.keep_acked_bytes)
 
     def stop_run(self, run: str, reason: str) -> None:
@@ -271,29 +278,31 @@ class Outbox:
         prunable = ("state = 'acked' AND idx < (SELECT max(s2.idx) FROM segments AS s2"
                     " WHERE s2.run = segments.run)")
         with self._tx() as db:
-            total = db.execute("SELECT coalesce(sum(length(payload)), 0) FROM segments"
-                               " WHERE state = 'acked'").fetchone()[0]
-            excess = total - keep_bytes
+            excess = self._acked_bytes - keep_bytes
             if excess <= 0:
                 return 0
-            cutoff = None
+            cutoff, freed = None, 0
             for row_id, size in db.execute(
                     f"SELECT id, length(payload) FROM segments WHERE {prunable} ORDER BY id"):
                 cutoff = row_id
-                excess -= size
-                if excess <= 0:
+                freed += size
+                if freed >= excess:
                     break
             if cutoff is None:
                 return 0
-            return db.execute(f"DELETE FROM segments WHERE id <= ? AND {prunable}",
-                              (cutoff,)).rowcount
+            # Exactly the rows just read: the prunable ones up to the cutoff, oldest first.
+            deleted = db.execute(f"DELETE FROM segments WHERE id <= ? AND {prunable}",
+                                 (cutoff,)).rowcount
+            self._acked_bytes -= freed
+            return deleted
+
 
     # -- reading -------------------------------------------------------------------------
 
     @staticmethod
-    def _pending_bytes(db: sqlite3.Connection) -> int:
+    def _payload_bytes(db: sqlite3.Connection, state: str) -> int:
         row = db.execute(
-            "SELECT coalesce(sum(length(payload)), 0) FROM segments WHERE state = 'pending'"
+            "SELECT coalesce(sum(length(payload)), 0) FROM segments WHERE state = ?", (state,)
         ).fetchone()
         return int(row[0])
 
@@ -338,7 +347,7 @@ class Outbox:
             stopped = self._db.execute(
                 "SELECT count(*) FROM segments WHERE state = 'stopped'"
             ).fetchone()[0]
-            pending_bytes = self._pending_bytes(self._db)
+            pending_bytes = self._payload_bytes(self._db, "pending")
         return Stats(
             pending_count=int(count),
             pending_bytes=pending_bytes,

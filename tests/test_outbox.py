@@ -154,6 +154,25 @@ def test_acked_rows_are_bounded_automatically(tmp_path, monkeypatch):
         assert box.last_acked_seq(RUN) == 12
 
 
+def test_the_acked_bytes_kept_in_memory_match_the_file(tmp_path):
+    """The bound is checked against a running total (no scan per check): after acks, a
+    repeated ack, prunes and a reopen it equals the acked payload the file holds."""
+    def on_disk(box: Outbox) -> int:
+        return box._db.execute("SELECT coalesce(sum(length(payload)), 0) FROM segments"
+                               " WHERE state = 'acked'").fetchone()[0]
+
+    with Outbox(tmp_path / "o.db") as box:
+        rows = [_put(box, i, size=50 + i) for i in range(8)]
+        for n, row in enumerate(rows[:6]):
+            box.mark_acked(row, n + 1)
+        box.mark_acked(rows[0], 1)  # acked again: counted once
+        assert box._acked_bytes == on_disk(box) == sum(50 + i for i in range(6))
+        box.prune(keep_bytes=120)
+        assert box._acked_bytes == on_disk(box) <= 120
+    with Outbox(tmp_path / "o.db") as box:
+        assert box._acked_bytes == on_disk(box)
+
+
 def test_a_host_resumes_its_runs_after_its_outbox_is_pruned(tmp_path):
     """Pruning leaves the host what it needs: reopened, it continues each run where it
     was, and a segment written but not yet saved in its run state is still caught up."""
