@@ -5,8 +5,9 @@ sealed and valid. :func:`fast_decide` decides exactly those, with the byte-level
 :mod:`fleet.verify_fast` (canonical bytes assembled from the wire fields, a few hashes) and
 changes the run's state as :meth:`fleet.record.RunState.apply` would. Anything else (a
 refusal of any kind, a replay, a gap, an undecodable field) returns ``None`` before any
-state is touched, and the caller decides the message by the reference path,
-:func:`fleet.fold.decide_envelope`, which names the rule. Tests hold the two paths to the
+state is touched, and the message is decided by the reference path,
+:func:`fleet.fold.decide_envelope`, which names the rule (:func:`decide_message` is the
+two together, the rule a ledger folds each message by). Tests hold the two paths to the
 same logs and refusals on genuine and mutated streams.
 """
 
@@ -19,7 +20,7 @@ from blake3 import blake3
 
 from fleet.address import parse_address, parse_addresses
 from fleet.errors import FleetError
-from fleet.fold import Accepted, HostEntry, RunSlot
+from fleet.fold import Accepted, HostEntry, Refused, RunSlot, decide_envelope, decode
 from fleet.leaf import encode_leaf
 from fleet.record import RunState, genesis
 from fleet.seal import seal_message
@@ -84,6 +85,32 @@ def wire_seal_item(
                 seal_bytes(seg.seal))
     except _CANNOT:
         return None
+
+
+def decide_message(
+    subject: str,
+    data: bytes,
+    wire: EnvelopeWire | None,
+    stream_seq: int,
+    hosts: Mapping[str, HostEntry],
+    get_run: Callable[[bytes], RunSlot | None],
+    head_at: Callable[[bytes, int], bytes | None],
+    seal_ok: bool | None,
+    addresses: list[bytes] | None = None,
+    fast: bool = True,
+) -> Accepted | Refused:
+    """One message decided as :func:`fleet.fold.decide` decides it: by the fast path where
+    it vouches for the message (``fast``), otherwise by the reference path, which names
+    the rule. ``wire``: the message's :func:`fleet.wire.envelope_wire` (``None``: it did
+    not decode); ``seal_ok`` and ``addresses`` as the batch's pre-checks found them."""
+    if wire is not None and fast:
+        accepted = fast_decide(subject, wire, stream_seq, hosts, get_run, seal_ok, addresses)
+        if accepted is not None:
+            return accepted
+    env = decode(subject, data, wire)
+    if isinstance(env, Refused):
+        return env
+    return decide_envelope(subject, env, stream_seq, hosts, get_run, head_at, seal_ok)
 
 
 def fast_decide(

@@ -34,12 +34,9 @@ from fleet.checkpoint import check_consistent_then_sign, make_checkpoint, parse_
 from fleet.fold import (
     Accepted,
     HostEntry,
-    Refused,
     RunSlot,
-    decide_envelope,
-    decode,
 )
-from fleet.fold_fast import batch_addresses, fast_decide, wire_seal_item
+from fleet.fold_fast import batch_addresses, decide_message, wire_seal_item
 from fleet.note import Signer, parse_note
 from fleet.subjects import CHECKPOINTS, STREAM, rejection_subject
 from fleet.wire import EnvelopeWire, envelope_wire, identity
@@ -314,13 +311,8 @@ class Ledger:
                 prepared.msgs, prepared.wires, seals, prepared.addresses, strict=True):
             if seq <= watermark:
                 continue
-            decision: Accepted | Refused | None = None
-            if wire is not None and fast:
-                decision = fast_decide(subject, wire, seq, hosts, get_run, seal_ok, addresses)
-            if decision is None:  # not the happy path: the reference path names the rule
-                env = decode(subject, data, wire)
-                decision = env if isinstance(env, Refused) else decide_envelope(
-                    subject, env, seq, hosts, get_run, head_at, seal_ok)
+            decision = decide_message(subject, data, wire, seq, hosts, get_run, head_at,
+                                      seal_ok, addresses, fast)
             if isinstance(decision, Accepted) and decision.created:
                 self._remember(decision.run, decision.slot)
                 absent.discard(decision.run)  # cached from now on

@@ -19,7 +19,6 @@ from test_fuzz_fold import GENUINE, mutate, reseal
 
 import fleet.fold_fast
 from fleet.seal import encode_key
-from ledger import service
 
 from fault_helpers import fold_in_random_batches, host_key, sealed_run, seed_hosts
 
@@ -90,7 +89,7 @@ def test_fast_and_reference_paths_build_the_same_store(tmp_path: Path,
         taken.append(decision is not None)
         return decision
 
-    monkeypatch.setattr(service, "fast_decide", counting)
+    monkeypatch.setattr(fleet.fold_fast, "fast_decide", counting)
     _fold(stream, tmp_path / "fast", True, seed)
     _fold(stream, tmp_path / "reference", False, seed)
     fast, reference = _dump(tmp_path / "fast"), _dump(tmp_path / "reference")
