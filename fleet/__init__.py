@@ -1,1 +1,6 @@
-"""Fleet ledger: the pure protocol core (no I/O) and the fleet CLI."""
+"""Fleet ledger's pure protocol core: run records (their one rules kernel, :mod:`fleet.kernel`,
+and its object and wire decoders), call accounts and wait proofs, the fold's decisions, the
+RFC 9162 Merkle log, C2SP checkpoints, notes and cosignatures, proof bundles, keys and
+codecs. No module here does I/O (no NATS, SQLite, asyncio, sockets or subprocesses); the
+shells (``agents``, ``ledger``, ``anchors``) and the CLI build on it.
+"""

@@ -15,6 +15,17 @@ from blake3 import blake3
 
 from fleet.errors import MalformedAddress
 
+__all__ = [
+    "DIGEST_SIZE",
+    "PREFIX",
+    "digest",
+    "format_address",
+    "id_text",
+    "parse_address",
+    "parse_addresses",
+]
+
+
 PREFIX = "b3:"
 DIGEST_SIZE = 32
 # 32 bytes fill 43 base64 characters with two bits to spare; canonical text leaves them zero.

@@ -43,6 +43,8 @@ from fleet.note import Verifier, parse_note
 TsaCheck = Callable[[str, str], str]
 """(base64 receipt, checkpoint body) -> a description of what verified; raises on failure."""
 
+__all__ = ["AnchorCheck", "AnchorReport", "verify_anchors"]
+
 _HEX = re.compile(r"[0-9a-f]{64}\Z")
 
 

@@ -12,22 +12,14 @@ with ``text(t) = len:u16 || utf8`` and provenance 1 = measured, 2 = estimated.
 
 from __future__ import annotations
 
-import struct
-
 import msgspec
 from msgspec.structs import force_setattr
 
+from fleet import kernel
 from fleet.address import digest
-from fleet.segment import (
-    PROVENANCES,
-    check_digest,
-    check_provenance,
-    check_u64,
-    encode_text,
-)
+from fleet.kernel import ATTESTATION_DOMAIN as DOMAIN
 
-DOMAIN = b"fleet.attestation/1"
-_RECEIPT = struct.Struct(">QB")
+__all__ = ["DOMAIN", "Attestation", "EnergyReceipt", "make_attestation"]
 
 
 class EnergyReceipt(msgspec.Struct, frozen=True):
@@ -42,19 +34,15 @@ class Attestation(msgspec.Struct, frozen=True):
     receipt: EnergyReceipt
     journal_root: bytes
     outcome: str
-    # Canonical bytes and address, computed once: the fold checks the address of every one.
+    # Canonical bytes and address, computed (and so checked) once, by the kernel: the fold
+    # checks the address of every one.
     _raw: bytes = b""
     _address: bytes = b""
 
     def __post_init__(self) -> None:
         r = self.receipt
-        raw = (
-            DOMAIN
-            + _RECEIPT.pack(r.uj, PROVENANCES[r.provenance])
-            + encode_text(r.meter, "meter")
-            + self.journal_root
-            + encode_text(self.outcome, "outcome")
-        )
+        raw = kernel.attestation_bytes(r.uj, r.provenance, r.meter, self.journal_root,
+                                       self.outcome)
         force_setattr(self, "_raw", raw)
         force_setattr(self, "_address", digest(raw))
 
@@ -69,7 +57,4 @@ def make_attestation(
     uj: int, provenance: str, meter: str, journal_root: bytes, outcome: str
 ) -> Attestation:
     """An attestation with every field checked against what its canonical bytes can carry."""
-    check_u64(uj, "receipt uj")
-    check_provenance(provenance)
-    return Attestation(EnergyReceipt(uj, provenance, meter), check_digest(journal_root,
-                       "journal_root"), outcome)
+    return Attestation(EnergyReceipt(uj, provenance, meter), journal_root, outcome)

@@ -24,6 +24,11 @@ from fleet.segment import (
 )
 from fleet.wire import RecordWire, SealedSegment, segment_to_wire
 
+__all__ = [
+    "RecordBuilder",
+]
+
+
 
 class RecordBuilder:
     """One run's record on the host that runs it, sealed with the host's key."""

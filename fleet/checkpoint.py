@@ -33,6 +33,17 @@ from fleet.log_errors import (
 from fleet.merkle import HASH_SIZE, verify_consistency
 from fleet.note import Signer, Verifier, b64decode_strict, open_note, sign_note
 
+__all__ = [
+    "Checkpoint",
+    "check_consistent_then_sign",
+    "check_extends",
+    "make_checkpoint",
+    "open_checkpoint",
+    "parse_checkpoint",
+    "sign_checkpoint",
+]
+
+
 _SIZE = re.compile(r"(0|[1-9][0-9]{0,19})\Z")
 _MAX_SIZE = (1 << 63) - 1
 

@@ -43,6 +43,25 @@ from nacl.signing import SigningKey, VerifyKey
 from fleet.log_errors import BadSignature, MalformedKey, MalformedNote
 from fleet.note import Signature, parse_key_fields, parse_note, valid_name
 
+__all__ = [
+    "ALG_COSIGNATURE_V1",
+    "MAX_TIMESTAMP",
+    "Cosigned",
+    "WitnessKey",
+    "WitnessSigner",
+    "add_signatures",
+    "cosignature_message",
+    "cosignatures",
+    "cosigner_key_id",
+    "generate_witness_signer",
+    "parse_signature_lines",
+    "parse_witness_key",
+    "parse_witness_signer",
+    "verify_cosignature_lines",
+    "witness_signer_from_seed",
+]
+
+
 ALG_COSIGNATURE_V1 = 0x04
 MAX_TIMESTAMP = (1 << 63) - 1
 

@@ -1,10 +1,15 @@
-"""The ledger's fold of one message, as a pure decision.
+"""The ledger's fold of one message, as a pure decision that is a value.
 
-``decide`` takes what the ledger received (subject, bytes, stream sequence), the enrolled
-hosts and a view of the runs folded so far, and returns either :class:`Accepted` (the run
-state has been advanced and the leaf to append is given) or :class:`Refused` with the rule
-broken. It does no I/O: the NATS consumer and the SQLite store are its caller, and an
-offline verifier with the same inputs reaches the same decisions.
+:func:`decide` takes one :class:`Message` (subject, bytes, stream sequence, and what the
+batch's pre-checks found) and an :class:`Admission` context (the enrolled hosts, the runs as
+the batch sees them, the heads already held), and returns either :class:`Accepted` (the
+leaf to append and the kernel's step, :mod:`fleet.kernel`) or :class:`Refused` with the rule
+broken. It changes nothing: the caller takes an accepted step into its :class:`BatchRuns`,
+which holds copies of the runs a batch changed, and installs them as committed state only
+once the batch is durable. It does no I/O: the NATS consumer and the SQLite store are its
+caller, and an offline verifier with the same inputs reaches the same decisions.
+:func:`fleet.fold_fast.fold_message` is the rule a ledger folds each message by: the fast
+path where it vouches for the message, else this reference path, then the batch's take.
 
 Order of checks (the first failure is the rule reported):
 
@@ -19,6 +24,9 @@ Order of checks (the first failure is the rule reported):
    ``Fork`` (a different, validly sealed segment at that index); beyond the next index is
    ``IndexGap``
 6. the seal under the host's key (``BadSeal``), then the record's own rules and the head.
+
+Steps 2-4 and the position are :func:`admit` and :func:`position`, used by this reference
+path and by the wire fast path (:mod:`fleet.fold_fast`) alike.
 """
 
 from __future__ import annotations
@@ -29,6 +37,7 @@ from dataclasses import dataclass, field
 import msgspec
 from nacl.signing import VerifyKey
 
+from fleet import kernel
 from fleet.address import id_text
 from fleet.errors import (
     AttestationMismatch,
@@ -37,7 +46,6 @@ from fleet.errors import (
     ForeignRun,
     Fork,
     HeadMismatch,
-    IndexGap,
     RecordError,
     Replay,
     RevokedHost,
@@ -45,12 +53,30 @@ from fleet.errors import (
     SubjectMismatch,
     UnknownHost,
 )
+from fleet.kernel import Step, genesis
 from fleet.leaf import encode_leaf
-from fleet.record import RunState, chain, genesis
+from fleet.record import RunState, chain
 from fleet.seal import bad_seal, check_seal
 from fleet.subjects import SEGMENTS, segment_subject
-from fleet.verify import fold_sealed
+from fleet.verify import check_next
 from fleet.wire import Envelope, EnvelopeWire, decode_envelope, envelope_from_wire
+
+__all__ = [
+    "Accepted",
+    "Admission",
+    "BatchRuns",
+    "HostEntry",
+    "Message",
+    "Refused",
+    "RunSlot",
+    "admit",
+    "decide",
+    "decide_envelope",
+    "decode",
+    "position",
+    "seal_valid",
+    "subject_host",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,25 +96,35 @@ class HostEntry:
 
 @dataclass(slots=True)
 class RunSlot:
-    """A run as the fold sees it: the host that started it and its state."""
+    """A run as the fold sees it: the host that holds it and its state."""
 
     host: str
     state: RunState
+
+    def copy(self) -> RunSlot:
+        return RunSlot(self.host, self.state.copy())
 
 
 # Decisions are made for every message: msgspec structs build in a fifth of the time of
 # frozen dataclasses, and are as immutable. ``gc=False``: a decision never refers back to
 # itself, so the cycle collector need not scan the thousands a batch holds.
 class Accepted(msgspec.Struct, frozen=True, gc=False):
+    """A message the fold accepts: the leaf to append and the step it makes to its run."""
+
     host: str
     run: bytes
     index: int
     head: bytes
     kind: str
     leaf: bytes
-    slot: RunSlot
-    created: bool
+    step: Step
+    # (unit_id, grants_id) of a run this message opens; None for a run already held.
+    opened: tuple[bytes, bytes] | None = None
     head_text: str | None = None  # the head's address text, where the message held it
+
+    @property
+    def created(self) -> bool:
+        return self.opened is not None
 
 
 class Refused(msgspec.Struct, frozen=True, gc=False):
@@ -97,6 +133,65 @@ class Refused(msgspec.Struct, frozen=True, gc=False):
     host: str | None
     run: bytes | None
     index: int | None
+
+
+class Message(msgspec.Struct, frozen=True, gc=False):
+    """One message to decide, with what a batch's pre-checks found of it: ``wire`` its
+    :func:`fleet.wire.envelope_wire` form (``None``: it did not decode), ``seal_ok`` the
+    seal's verdict (:func:`seal_valid`; ``None``: not checked), ``addresses`` its segment's
+    addresses as parsed (:func:`fleet.fold_fast.batch_addresses`)."""
+
+    subject: str
+    data: bytes
+    stream_seq: int
+    wire: EnvelopeWire | None = None
+    seal_ok: bool | None = None
+    addresses: list[bytes] | None = None
+
+
+class BatchRuns:
+    """The runs as one batch of decisions sees them: the committed runs (``committed``,
+    read only), under the steps the batch has accepted so far, applied to copies.
+
+    A run the batch changes is copied on its first accepted step and changed only in the
+    copy, so the committed state (a ledger's cache) is never touched before the batch is
+    durable; :attr:`changed` is what the batch's commit stores and, once committed, what
+    the caller installs."""
+
+    __slots__ = ("_committed", "changed")
+
+    def __init__(self, committed: Callable[[bytes], RunSlot | None]) -> None:
+        self._committed = committed
+        self.changed: dict[bytes, RunSlot] = {}
+
+    def get(self, run: bytes) -> RunSlot | None:
+        slot = self.changed.get(run)
+        return slot if slot is not None else self._committed(run)
+
+    def take(self, d: Accepted) -> RunSlot:
+        """Apply an accepted step (decided against :meth:`get`) to the batch's copy."""
+        slot = self.changed.get(d.run)
+        if slot is None:
+            if d.opened is not None:
+                slot = RunSlot(d.host, RunState.open(*d.opened))
+            else:
+                held = self._committed(d.run)
+                assert held is not None, "a step for a run the batch cannot see"
+                slot = held.copy()
+            self.changed[d.run] = slot
+        slot.host = d.host
+        kernel.apply(slot.state, d.index, d.head, d.step)
+        return slot
+
+
+@dataclass(frozen=True, slots=True)
+class Admission:
+    """What the fold decides messages against: the enrolled hosts, the runs as the batch
+    sees them, and the heads the ledger holds (``head_at(run, index)``, for replays)."""
+
+    hosts: Mapping[str, HostEntry]
+    runs: BatchRuns
+    head_at: Callable[[bytes, int], bytes | None]
 
 
 def subject_host(subject: str) -> str | None:
@@ -121,7 +216,7 @@ def seal_valid(env: Envelope, hosts: Mapping[str, HostEntry]) -> bool | None:
 
     A seal depends on nothing but the message and the key, so a ledger may check a whole
     batch's seals (on another core, say) before the serial fold and hand the verdicts to
-    :func:`decide_envelope` (the ledger builds them from the wire form:
+    :func:`decide` in :attr:`Message.seal_ok` (the ledger builds them from the wire form:
     :func:`fleet.fold_fast.wire_seal_item`).
     """
     entry = hosts.get(env.host)
@@ -135,36 +230,60 @@ def seal_valid(env: Envelope, hosts: Mapping[str, HostEntry]) -> bool | None:
     return True
 
 
-def decide(
-    subject: str,
-    data: bytes,
-    stream_seq: int,
-    hosts: Mapping[str, HostEntry],
-    get_run: Callable[[bytes], RunSlot | None],
-    head_at: Callable[[bytes, int], bytes | None],
-) -> Accepted | Refused:
-    """Fold one message or refuse it; an accepted message has advanced ``get_run``'s slot."""
-    env = decode(subject, data)
+def admit(ctx: Admission, subject: str, host: str, run: bytes, run_text: str, unit_id: bytes,
+          grants_id: bytes, index: int, stream_seq: int
+          ) -> tuple[HostEntry, RunSlot | None, RunState]:
+    """Checks 2-4: (the host's entry, the run's slot or ``None`` for a new run, the run's
+    state), or the named refusal. ``run_text``: the run's canonical address text."""
+    if subject != segment_subject(host, run_text):
+        raise SubjectMismatch(
+            f"published on {subject!r}, not on its own host's and run's subject", segment=index)
+    entry = ctx.hosts.get(host)
+    if entry is None or stream_seq <= entry.enrolled_after:
+        raise UnknownHost(f"host {host!r} is not enrolled", segment=index)
+    if entry.revoked_after is not None and stream_seq > entry.revoked_after:
+        raise RevokedHost(f"host {host!r} was revoked", segment=index)
+    slot = ctx.runs.get(run)
+    if slot is None:
+        if genesis(unit_id, grants_id) != run:
+            raise RunMismatch("the run is not the genesis head of its unit and grants",
+                              segment=index)
+        return entry, None, RunState.open(unit_id, grants_id)
+    state = slot.state
+    # A known run was checked against its genesis when it began: equal ids need no rehash.
+    if (state.unit_id != unit_id or state.grants_id != grants_id) and genesis(
+            unit_id, grants_id) != run:
+        raise RunMismatch("the run is not the genesis head of its unit and grants",
+                          segment=index)
+    if slot.host != host:
+        raise ForeignRun(f"the run belongs to host {slot.host!r}", segment=index)
+    return entry, slot, state
+
+
+def position(state: RunState, index: int) -> bool:
+    """Whether ``index`` is one the run already holds (``False``: it is the next one); a gap
+    is ``IndexGap``."""
+    if index <= state.index:
+        return True
+    check_next(state, index)
+    return False
+
+
+def decide(ctx: Admission, msg: Message) -> Accepted | Refused:
+    """Decide one message by the reference path (which names every refusal); changes
+    nothing."""
+    env = decode(msg.subject, msg.data, msg.wire)
     if isinstance(env, Refused):
         return env
-    return decide_envelope(subject, env, stream_seq, hosts, get_run, head_at)
+    return decide_envelope(ctx, msg, env)
 
 
-def decide_envelope(
-    subject: str,
-    env: Envelope,
-    stream_seq: int,
-    hosts: Mapping[str, HostEntry],
-    get_run: Callable[[bytes], RunSlot | None],
-    head_at: Callable[[bytes, int], bytes | None],
-    seal_ok: bool | None = None,
-) -> Accepted | Refused:
-    """:func:`decide` for a decoded message; ``seal_ok`` is :func:`seal_valid`'s answer if
-    the caller already has it (the seal is then not checked again)."""
+def decide_envelope(ctx: Admission, msg: Message, env: Envelope) -> Accepted | Refused:
+    """:func:`decide` for a message already decoded to ``env``."""
     try:
-        return _decide(subject, env, stream_seq, hosts, get_run, head_at, seal_ok)
+        return _decide(ctx, msg, env)
     except FleetError as exc:
-        return Refused(exc.rule, str(exc), subject_host(subject), env.run, _position(exc))
+        return Refused(exc.rule, str(exc), subject_host(msg.subject), env.run, _position(exc))
 
 
 def _position(exc: FleetError) -> int | None:
@@ -174,57 +293,29 @@ def _position(exc: FleetError) -> int | None:
     return index if index is not None and 1 <= index < 2**63 else None
 
 
-def _decide(
-    subject: str,
-    env: Envelope,
-    stream_seq: int,
-    hosts: Mapping[str, HostEntry],
-    get_run: Callable[[bytes], RunSlot | None],
-    head_at: Callable[[bytes, int], bytes | None],
-    seal_ok: bool | None,
-) -> Accepted:
+def _decide(ctx: Admission, msg: Message, env: Envelope) -> Accepted:
     sealed = env.sealed
     index = sealed.index
-    if subject != segment_subject(env.host, id_text(env.run)):
-        raise SubjectMismatch(
-            f"published on {subject!r}, not on its own host's and run's subject", segment=index
-        )
-    entry = hosts.get(env.host)
-    if entry is None or stream_seq <= entry.enrolled_after:
-        raise UnknownHost(f"host {env.host!r} is not enrolled", segment=index)
-    if entry.revoked_after is not None and stream_seq > entry.revoked_after:
-        raise RevokedHost(f"host {env.host!r} was revoked", segment=index)
-    slot = get_run(env.run)
-    created = slot is None
-    # A known run was checked against its genesis when it began: equal ids need no rehash.
-    known = slot is not None and (slot.state.unit_id, slot.state.grants_id) == (
-        env.unit_id, env.grants_id)
-    if not known and genesis(env.unit_id, env.grants_id) != env.run:
-        raise RunMismatch("the run is not the genesis head of its unit and grants",
-                          segment=index)
-    if slot is None:
-        slot = RunSlot(env.host, RunState.open(env.unit_id, env.grants_id))
-    elif slot.host != env.host:
-        raise ForeignRun(f"the run belongs to host {slot.host!r}", segment=index)
-    state = slot.state
-    if index <= state.index:
-        _refuse_old_index(env, state, entry, head_at, seal_ok)
-    if index > state.index + 1:
-        raise IndexGap(f"segment {index} where {state.index + 1} was next", segment=index)
+    entry, slot, state = admit(ctx, msg.subject, env.host, env.run, id_text(env.run),
+                               env.unit_id, env.grants_id, index, msg.stream_seq)
+    seal_ok = msg.seal_ok
+    if position(state, index):
+        _refuse_old_index(ctx, env, state, entry, seal_ok)
     if seal_ok is False:
         raise bad_seal(index)
-    fold_sealed(state, sealed, None if seal_ok else entry.verify_key)
-    return Accepted(env.host, env.run, index, state.head, sealed.segment.kind,
-                    encode_leaf(env.run, index, state.head), slot, created)
+    if seal_ok is None:
+        check_seal(entry.verify_key, env.run, index, sealed.head, sealed.seal)
+    st, head = state.prepare(sealed.segment, sealed.attestation)
+    if head != sealed.head:
+        raise HeadMismatch("the stated head is not the head recomputed from genesis",
+                           segment=index)
+    return Accepted(env.host, env.run, index, head, sealed.segment.kind,
+                    encode_leaf(env.run, index, head), st,
+                    (env.unit_id, env.grants_id) if slot is None else None)
 
 
-def _refuse_old_index(
-    env: Envelope,
-    state: RunState,
-    entry: HostEntry,
-    head_at: Callable[[bytes, int], bytes | None],
-    seal_ok: bool | None,
-) -> None:
+def _refuse_old_index(ctx: Admission, env: Envelope, state: RunState, entry: HostEntry,
+                      seal_ok: bool | None) -> None:
     """A message for an index the run already holds: say exactly what it is."""
     sealed = env.sealed
     index = sealed.index
@@ -232,8 +323,8 @@ def _refuse_old_index(
         check_seal(entry.verify_key, env.run, index, sealed.head, sealed.seal)
     elif not seal_ok:
         raise bad_seal(index)
-    previous = env.run if index == 1 else head_at(env.run, index - 1)
-    held = state.head if index == state.index else head_at(env.run, index)
+    previous = env.run if index == 1 else ctx.head_at(env.run, index - 1)
+    held = state.head if index == state.index else ctx.head_at(env.run, index)
     if previous is None or held is None:  # pragma: no cover - the store holds every index
         raise Fork(f"segment {index} cannot be compared with the run", segment=index)
     att = sealed.attestation

@@ -1,37 +1,39 @@
-"""The fold's happy path: one message decided from its wire form, without core objects.
+"""The fold's wire decoder: one message decided from its wire form, without core objects.
 
 Most messages a ledger folds are the next segment of a run it holds, from an enrolled host,
-sealed and valid. :func:`fast_decide` decides exactly those, with the byte-level steps of
-:mod:`fleet.verify_fast` (canonical bytes assembled from the wire fields, a few hashes) and
-changes the run's state as :meth:`fleet.record.RunState.apply` would. Anything else (a
-refusal of any kind, a replay, a gap, an undecodable field) returns ``None`` before any
-state is touched, and the message is decided by the reference path,
-:func:`fleet.fold.decide_envelope`, which names the rule (:func:`decide_message` is the
-two together, the rule a ledger folds each message by). Tests hold the two paths to the
-same logs and refusals on genuine and mutated streams.
+sealed and valid. :func:`fast_decide` decides exactly those from the wire structs: the same
+admission (:func:`fleet.fold.admit`, :func:`fleet.fold.position`) and the same kernel
+functions (through :func:`fleet.verify_fast.step`) as the reference path, fed plain values
+straight from the decoded fields. Anything else (a refusal of any kind, a replay, an
+undecodable field) returns ``None`` and the message is decided by the reference path,
+:func:`fleet.fold.decide`, which names the rule in the order the spec gives
+(:func:`decide_message` is the two together; :func:`fold_message` adds the batch's take).
+Nothing is changed by a decision either way. Tests hold the two paths to the same logs and
+refusals on genuine and mutated streams.
 """
 
 from __future__ import annotations
 
-import struct
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 from blake3 import blake3
 
 from fleet.address import parse_address, parse_addresses
 from fleet.errors import FleetError
-from fleet.fold import Accepted, HostEntry, Refused, RunSlot, decide_envelope, decode
-from fleet.leaf import encode_leaf
-from fleet.record import RunState, genesis
-from fleet.seal import seal_message
-from fleet.segment import (
-    CLOSED,
-    EXECUTED,
-    RESUMED,
-    SUSPENDED,
+from fleet.fold import (
+    Accepted,
+    Admission,
+    HostEntry,
+    Message,
+    Refused,
+    admit,
+    decide,
+    position,
 )
-from fleet.subjects import segment_subject
-from fleet.verify_fast import NotFast, apply_step, segment_addresses, step
+from fleet.leaf import encode_leaf
+from fleet.seal import seal_message
+from fleet.segment import CLOSED, EXECUTED, RESUMED, SUSPENDED
+from fleet.verify_fast import NotFast, segment_addresses, step
 from fleet.wire import (
     ENVELOPE_VERSION,
     ClosedWire,
@@ -41,11 +43,10 @@ from fleet.wire import (
     SuspendedWire,
     identity,
     seal_bytes,
-    snapshot_from_wire,
 )
 
-# What a field the fast path cannot vouch for raises (the reference path then decides).
-_CANNOT = (NotFast, FleetError, ValueError, KeyError, TypeError, struct.error, OverflowError)
+__all__ = ["batch_addresses", "decide_message", "fast_decide", "fold_message",
+           "wire_seal_item"]
 
 
 def batch_addresses(wires: Sequence[EnvelopeWire | None]) -> list[list[bytes] | None]:
@@ -78,124 +79,72 @@ def wire_seal_item(
     if entry is None:
         return None
     seg = wire.segment
+    index = seg.index
+    if type(index) is not int or not 1 <= index < 2**63:
+        return None
     try:
         return (entry.public_key,
-                seal_message(identity(wire.run), seg.index,
+                seal_message(identity(wire.run), index,
                              parse_address(seg.head) if head is None else head),
                 seal_bytes(seg.seal))
-    except _CANNOT:
+    except FleetError:
         return None
 
 
-def decide_message(
-    subject: str,
-    data: bytes,
-    wire: EnvelopeWire | None,
-    stream_seq: int,
-    hosts: Mapping[str, HostEntry],
-    get_run: Callable[[bytes], RunSlot | None],
-    head_at: Callable[[bytes, int], bytes | None],
-    seal_ok: bool | None,
-    addresses: list[bytes] | None = None,
-    fast: bool = True,
-) -> Accepted | Refused:
+def fold_message(ctx: Admission, msg: Message, fast: bool = True) -> Accepted | Refused:
+    """Decide ``msg`` (:func:`decide_message`; ``fast=False``: by the reference path only)
+    and take an accepted step into the batch's runs (``ctx.runs``)."""
+    d = decide_message(ctx, msg) if fast else decide(ctx, msg)
+    if type(d) is Accepted:
+        ctx.runs.take(d)
+    return d
+
+
+def decide_message(ctx: Admission, msg: Message) -> Accepted | Refused:
     """One message decided as :func:`fleet.fold.decide` decides it: by the fast path where
-    it vouches for the message (``fast``), otherwise by the reference path, which names
-    the rule. ``wire``: the message's :func:`fleet.wire.envelope_wire` (``None``: it did
-    not decode); ``seal_ok`` and ``addresses`` as the batch's pre-checks found them."""
-    if wire is not None and fast:
-        accepted = fast_decide(subject, wire, stream_seq, hosts, get_run, seal_ok, addresses)
+    it vouches for the message, otherwise by the reference path, which names the rule."""
+    if msg.wire is not None:
+        accepted = fast_decide(ctx, msg)
         if accepted is not None:
             return accepted
-    env = decode(subject, data, wire)
-    if isinstance(env, Refused):
-        return env
-    return decide_envelope(subject, env, stream_seq, hosts, get_run, head_at, seal_ok)
+    return decide(ctx, msg)
 
 
-def fast_decide(
-    subject: str,
-    wire: EnvelopeWire,
-    stream_seq: int,
-    hosts: Mapping[str, HostEntry],
-    get_run: Callable[[bytes], RunSlot | None],
-    seal_ok: bool | None,
-    addresses: list[bytes] | None = None,
-) -> Accepted | None:
-    """The message accepted (its run's state advanced), or ``None``: not the happy path,
-    nothing changed, decide it by the reference path. ``addresses``: the segment's
-    addresses as already parsed (:func:`batch_addresses`); they are parsed here otherwise."""
-    if seal_ok is not True or wire.v != ENVELOPE_VERSION:
+def fast_decide(ctx: Admission, msg: Message) -> Accepted | None:
+    """The message accepted, or ``None``: not the happy path (nothing is changed either
+    way), decide it by the reference path."""
+    wire = msg.wire
+    if msg.seal_ok is not True or wire is None or wire.v != ENVELOPE_VERSION:
         return None
     try:
-        return _decide(subject, wire, stream_seq, hosts, get_run, addresses)
-    except _CANNOT:
+        return _decide(ctx, msg, wire)
+    except (NotFast, FleetError):
         return None
 
 
-def _decide(
-    subject: str,
-    wire: EnvelopeWire,
-    stream_seq: int,
-    hosts: Mapping[str, HostEntry],
-    get_run: Callable[[bytes], RunSlot | None],
-    addresses: list[bytes] | None,
-) -> Accepted | None:
+def _decide(ctx: Admission, msg: Message, wire: EnvelopeWire) -> Accepted | None:
     host = wire.host
     # ``identity`` parses strictly, so the run's text is its canonical form here.
-    if subject != segment_subject(host, wire.run):
-        return None
-    entry = hosts.get(host)
-    if entry is None or stream_seq <= entry.enrolled_after or (
-            entry.revoked_after is not None and stream_seq > entry.revoked_after):
-        return None
     run = identity(wire.run)
     unit, grants = identity(wire.unit_id), identity(wire.grants_id)
     seg = wire.segment
-    slot = get_run(run)
-    created = slot is None
-    if slot is None:
-        if seg.index != 1 or genesis(unit, grants) != run:
-            return None
-        state = RunState.open(unit, grants)
-    else:
-        state = slot.state
-        if slot.host != host or state.unit_id != unit or state.grants_id != grants:
-            return None
-        if seg.index != state.index + 1:
-            return None
+    index = seg.index
+    _entry, slot, state = admit(ctx, msg.subject, host, run, wire.run, unit, grants, index,
+                                msg.stream_seq)
+    if position(state, index):
+        return None  # a replay or fork: the reference path compares it with the run
+    addresses = msg.addresses
     if addresses is None:
         # A handful of addresses: one strict parse each is cheaper than the batched parse.
         addresses = [parse_address(text) for text in segment_addresses([seg])]
     given = iter(addresses)
     stated = next(given)
-    take = given.__next__
-    held = None if state.parked is None else state.parked.canonical() + state.parked_manifest
-    st = step(seg, take, state.phase, held)
+    st = step(seg, given.__next__, state.phase, state.park, index)
     head = blake3(state.head + st[0]).digest()
     if head != stated:
         return None
-    # Accepted: change the state as RunState.apply does for this segment (the park's
-    # objects built first, so nothing that can raise runs once the state has changed).
-    if type(seg) is SuspendedWire:
-        # Its addresses are parsed already: the head, the snapshot's, then the manifest.
-        snapshot_raws = iter(addresses[1:-1])
-        parked = (snapshot_from_wire(seg.snapshot, lambda _text: next(snapshot_raws)),
-                  addresses[-1])
-    elif type(seg) is ResumedWire:
-        parked = None, None
-    else:
-        parked = state.parked, state.parked_manifest
-    if slot is None:
-        slot = RunSlot(host, state)
-    index = state.index + 1
-    apply_step(st, index, state.energy, state.wait)
-    state.parked, state.parked_manifest = parked
-    state.index = index
-    state.head = head
-    state.phase = st[1]
     return Accepted(host, run, index, head, _KIND[type(seg)], encode_leaf(run, index, head),
-                    slot, created, seg.head)
+                    st, (unit, grants) if slot is None else None, seg.head)
 
 
 _KIND = {ExecutedWire: EXECUTED, SuspendedWire: SUSPENDED, ResumedWire: RESUMED,

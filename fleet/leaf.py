@@ -20,6 +20,15 @@ from typing import NamedTuple
 
 from fleet.log_errors import MalformedLeaf
 
+__all__ = [
+    "LEAF_DOMAIN",
+    "LEAF_SIZE",
+    "Leaf",
+    "decode_leaf",
+    "encode_leaf",
+]
+
+
 LEAF_DOMAIN = b"fleet.leaf/1"
 LEAF_SIZE = 84
 _LAYOUT = struct.Struct(">12s32sQ32s")

@@ -9,6 +9,35 @@ from __future__ import annotations
 
 from fleet.errors import FleetError
 
+__all__ = [
+    "AmbiguousKey",
+    "BadSignature",
+    "BadTimestamp",
+    "BundleError",
+    "CheckpointError",
+    "InconsistentCheckpoint",
+    "InvalidProofRequest",
+    "LeafMismatch",
+    "LogError",
+    "MalformedBundle",
+    "MalformedCheckpoint",
+    "MalformedKey",
+    "MalformedLeaf",
+    "MalformedNote",
+    "MalformedProof",
+    "MissingCosignatures",
+    "MissingNode",
+    "NoteError",
+    "OriginMismatch",
+    "ProofError",
+    "ProofLengthMismatch",
+    "RootMismatch",
+    "ShrinkingCheckpoint",
+    "SizeMismatch",
+    "UnknownKey",
+]
+
+
 
 class LogError(FleetError):
     """Base of every failure concerning the fleet log and its proofs."""

@@ -35,6 +35,27 @@ from fleet.log_errors import (
     RootMismatch,
 )
 
+__all__ = [
+    "EMPTY_ROOT",
+    "HASH_SIZE",
+    "NodeId",
+    "Plan",
+    "assemble",
+    "consistency_plan",
+    "fold",
+    "inclusion_plan",
+    "leaf_hash",
+    "leaf_hashes",
+    "node_hash",
+    "plan_nodes",
+    "range_nodes",
+    "root_from_inclusion",
+    "root_plan",
+    "verify_consistency",
+    "verify_inclusion",
+]
+
+
 HASH_SIZE = 32
 EMPTY_ROOT = sha256(b"").digest()
 

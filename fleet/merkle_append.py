@@ -20,6 +20,14 @@ from typing import NamedTuple
 
 from fleet.merkle import fold
 
+__all__ = [
+    "Extension",
+    "compact_nodes",
+    "compact_root",
+    "extend",
+]
+
+
 
 class Extension(NamedTuple):
     """Result of appending a batch: the new size and compact range and the new nodes."""

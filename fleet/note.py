@@ -60,6 +60,28 @@ from fleet.log_errors import (
     UnknownKey,
 )
 
+__all__ = [
+    "ALG_ED25519",
+    "MAX_SIGNATURES",
+    "SIG_PREFIX",
+    "Note",
+    "Signature",
+    "Signer",
+    "Verifier",
+    "b64decode_strict",
+    "generate_signer",
+    "key_id",
+    "open_note",
+    "parse_key_fields",
+    "parse_note",
+    "parse_signer_key",
+    "parse_verifier_key",
+    "sign_note",
+    "signer_from_seed",
+    "valid_name",
+]
+
+
 ALG_ED25519 = 0x01
 MAX_SIGNATURES = 100
 SIG_PREFIX = "\u2014 "

@@ -15,6 +15,16 @@ from __future__ import annotations
 
 from typing import Final
 
+__all__ = [
+    "CLOSED",
+    "FRESH",
+    "PARKED",
+    "RAN",
+    "RESUMED",
+    "TRANSITIONS",
+]
+
+
 FRESH: Final = "fresh"
 RAN: Final = "ran"
 PARKED: Final = "parked"

@@ -37,6 +37,14 @@ from fleet.log_errors import LeafMismatch, MalformedBundle, OriginMismatch, Size
 from fleet.merkle import leaf_hash, verify_inclusion
 from fleet.note import Verifier
 
+__all__ = [
+    "FIELDS",
+    "VerifiedBundle",
+    "build_bundle",
+    "verify_bundle",
+]
+
+
 FIELDS: dict[str, type] = {
     "origin": str,
     "tree_size": int,

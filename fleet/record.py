@@ -5,38 +5,34 @@
 identity (``run``): it binds the unit and the grant set, so two records can never be
 spliced across either.
 
-:meth:`RunState.advance` checks a segment against every rule first and changes nothing
-when it refuses, like a protocol state machine that rejects an event: the caller (a host
-program, the ledger's fold or an offline verifier) gets the named refusal and the state
-it had before.
+:class:`RunState` is the object API's way into :mod:`fleet.kernel`, where every rule and
+state change is written: :meth:`RunState.step` turns a segment object into the kernel's
+plain values and returns the kernel's step (or its named refusal), changing nothing;
+:meth:`RunState.apply` makes the kernel's state change. A caller (a host program, the
+ledger's fold or an offline verifier) that is refused keeps the state it had before.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from fleet import kernel
 from fleet.address import digest
 from fleet.attestation import Attestation
-from fleet.errors import (
-    AttestationMismatch,
-    ManifestMismatch,
-    PhaseViolation,
-    RecordClosed,
-    SnapshotMismatch,
-    ZeroIdleEnergy,
+from fleet.kernel import GENESIS_DOMAIN, Step, genesis, park_parts
+from fleet.phases import FRESH
+from fleet.segment import (
+    Closed,
+    Executed,
+    Resumed,
+    Segment,
+    Snapshot,
+    Suspended,
+    snapshot_from_bytes,
 )
-from fleet.phases import CLOSED, FRESH, TRANSITIONS
-from fleet.segment import Executed, Resumed, Segment, Snapshot, Suspended, check_digest
 from fleet.wait_proof import Verdict, WaitTracker
 
-GENESIS_DOMAIN = b"sandbox.runrecord/1"
-
-
-def genesis(unit_id: bytes, grants_id: bytes) -> bytes:
-    """The genesis head, which is also the run's identity."""
-    check_digest(unit_id, "unit_id")
-    check_digest(grants_id, "grants_id")
-    return digest(GENESIS_DOMAIN + unit_id + grants_id)
+__all__ = ["GENESIS_DOMAIN", "Energy", "RunState", "chain", "genesis", "segment_step"]
 
 
 def chain(head: bytes, segment: Segment) -> bytes:
@@ -58,6 +54,9 @@ class Energy:
     def by_provenance(self) -> dict[str, int]:
         return {p: self.receipts[p] + self.idle[p] for p in self.receipts}
 
+    def copy(self) -> Energy:
+        return Energy(dict(self.receipts), dict(self.idle))
+
     def as_json(self) -> dict[str, object]:
         return {
             "total_uj": self.total_uj,
@@ -67,9 +66,32 @@ class Energy:
         }
 
 
+def segment_step(phase: str, park: bytes | None, index: int, segment: Segment,
+                 attestation: Attestation | None) -> Step:
+    """The kernel's step for a segment object at ``index`` (the object API's decoder)."""
+    body = segment.canonical()
+    if type(segment) is Executed:
+        receipt = None if attestation is None else attestation.receipt
+        return kernel.executed_step(
+            phase, park, index, body, segment.attestation,
+            None if attestation is None else attestation.address(),
+            0 if receipt is None else receipt.uj,
+            "measured" if receipt is None else receipt.provenance, segment.calls)
+    if type(segment) is Suspended:
+        return kernel.suspended_step(phase, park, index, body, segment.snapshot.canonical(),
+                                     segment.manifest)
+    if type(segment) is Resumed:
+        return kernel.resumed_step(phase, park, index, body, segment.snapshot.canonical(),
+                                   segment.manifest, segment.idle_uj, segment.idle_provenance)
+    if type(segment) is Closed:
+        return kernel.closed_step(phase, park, index)
+    raise TypeError(f"not a segment: {segment!r}")
+
+
 @dataclass(slots=True)
 class RunState:
-    """Where a run stands after the segments folded so far."""
+    """Where a run stands after the segments folded so far (``park``: the kernel's
+    ``snapshot || manifest`` bytes while parked)."""
 
     unit_id: bytes
     grants_id: bytes
@@ -77,8 +99,7 @@ class RunState:
     head: bytes
     index: int = 0
     phase: str = FRESH
-    parked: Snapshot | None = None
-    parked_manifest: bytes | None = None
+    park: bytes | None = None
     energy: Energy = field(default_factory=Energy)
     wait: WaitTracker = field(default_factory=WaitTracker)
 
@@ -87,73 +108,43 @@ class RunState:
         head0 = genesis(unit_id, grants_id)
         return cls(unit_id, grants_id, head0, head0)
 
+    @property
+    def parked(self) -> Snapshot | None:
+        """The snapshot recorded at the park the run is in (or was closed in)."""
+        return None if self.park is None else snapshot_from_bytes(park_parts(self.park)[0])
+
+    @property
+    def parked_manifest(self) -> bytes | None:
+        return None if self.park is None else park_parts(self.park)[1]
+
+    def copy(self) -> RunState:
+        """An independent copy (a ledger's batch changes copies, never committed state)."""
+        return RunState(self.unit_id, self.grants_id, self.run, self.head, self.index,
+                        self.phase, self.park, self.energy.copy(), self.wait.copy())
+
+    def step(self, segment: Segment, attestation: Attestation | None = None) -> Step:
+        """The kernel's step for the next segment, or the named refusal; changes nothing."""
+        return segment_step(self.phase, self.park, self.index + 1, segment, attestation)
+
     def check(self, segment: Segment, attestation: Attestation | None = None) -> str:
         """The phase after ``segment``, or the named refusal; changes nothing."""
-        index = self.index + 1
-        if self.phase == CLOSED:
-            raise RecordClosed("the record is closed; nothing may follow", segment=index)
-        nxt = TRANSITIONS.get((self.phase, segment.kind))
-        if nxt is None:
-            raise PhaseViolation(
-                f"a {segment.kind} segment is not allowed in phase {self.phase}", segment=index
-            )
-        if isinstance(segment, Executed):
-            if attestation is None:
-                raise AttestationMismatch("the attestation object is missing", segment=index)
-            if attestation.address() != segment.attestation:
-                raise AttestationMismatch(
-                    "the attestation object does not hash to the recorded address",
-                    segment=index,
-                )
-        elif isinstance(segment, Resumed):
-            if segment.snapshot != self.parked:
-                raise SnapshotMismatch(
-                    "the offered snapshot is not the one recorded at suspension", segment=index
-                )
-            if segment.manifest != self.parked_manifest:
-                raise ManifestMismatch(
-                    "the resuming environment's manifest differs from the recorded one",
-                    segment=index,
-                )
-            if segment.idle_uj == 0:
-                raise ZeroIdleEnergy(
-                    "a park is never free: idle_uj must be the energy its retained state drew",
-                    segment=index,
-                )
-        return nxt
+        return self.step(segment, attestation)[1]
 
-    def prepare(
-        self, segment: Segment, attestation: Attestation | None = None
-    ) -> tuple[str, bytes]:
-        """The phase and head ``segment`` would lead to, or the named refusal; changes nothing."""
-        nxt = self.check(segment, attestation)
-        return nxt, chain(self.head, segment)
+    def prepare(self, segment: Segment, attestation: Attestation | None = None
+                ) -> tuple[Step, bytes]:
+        """The step and head ``segment`` would lead to, or the named refusal; changes nothing."""
+        st = self.step(segment, attestation)
+        return st, digest(self.head + st[0])
 
     def advance(self, segment: Segment, attestation: Attestation | None = None) -> bytes:
         """Fold ``segment`` and return the new head; a refusal leaves the state unchanged."""
-        nxt, head = self.prepare(segment, attestation)
-        self.apply(segment, attestation, nxt, head)
+        st, head = self.prepare(segment, attestation)
+        kernel.apply(self, self.index + 1, head, st)
         return head
 
-    def apply(
-        self, segment: Segment, attestation: Attestation | None, nxt: str, head: bytes
-    ) -> None:
-        """Move to ``nxt``/``head`` as computed by :meth:`prepare` for this same segment."""
-        self.index += 1
-        self.head = head
-        self.phase = nxt
-        if isinstance(segment, Executed):
-            assert attestation is not None
-            r = attestation.receipt
-            self.energy.receipts[r.provenance] += r.uj
-            self.wait.add(self.index, segment.calls)
-        elif isinstance(segment, Suspended):
-            self.parked = segment.snapshot
-            self.parked_manifest = segment.manifest
-        elif isinstance(segment, Resumed):
-            self.energy.idle[segment.idle_provenance] += segment.idle_uj
-            self.parked = None
-            self.parked_manifest = None
+    def apply(self, step: Step, head: bytes) -> None:
+        """The kernel's state change for ``step`` (from :meth:`prepare`), ending at ``head``."""
+        kernel.apply(self, self.index + 1, head, step)
 
     def wait_proof(self) -> Verdict:
         return self.wait.verdict()

@@ -7,6 +7,8 @@ from typing import Any
 from fleet.address import format_address, parse_address
 from fleet.record import Energy, RunState
 from fleet.segment import ImageSnapshot, Snapshot, make_snapshot
+
+__all__ = ["state_from_json", "state_to_json"]
 from fleet.wait_proof import WaitTracker
 
 
@@ -49,9 +51,8 @@ def state_from_json(doc: dict[str, Any]) -> RunState:
     state.phase = doc["phase"]
     parked = doc["parked"]
     if parked is not None:
-        state.parked = make_snapshot(**{k: parse_address(v) for k, v in parked.items()})
-    if doc["parked_manifest"] is not None:
-        state.parked_manifest = parse_address(doc["parked_manifest"])
+        snapshot = make_snapshot(**{k: parse_address(v) for k, v in parked.items()})
+        state.park = snapshot.canonical() + parse_address(doc["parked_manifest"])
     state.energy = Energy(dict(doc["receipts"]), dict(doc["idle"]))
     w = doc["wait"]
     state.wait = WaitTracker(set(w["dispatched"]), set(w["resolved"]), w["accounted"],

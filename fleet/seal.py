@@ -19,6 +19,19 @@ from nacl.signing import SigningKey, VerifyKey
 from fleet.address import digest
 from fleet.errors import BadSeal
 
+__all__ = [
+    "KEY_ID_DOMAIN",
+    "SEAL_DOMAIN",
+    "bad_seal",
+    "check_seal",
+    "decode_key",
+    "encode_key",
+    "key_id",
+    "seal",
+    "seal_message",
+]
+
+
 SEAL_DOMAIN = b"fleet.seal/1"
 KEY_ID_DOMAIN = b"fleet.hostkey/1"
 _INDEX = struct.Struct(">Q")

@@ -14,6 +14,23 @@ from __future__ import annotations
 import re
 from typing import Final
 
+__all__ = [
+    "API",
+    "API_QUEUE",
+    "API_SERVICE",
+    "CHECKPOINTS",
+    "HOST_NAME",
+    "REJECTIONS",
+    "SEGMENTS",
+    "STREAM",
+    "api_subject",
+    "check_host_name",
+    "rejection_subject",
+    "run_token",
+    "segment_subject",
+]
+
+
 STREAM: Final = "FLEET"
 SEGMENTS: Final = "fleet.seg"
 REJECTIONS: Final = "fleet.rej"

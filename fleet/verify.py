@@ -20,6 +20,14 @@ from fleet.verify_fast import fast_check
 from fleet.wait_proof import Verdict
 from fleet.wire import RECORD_FORMAT, RecordWire, SealedSegment, segment_from_wire
 
+__all__ = [
+    "RecordReport",
+    "check_next",
+    "fold_sealed",
+    "verify_record",
+]
+
+
 
 @dataclass(frozen=True, slots=True)
 class RecordReport:
@@ -32,23 +40,26 @@ class RecordReport:
     sealed: bool
 
 
+def check_next(state: RunState, index: int) -> None:
+    """``IndexGap`` unless ``index`` is the run's next segment."""
+    if index != state.index + 1:
+        raise IndexGap(f"segment {index} where {state.index + 1} was next", segment=index)
+
+
 def fold_sealed(
     state: RunState, sealed: SealedSegment, verify_key: VerifyKey | None
 ) -> None:
     """Check one sealed segment against ``state`` and fold it; refusals leave state as it was."""
-    if sealed.index != state.index + 1:
-        raise IndexGap(
-            f"segment index {sealed.index} where {state.index + 1} was next", segment=sealed.index
-        )
+    check_next(state, sealed.index)
     # The seal first: a forged segment is BadSeal whatever else it breaks.
     if verify_key is not None:
         check_seal(verify_key, state.run, sealed.index, sealed.head, sealed.seal)
-    nxt, head = state.prepare(sealed.segment, sealed.attestation)
+    st, head = state.prepare(sealed.segment, sealed.attestation)
     if head != sealed.head:
         raise HeadMismatch(
             "the stated head is not the head recomputed from genesis", segment=sealed.index
         )
-    state.apply(sealed.segment, sealed.attestation, nxt, head)
+    state.apply(st, head)
 
 
 def verify_record(
@@ -75,14 +86,9 @@ def verify_record(
     if record.run is not None and parse_address(record.run) != state.run:
         raise HeadMismatch("the record's run is not the genesis head of its unit and grants")
     if fast:
-        found = fast_check(record, state.run, verify_key)
+        found = fast_check(record, state.run, verify_key, state.unit_id, state.grants_id)
         if found is not None:
-            segments, head, phase, energy, wait = found
-            return RecordReport(
-                run=format_address(state.run), segments=segments, head=format_address(head),
-                phase=phase, energy=energy, wait_proof=wait.verdict(),
-                sealed=verify_key is not None,
-            )
+            return _report(found, verify_key is not None)
     for position, wire in enumerate(record.segments, start=1):
         try:
             sealed = segment_from_wire(wire)
@@ -91,8 +97,11 @@ def verify_record(
             fold_sealed(state, sealed, verify_key)
         except RecordError as exc:
             raise exc.at(position) from None
+    return _report(state, verify_key is not None)
+
+
+def _report(state: RunState, sealed: bool) -> RecordReport:
     return RecordReport(
         run=format_address(state.run), segments=state.index, head=format_address(state.head),
-        phase=state.phase, energy=state.energy, wait_proof=state.wait_proof(),
-        sealed=verify_key is not None,
+        phase=state.phase, energy=state.energy, wait_proof=state.wait_proof(), sealed=sealed,
     )

@@ -25,7 +25,10 @@ from dataclasses import dataclass, field
 
 import msgspec
 
-from fleet.segment import CallAccount
+from fleet.kernel import Calls
+
+__all__ = ["Blocked", "Malformed", "NonBlocking", "Unproved", "Verdict", "WaitTracker",
+           "verdict_json"]
 
 
 class NonBlocking(msgspec.Struct, frozen=True):
@@ -60,7 +63,7 @@ class WaitTracker:
     first_malformed: int | None = None
     first_blocked: int | None = None
 
-    def add(self, segment: int, calls: CallAccount | None) -> None:
+    def add(self, segment: int, calls: Calls | None) -> None:
         if calls is None:
             self.unaccounted += 1
             return
@@ -87,6 +90,10 @@ class WaitTracker:
             self.first_blocked = segment
         self.dispatched |= own
         self.resolved |= seen
+
+    def copy(self) -> WaitTracker:
+        return WaitTracker(set(self.dispatched), set(self.resolved), self.accounted,
+                           self.unaccounted, self.first_malformed, self.first_blocked)
 
     def verdict(self) -> Verdict:
         if self.first_malformed is not None:

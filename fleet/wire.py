@@ -48,6 +48,37 @@ from fleet.segment import (
 from fleet.segment import Closed as ClosedSegment
 from fleet.segment import resumed as make_resumed
 
+__all__ = [
+    "ENVELOPE_VERSION",
+    "MAX_MESSAGE",
+    "RECORD_FORMAT",
+    "AttestationWire",
+    "CallsWire",
+    "ClosedWire",
+    "Envelope",
+    "EnvelopeWire",
+    "ExecutedWire",
+    "ReceiptWire",
+    "RecordWire",
+    "ResumedWire",
+    "SealedSegment",
+    "SegmentWire",
+    "SnapshotWire",
+    "SuspendedWire",
+    "decode_envelope",
+    "decode_record",
+    "encode_envelope",
+    "encode_record",
+    "envelope_from_wire",
+    "envelope_wire",
+    "identity",
+    "seal_bytes",
+    "segment_from_wire",
+    "segment_to_wire",
+    "snapshot_from_wire",
+]
+
+
 ENVELOPE_VERSION = 1
 RECORD_FORMAT = "fleet.runrecord/1"
 MAX_MESSAGE = 256 * 1024

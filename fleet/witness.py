@@ -41,6 +41,19 @@ from fleet.log_errors import LogError, NoteError, ProofError
 from fleet.merkle import HASH_SIZE, verify_consistency
 from fleet.note import Verifier, b64decode_strict, open_note, parse_note
 
+__all__ = [
+    "MAX_PROOF_LINES",
+    "SIZE_CONTENT_TYPE",
+    "AddCheckpoint",
+    "MalformedRequest",
+    "Outcome",
+    "WitnessState",
+    "decide",
+    "format_request",
+    "parse_request",
+]
+
+
 MAX_PROOF_LINES = 63
 SIZE_CONTENT_TYPE = "text/x.tlog.size"
 _OLD = re.compile(r"old (0|[1-9][0-9]{0,19})\Z")

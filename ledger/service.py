@@ -1,7 +1,7 @@
 """The ledger service: consume the FLEET stream, fold in batches, sign checkpoints, serve.
 
 One batch is: fetch up to ``batch`` messages from the ledger's durable pull consumer, decide
-each with the pure fold (:func:`fleet.fold.decide`), commit the batch's leaves, runs,
+each with the pure fold (:func:`fleet.fold_fast.fold_message`), commit the batch's leaves, runs,
 refusals and the highest stream sequence decided in one SQLite transaction, and only then
 ack (AckAll on the last message). Messages at or below the stored watermark are skipped, so
 a crash anywhere folds nothing twice. A batch the store cannot commit (full or read-only
@@ -31,12 +31,8 @@ from nats.js import JetStreamContext
 from nats.js.errors import FetchTimeoutError
 
 from fleet.checkpoint import check_consistent_then_sign, make_checkpoint, parse_checkpoint
-from fleet.fold import (
-    Accepted,
-    HostEntry,
-    RunSlot,
-)
-from fleet.fold_fast import batch_addresses, decide_message, wire_seal_item
+from fleet.fold import Accepted, Admission, BatchRuns, HostEntry, Message, RunSlot
+from fleet.fold_fast import batch_addresses, fold_message, wire_seal_item
 from fleet.note import Signer, parse_note
 from fleet.subjects import CHECKPOINTS, STREAM, rejection_subject
 from fleet.wire import EnvelopeWire, envelope_wire, identity
@@ -166,8 +162,8 @@ class Ledger:
         self._last_checkpoint_at = time.monotonic()
         self._sealer = SealWorker()
         self._pending: tuple[list[Delivery], Prepared] | None = None
-        self._committing: tuple[list[Delivery], list[Incoming],
-                                asyncio.Future[None] | None] | None = None
+        self._committing: tuple[list[Delivery], list[Incoming], asyncio.Future[None] | None,
+                                dict[bytes, RunSlot]] | None = None
         # Held while a batch is written and committed; API reads take it too, so they never
         # see a batch that is not committed (nor sign a checkpoint over one).
         self.store_lock = asyncio.Lock()
@@ -239,36 +235,37 @@ class Ledger:
 
     def finish(self, prepared: Prepared) -> tuple[list[Incoming], int]:
         """Decide a prepared batch's messages above the watermark and commit them."""
-        batch, top = self.decide_and_write(prepared)
+        batch, top, changed = self.decide_and_write(prepared)
         if batch:
-            try:
-                self.store.commit()
-            except Exception:
-                self._runs.clear()
-                raise
+            self.store.commit()
+            self._install(changed)
         return batch, top
 
-    def decide_and_write(self, prepared: Prepared) -> tuple[list[Incoming], int]:
+    def decide_and_write(self, prepared: Prepared
+                         ) -> tuple[list[Incoming], int, dict[bytes, RunSlot]]:
         """Decide a prepared batch and write it in a transaction left open for the store's
         ``commit``; a batch decided with a host table that has since changed is decided
-        again with the current one."""
+        again with the current one. Returns the batch, its watermark and the runs it
+        changed, to :meth:`_install` once the commit is durable (the cache holds only
+        committed state, so a failure anywhere needs nothing undone)."""
         while True:
-            batch, top = self._decide(prepared)
+            batch, top, changed = self._decide(prepared)
             if not batch:
-                return batch, top
+                return batch, top, changed
             try:
-                self.store.write_batch(batch, top, prepared.hosts_version)
+                self.store.write_batch(batch, top, prepared.hosts_version, changed)
             except HostsChanged:
-                self._runs.clear()
                 prepared = self.prepare(prepared.msgs, share_in_line=0.5)
                 continue
-            except Exception:
-                # The decisions advanced cached run states that were never stored.
-                self._runs.clear()
-                raise
-            return batch, top
+            return batch, top, changed
 
-    def _decide(self, prepared: Prepared) -> tuple[list[Incoming], int]:
+    def _install(self, changed: Mapping[bytes, RunSlot]) -> None:
+        """Make a committed batch's run states the cache's."""
+        for run, slot in changed.items():
+            self._remember(run, slot)
+
+    def _decide(self, prepared: Prepared
+                ) -> tuple[list[Incoming], int, dict[bytes, RunSlot]]:
         self._trim_runs()
         seals: list[bool | None] = [None] * len(prepared.msgs)
         for n, ok in zip(prepared.sealed, self._sealer.collect(prepared.seals), strict=True):
@@ -302,24 +299,22 @@ class Ledger:
             self._remember(run, slot)
         absent = unseen - runs.keys()
 
-        def get_run(run: bytes) -> RunSlot | None:
+        def committed(run: bytes) -> RunSlot | None:
             if run in absent and run not in runs:
                 return None
             return self._get_run(run)
 
+        ctx = Admission(hosts, BatchRuns(committed), head_at)
         for (seq, subject, data), wire, seal_ok, addresses in zip(
                 prepared.msgs, prepared.wires, seals, prepared.addresses, strict=True):
             if seq <= watermark:
                 continue
-            decision = decide_message(subject, data, wire, seq, hosts, get_run, head_at,
-                                      seal_ok, addresses, fast)
-            if isinstance(decision, Accepted) and decision.created:
-                self._remember(decision.run, decision.slot)
-                absent.discard(decision.run)  # cached from now on
+            decision = fold_message(ctx, Message(subject, data, seq, wire, seal_ok, addresses),
+                                    fast)
             batch.append(Incoming(seq, subject, data, decision))
             if seq > top:
                 top = seq
-        return batch, top
+        return batch, top, ctx.runs.changed
 
     # -- checkpoints ----------------------------------------------------------------------
 
@@ -503,7 +498,7 @@ class Ledger:
         lock is held until :meth:`_settle`, so API reads never see an uncommitted batch."""
         await self.store_lock.acquire()
         try:
-            batch, _ = self.decide_and_write(prepared)
+            batch, _, changed = self.decide_and_write(prepared)
             done: asyncio.Future[None] | None = None
             if batch:
                 try:
@@ -511,12 +506,11 @@ class Ledger:
                                                                       self.store.commit)
                 except BaseException:
                     self.store.rollback()
-                    self._runs.clear()
                     raise
         except BaseException:
             self.store_lock.release()
             raise
-        self._committing = (msgs, batch, done)
+        self._committing = (msgs, batch, done, changed)
 
     async def _settle(self) -> None:
         """Wait for the commit in flight, then ack its batch, publish its refusals, and sign
@@ -524,15 +518,12 @@ class Ledger:
         committing, self._committing = self._committing, None
         if committing is None:
             return
-        msgs, batch, done = committing
+        msgs, batch, done, changed = committing
         try:
             if done is not None:
                 # Shielded: a cancelled wait must not release the lock mid-commit.
                 await asyncio.shield(done)
-        except BaseException:
-            # The decisions advanced cached run states that were never stored.
-            self._runs.clear()
-            raise
+            self._install(changed)
         finally:
             self.store_lock.release()
         assert self.nc is not None
@@ -556,12 +547,16 @@ class Ledger:
         committing, self._committing = self._committing, None
         if committing is None:
             return
+        _msgs, _batch, done, changed = committing
         try:
-            if committing[2] is not None:
-                with contextlib.suppress(Exception):
-                    await committing[2]
+            if done is not None:
+                try:
+                    await done
+                except Exception:  # not stored: the cache keeps what was committed
+                    pass
+                else:
+                    self._install(changed)
         finally:
-            self._runs.clear()
             self.store_lock.release()
 
     async def _publish_refusals(self, batch: list[Incoming]) -> None:

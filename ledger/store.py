@@ -27,7 +27,7 @@ from __future__ import annotations
 import json
 import sqlite3
 import time
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
@@ -259,9 +259,12 @@ class LedgerStore:
     # -- the batch ------------------------------------------------------------------------
 
     def write_batch(self, batch: Sequence[Incoming], watermark: int,
-                    hosts_version: int | None = None) -> int:
+                    hosts_version: int | None = None,
+                    runs: Mapping[bytes, RunSlot] | None = None) -> int:
         """Write a batch's leaves, runs, segments and refusals with the new watermark in a
         new transaction, left open for :meth:`commit`; returns the tree size after it.
+        ``runs``: the states of the runs the batch changed (:attr:`fleet.fold.BatchRuns.
+        changed`; the batch's accepted messages must all be among them).
         ``hosts_version``: the hosts table the batch was decided with (:class:`HostsChanged`
         if it has moved since; checked under the write lock, so no enrollment can slip in
         between)."""
@@ -269,7 +272,7 @@ class LedgerStore:
         try:
             if hosts_version is not None and self.hosts_version() != hosts_version:
                 raise HostsChanged("the hosts table changed after the batch was decided")
-            return self._write(batch, watermark)
+            return self._write(batch, watermark, runs or {})
         except BaseException:
             self.conn.execute("ROLLBACK")
             raise
@@ -289,12 +292,13 @@ class LedgerStore:
             self.rollback()
             raise
 
-    def _write(self, batch: Sequence[Incoming], watermark: int) -> int:
+    def _write(self, batch: Sequence[Incoming], watermark: int,
+               slots: Mapping[bytes, RunSlot]) -> int:
         db = self.conn
         size = self.tree.size()
         leaves: list[bytes] = []
         segment_rows = []
-        runs: dict[str, tuple[Accepted, int]] = {}
+        runs: dict[str, tuple[bytes, int]] = {}  # run text -> (run, its last stream seq)
         first_seq: dict[str, int] = {}
         refusals = []
         now = time.time()
@@ -305,7 +309,7 @@ class LedgerStore:
                 segment_rows.append((run, d.index, d.head_text or format_address(d.head), d.kind,
                                      size + len(leaves), item.stream_seq, item.payload))
                 leaves.append(leaf_hash(d.leaf))
-                runs[run] = (d, item.stream_seq)
+                runs[run] = (d.run, item.stream_seq)
                 first_seq.setdefault(run, item.stream_seq)
             else:
                 refusals.append((item.stream_seq, item.subject, d.host,
@@ -318,9 +322,10 @@ class LedgerStore:
             " VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT(run) DO UPDATE SET"
             " segments = excluded.segments, head = excluded.head, phase = excluded.phase,"
             " state = excluded.state, last_seq = excluded.last_seq",
-            [(run, d.host, d.slot.state.index, format_address(d.slot.state.head),
-              d.slot.state.phase, msgspec.json.encode(state_to_json(d.slot.state)),
-              first_seq[run], seq) for run, (d, seq) in runs.items()],
+            [(run, slot.host, slot.state.index, format_address(slot.state.head),
+              slot.state.phase, msgspec.json.encode(state_to_json(slot.state)),
+              first_seq[run], seq)
+             for run, slot, seq in ((run, slots[raw], seq) for run, (raw, seq) in runs.items())],
         )
         db.executemany("INSERT INTO rejections (stream_seq, subject, host, run, idx, rule,"
                        " detail, payload, at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)", refusals)

@@ -37,7 +37,7 @@ from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 from fleet import errors
 from fleet.address import digest, format_address
 from fleet.builder import RecordBuilder
-from fleet.fold import Accepted, HostEntry, Refused, RunSlot, decide
+from fleet.fold import Accepted, Admission, BatchRuns, HostEntry, Message, Refused, RunSlot, decide
 from fleet.leaf import encode_leaf
 from fleet.record import RunState, chain
 from fleet.run_codec import state_to_json
@@ -52,7 +52,8 @@ FLEET = [sys.executable, "-m", "fleet.cli.__main__"]
 RULES = frozenset(
     name for name, obj in vars(errors).items()
     if isinstance(obj, type) and issubclass(obj, errors.FleetError)
-    and obj not in (errors.FleetError, errors.RecordError)
+    and obj not in (errors.FleetError, errors.RecordError, errors.WireError, errors.RuleError,
+                    errors.AdmissionError)
 )
 
 
@@ -407,10 +408,12 @@ class PureFold:
 
     def __init__(self, hosts: dict[str, HostEntry]) -> None:
         self.hosts = hosts
-        self.runs: dict[bytes, RunSlot] = {}
+        self.batch = BatchRuns(lambda _run: None)  # one batch that never commits
+        self.runs: dict[bytes, RunSlot] = self.batch.changed
         self.heads: dict[tuple[bytes, int], bytes] = {}
         self.leaves: list[bytes] = []
         self.seq = 0
+        self.ctx = Admission(hosts, self.batch, self.head_at)
 
     def get_run(self, run: bytes) -> RunSlot | None:
         return self.runs.get(run)
@@ -418,11 +421,15 @@ class PureFold:
     def head_at(self, run: bytes, index: int) -> bytes | None:
         return self.heads.get((run, index))
 
+    def decide(self, subject: str, data: bytes) -> Accepted | Refused:
+        """The next message's decision, changing nothing (not even the stream position)."""
+        return decide(self.ctx, Message(subject, data, self.seq + 1))
+
     def feed(self, subject: str, data: bytes) -> Accepted | Refused:
         self.seq += 1
-        d = decide(subject, data, self.seq, self.hosts, self.get_run, self.head_at)
+        d = decide(self.ctx, Message(subject, data, self.seq))
         if isinstance(d, Accepted):
-            self.runs[d.run] = d.slot
+            self.batch.take(d)
             self.heads[(d.run, d.index)] = d.head
             self.leaves.append(d.leaf)
         return d

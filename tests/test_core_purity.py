@@ -30,3 +30,18 @@ def test_core_modules_import_no_io():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert json.loads(out.stdout) == []
+
+
+def test_core_modules_say_what_is_public():
+    """Every core module lists its public names in ``__all__``, and each listed name exists."""
+    import importlib
+
+    missing = []
+    for name in core_modules():
+        module = importlib.import_module(name)
+        public = getattr(module, "__all__", None)
+        if public is None:
+            missing.append(name)
+            continue
+        assert all(hasattr(module, n) for n in public), name
+    assert missing == []

@@ -8,7 +8,18 @@ import random
 
 from nacl.signing import SigningKey
 
-from fleet.fold import Accepted, HostEntry, Refused, decide, decide_envelope, decode, seal_valid
+from fleet.fold import (
+    Accepted,
+    Admission,
+    BatchRuns,
+    HostEntry,
+    Message,
+    Refused,
+    decide,
+    decide_envelope,
+    decode,
+    seal_valid,
+)
 from ledger.bench_ingest import make_segments
 
 
@@ -44,22 +55,23 @@ def hostile_stream(seed: int) -> tuple[list[tuple[str, bytes]], dict[str, Signin
 
 def fold_all(stream, keys, precheck: bool) -> list[tuple]:
     hosts = hosts_for(keys)
-    runs: dict = {}
+    runs = BatchRuns(lambda _run: None)
     heads: dict = {}
 
     def head_at(run: bytes, index: int):
         return heads.get((run, index))
 
+    ctx = Admission(hosts, runs, head_at)
     out = []
     for seq, (subject, data) in enumerate(stream, start=1):
         if precheck:
             env = decode(subject, data)
             d = env if isinstance(env, Refused) else decide_envelope(
-                subject, env, seq, hosts, runs.get, head_at, seal_valid(env, hosts))
+                ctx, Message(subject, data, seq, seal_ok=seal_valid(env, hosts)), env)
         else:
-            d = decide(subject, data, seq, hosts, runs.get, head_at)
+            d = decide(ctx, Message(subject, data, seq))
         if isinstance(d, Accepted):
-            runs[d.run] = d.slot
+            runs.take(d)
             heads[(d.run, d.index)] = d.head
             out.append(("ok", d.leaf))
         else:

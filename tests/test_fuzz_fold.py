@@ -39,9 +39,8 @@ from hypothesis import strategies as st
 
 from fleet.address import format_address
 from fleet.errors import FleetError
-from fleet.fold import Accepted, Refused, RunSlot, decide
+from fleet.fold import Accepted, Message, Refused, decide
 from fleet.record import chain
-from fleet.run_codec import state_from_json, state_to_json
 from fleet.seal import encode_key, seal
 from fleet.verify import verify_record
 from fleet.wire import decode_envelope, decode_record
@@ -243,14 +242,8 @@ def reseal(rng: random.Random, subject: str, data: bytes) -> tuple[str, bytes, b
 def check_sealed_mutant(fold: PureFold, subject: str, data: bytes) -> str:
     """Decide a host-sealed mutant on a copy of the run's state; if folded, the record it
     extends must verify offline from genesis. Returns the outcome's name."""
-    def get_run(run: bytes) -> RunSlot | None:
-        slot = fold.get_run(run)
-        if slot is None:
-            return None
-        return RunSlot(slot.host, state_from_json(state_to_json(slot.state)))
-
     fold.seq += 1
-    d = decide(subject, data, fold.seq, fold.hosts, get_run, fold.head_at)
+    d = decide(fold.ctx, Message(subject, data, fold.seq))
     if isinstance(d, Refused):
         assert d.rule in RULES, d
         return d.rule

@@ -1,0 +1,387 @@
+"""The rules of a run record, each written once, over plain values.
+
+This module is the record's one statement of:
+
+* **canonical bytes** of the four segment kinds, of both park forms and of attestations
+  (``snapshot_bytes``, ``attestation_bytes``, ``executed_bytes``, ``suspended_bytes``,
+  ``resumed_bytes``, ``CLOSED_BYTES``), each input checked before anything is hashed;
+* **the rules** a segment must meet against the run it extends (:func:`next_phase`,
+  :func:`executed_step`, :func:`suspended_step`, :func:`resumed_step`,
+  :func:`closed_step`), each raising its named refusal and changing nothing;
+* **the state change** a segment makes once accepted (:func:`apply`).
+
+Everything here takes plain values (bytes, ints, strings, sequences of call ids): no
+decoded object of any one form. Two decoders feed it: the object API
+(:mod:`fleet.segment`, :class:`fleet.record.RunState`, :mod:`fleet.builder`) and the wire
+fast path (:mod:`fleet.verify_fast`, :mod:`fleet.fold_fast`), which reads the values
+straight out of msgspec structs. A rule added here therefore binds both, and ``fleet
+verify`` (fast or ``--reference``) and the ledger's fold decide alike.
+
+A *park* is held as plain bytes, ``snapshot_bytes || manifest[32]``; a *step* is the value
+:func:`apply` needs (a tuple, one per segment on the hot path)::
+
+    (body, phase, park, receipt, idle, executed, calls)
+
+    body      canonical bytes; the head after the segment is BLAKE3(previous head || body)
+    phase     the phase after it
+    park      the park held after it (None: not parked)
+    receipt   (provenance, uj) of an executed interval, else None
+    idle      (provenance, uj) of a resume's idle energy, else None
+    executed  whether it is an executed interval (it then feeds the wait proof)
+    calls     an executed interval's call account (None: unaccounted); anything with
+              ``dispatched`` and ``resolved`` sequences of call ids
+
+``docs/spec/run-record.md`` is the normative text of these layouts and rules.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, Final, Protocol
+
+from fleet.address import digest
+from fleet.errors import (
+    AttestationMismatch,
+    MalformedCallAccount,
+    MalformedSnapshot,
+    ManifestMismatch,
+    PhaseViolation,
+    RecordClosed,
+    SnapshotMismatch,
+    ValueOutOfRange,
+    ZeroIdleEnergy,
+)
+from fleet.phases import CLOSED as PHASE_CLOSED
+from fleet.phases import TRANSITIONS
+
+if TYPE_CHECKING:
+    from fleet.record import RunState
+
+__all__ = [
+    "ACCOUNT_PRESENT",
+    "ATTESTATION_DOMAIN",
+    "CLOSED",
+    "CLOSED_BYTES",
+    "DIGEST",
+    "EXECUTED",
+    "FORM_IMAGE",
+    "FORM_IMAGE_WITH_MEMORY",
+    "FORM_TRANSCRIPT",
+    "GENESIS_DOMAIN",
+    "KINDS",
+    "MAX_CALLS",
+    "MAX_CALL_ID",
+    "MAX_TEXT",
+    "MAX_U64",
+    "PROVENANCES",
+    "RESUMED",
+    "SUSPENDED",
+    "TAG_CLOSED",
+    "TAG_EXECUTED",
+    "TAG_RESUMED",
+    "TAG_SUSPENDED",
+    "Calls",
+    "Step",
+    "apply",
+    "attestation_bytes",
+    "check_digest",
+    "check_provenance",
+    "check_u64",
+    "closed_step",
+    "encode_ids",
+    "encode_text",
+    "executed_bytes",
+    "executed_step",
+    "genesis",
+    "next_phase",
+    "park_parts",
+    "resumed_bytes",
+    "resumed_step",
+    "snapshot_bytes",
+    "suspended_bytes",
+    "suspended_step",
+]
+
+# -- the vocabulary -------------------------------------------------------------------------
+
+EXECUTED: Final = "executed"
+SUSPENDED: Final = "suspended"
+RESUMED: Final = "resumed"
+CLOSED: Final = "closed"
+KINDS: Final = (EXECUTED, SUSPENDED, RESUMED, CLOSED)
+
+TAG_EXECUTED: Final = 0x01
+TAG_SUSPENDED: Final = 0x02
+TAG_RESUMED: Final = 0x03
+TAG_CLOSED: Final = 0x04
+
+FORM_IMAGE: Final = 0x00
+FORM_IMAGE_WITH_MEMORY: Final = 0x01
+FORM_TRANSCRIPT: Final = 0x02
+ACCOUNT_PRESENT: Final = 0x01
+
+PROVENANCES: Final = {"measured": 1, "estimated": 2}
+DIGEST: Final = 32
+MAX_U64: Final = 2**64 - 1
+MAX_TEXT: Final = 128
+MAX_CALL_ID: Final = 256
+MAX_CALLS: Final = 4096
+
+GENESIS_DOMAIN: Final = b"sandbox.runrecord/1"
+ATTESTATION_DOMAIN: Final = b"fleet.attestation/1"
+
+_U32 = struct.Struct(">I")
+_U16 = struct.Struct(">H")
+# u64 energy in microjoules, then its provenance byte: an attestation's receipt and a
+# resume's idle energy share this layout.
+_ENERGY = struct.Struct(">QB")
+
+_B_EXECUTED = bytes((TAG_EXECUTED,))
+_B_SUSPENDED = bytes((TAG_SUSPENDED,))
+_B_RESUMED = bytes((TAG_RESUMED,))
+_B_ACCOUNT = bytes((ACCOUNT_PRESENT,))
+_B_IMAGE = bytes((FORM_IMAGE,))
+_B_IMAGE_MEM = bytes((FORM_IMAGE_WITH_MEMORY,))
+_B_TRANSCRIPT = bytes((FORM_TRANSCRIPT,))
+CLOSED_BYTES: Final = bytes((TAG_CLOSED,))
+
+
+class Calls(Protocol):
+    """A call account as any decoder holds it."""
+
+    @property
+    def dispatched(self) -> Sequence[str]: ...
+
+    @property
+    def resolved(self) -> Sequence[str]: ...
+
+
+Step = tuple[bytes, str, bytes | None, tuple[str, int] | None, tuple[str, int] | None, bool,
+             Any]
+
+# -- field checks ---------------------------------------------------------------------------
+
+
+def check_digest(value: object, what: str) -> bytes:
+    if type(value) is not bytes or len(value) != DIGEST:
+        raise ValueOutOfRange(f"{what} must be {DIGEST} bytes")
+    return value
+
+
+def check_u64(value: object, what: str) -> int:
+    if type(value) is not int or not 0 <= value <= MAX_U64:
+        raise ValueOutOfRange(f"{what} must be an integer in 0..2^64-1, got {value!r}")
+    return value
+
+
+def check_provenance(value: object) -> str:
+    if value not in PROVENANCES:
+        raise ValueOutOfRange(f"provenance must be 'measured' or 'estimated', got {value!r}")
+    return value  # type: ignore[return-value]
+
+
+def _energy(uj: object, provenance: object, what: str) -> bytes:
+    """``uj:u64 || provenance:u8``."""
+    code = PROVENANCES.get(provenance) if type(provenance) is str else None
+    if code is None:
+        check_provenance(provenance)
+    return _ENERGY.pack(check_u64(uj, what), code)  # type: ignore[arg-type]
+
+
+# Meters and outcomes repeat across segments: their checked encodings are memoised
+# (bounded; a refused text raises and is never stored).
+_TEXTS: dict[str, bytes] = {}
+
+
+def encode_text(value: object, what: str) -> bytes:
+    """``len:u16 || utf8`` of a non-empty printable text of at most ``MAX_TEXT`` bytes."""
+    held = _TEXTS.get(value) if type(value) is str else None  # type: ignore[arg-type]
+    if held is not None:
+        return held
+    if not isinstance(value, str) or not value or not value.isprintable():
+        raise ValueOutOfRange(f"{what} must be non-empty printable text, got {value!r}")
+    raw = value.encode("utf-8")
+    if len(raw) > MAX_TEXT:
+        raise ValueOutOfRange(f"{what} is {len(raw)} bytes, the limit is {MAX_TEXT}")
+    held = _U16.pack(len(raw)) + raw
+    if len(_TEXTS) < 4096:
+        _TEXTS[value] = held
+    return held
+
+
+_NO_IDS = _U32.pack(0)
+
+
+def encode_ids(ids: Sequence[str], what: str) -> bytes:
+    """``count:u32 || (len:u32 || utf8)*`` of a call-id list, each id checked."""
+    count = len(ids)
+    if not count:
+        return _NO_IDS
+    if count > MAX_CALLS:
+        raise MalformedCallAccount(f"{what} holds {count} ids, the limit is {MAX_CALLS}")
+    parts = [_U32.pack(count)]
+    for call_id in ids:
+        if not isinstance(call_id, str) or not call_id or not call_id.isprintable():
+            raise MalformedCallAccount(f"{what} ids must be non-empty printable text")
+        raw = call_id.encode()
+        if len(raw) > MAX_CALL_ID:
+            raise MalformedCallAccount(f"a call id is {len(raw)} bytes, limit {MAX_CALL_ID}")
+        parts += (_U32.pack(len(raw)), raw)
+    return b"".join(parts)
+
+
+# -- canonical bytes ------------------------------------------------------------------------
+
+
+def genesis(unit_id: bytes, grants_id: bytes) -> bytes:
+    """``BLAKE3(GENESIS_DOMAIN || unit_id || grants_id)``: the genesis head and run id."""
+    return digest(GENESIS_DOMAIN + check_digest(unit_id, "unit_id")
+                  + check_digest(grants_id, "grants_id"))
+
+
+def snapshot_bytes(fs_root: bytes | None, mem_image: bytes | None,
+                   transcript: bytes | None) -> bytes:
+    """A park reference in exactly one form, or :class:`MalformedSnapshot`::
+
+        fs_root[32] || 0x00                    image park, no memory image
+        fs_root[32] || 0x01 || mem_image[32]   image park with a memory image
+        transcript[32] || 0x02                 transcript park
+    """
+    if transcript is not None:
+        if mem_image is not None:
+            raise MalformedSnapshot(
+                "a transcript park beside a memory image claims to retain nothing on the host "
+                "while holding an image on it")
+        if fs_root is not None:
+            raise MalformedSnapshot("a snapshot reference names both an image and a transcript")
+        return _snapshot_digest(transcript, "transcript") + _B_TRANSCRIPT
+    if fs_root is None:
+        if mem_image is not None:
+            raise MalformedSnapshot("an image park needs a filesystem root")
+        raise MalformedSnapshot("a snapshot reference names neither an image nor a transcript")
+    fs = _snapshot_digest(fs_root, "fs_root")
+    if mem_image is None:
+        return fs + _B_IMAGE
+    return fs + _B_IMAGE_MEM + _snapshot_digest(mem_image, "mem_image")
+
+
+def _snapshot_digest(value: object, what: str) -> bytes:
+    # A reference that is not a 32-byte address is a malformed snapshot, whichever path
+    # built it: an empty filesystem root must never hash like another form.
+    if type(value) is not bytes or len(value) != DIGEST:
+        raise MalformedSnapshot(f"a snapshot's {what} must be a 32-byte address")
+    return value
+
+
+def park_parts(park: bytes) -> tuple[bytes, bytes]:
+    """(snapshot bytes, manifest) of a park."""
+    return park[:-DIGEST], park[-DIGEST:]
+
+
+def attestation_bytes(uj: int, provenance: str, meter: str, journal_root: bytes,
+                      outcome: str) -> bytes:
+    """``ATTESTATION_DOMAIN || uj:u64 || provenance:u8 || text(meter) || journal_root[32]
+    || text(outcome)``; its BLAKE3 is the attestation's address."""
+    return (ATTESTATION_DOMAIN + _energy(uj, provenance, "receipt uj")
+            + encode_text(meter, "meter") + check_digest(journal_root, "journal_root")
+            + encode_text(outcome, "outcome"))
+
+
+def executed_bytes(attestation: bytes, calls: Calls | None) -> bytes:
+    """``0x01 || attestation[32]``, then ``0x01 || ids(dispatched) || ids(resolved)`` when
+    the interval keeps a call account (absent and empty accounts hash differently)."""
+    body = _B_EXECUTED + check_digest(attestation, "attestation")
+    if calls is None:
+        return body
+    return (body + _B_ACCOUNT + encode_ids(calls.dispatched, "dispatched")
+            + encode_ids(calls.resolved, "resolved"))
+
+
+def suspended_bytes(snapshot: bytes, manifest: bytes) -> bytes:
+    """``0x02 || snapshot || manifest[32]``."""
+    return _B_SUSPENDED + snapshot + check_digest(manifest, "manifest")
+
+
+def resumed_bytes(snapshot: bytes, manifest: bytes, idle_uj: int, provenance: str,
+                  meter: str) -> bytes:
+    """``0x03 || snapshot || manifest[32] || idle_uj:u64 || provenance:u8 || text(meter)``."""
+    return (_B_RESUMED + snapshot + check_digest(manifest, "manifest")
+            + _energy(idle_uj, provenance, "idle_uj") + encode_text(meter, "meter"))
+
+
+# -- the rules ------------------------------------------------------------------------------
+
+
+def next_phase(phase: str, kind: str, index: int) -> str:
+    """The phase after a segment of ``kind`` (``index``: its position), or the refusal."""
+    nxt = TRANSITIONS.get((phase, kind))
+    if nxt is not None:
+        return nxt
+    if phase == PHASE_CLOSED:
+        raise RecordClosed("the record is closed; nothing may follow", segment=index)
+    raise PhaseViolation(f"a {kind} segment is not allowed in phase {phase}", segment=index)
+
+
+def executed_step(phase: str, park: bytes | None, index: int, body: bytes, claimed: bytes,
+                  attested: bytes | None, uj: int, provenance: str,
+                  calls: Calls | None) -> Step:
+    """An executed interval: allowed in this phase, and its attestation object (whose
+    address is ``attested``; ``None``: missing) hashes to the address it records."""
+    nxt = next_phase(phase, EXECUTED, index)
+    if attested is None:
+        raise AttestationMismatch("the attestation object is missing", segment=index)
+    if attested != claimed:
+        raise AttestationMismatch(
+            "the attestation object does not hash to the recorded address", segment=index)
+    return body, nxt, park, (provenance, uj), None, True, calls
+
+
+def suspended_step(phase: str, park: bytes | None, index: int, body: bytes, snapshot: bytes,
+                   manifest: bytes) -> Step:
+    """A park: allowed only after the run has executed; it holds ``snapshot || manifest``."""
+    nxt = next_phase(phase, SUSPENDED, index)
+    return body, nxt, snapshot + manifest, None, None, False, None
+
+
+def resumed_step(phase: str, park: bytes | None, index: int, body: bytes, snapshot: bytes,
+                 manifest: bytes, idle_uj: int, provenance: str) -> Step:
+    """A resume: offers exactly the snapshot and manifest recorded at the park, and says
+    what the park drew (never zero)."""
+    nxt = next_phase(phase, RESUMED, index)
+    held_snapshot, held_manifest = park_parts(park) if park is not None else (None, None)
+    if snapshot != held_snapshot:
+        raise SnapshotMismatch(
+            "the offered snapshot is not the one recorded at suspension", segment=index)
+    if manifest != held_manifest:
+        raise ManifestMismatch(
+            "the resuming environment's manifest differs from the recorded one", segment=index)
+    if idle_uj == 0:
+        raise ZeroIdleEnergy(
+            "a park is never free: idle_uj must be the energy its retained state drew",
+            segment=index)
+    return body, nxt, None, None, (provenance, idle_uj), False, None
+
+
+def closed_step(phase: str, park: bytes | None, index: int) -> Step:
+    """A close: allowed in any phase but closed; the park (if any) stays on the record."""
+    return CLOSED_BYTES, next_phase(phase, CLOSED, index), park, None, None, False, None
+
+
+# -- the state change -----------------------------------------------------------------------
+
+
+def apply(state: RunState, index: int, head: bytes, step: Step) -> None:
+    """Move ``state`` past an accepted segment: position, phase, park, energy, calls."""
+    _body, phase, park, receipt, idle, executed, calls = step
+    state.index = index
+    state.head = head
+    state.phase = phase
+    state.park = park
+    energy = state.energy
+    if receipt is not None:
+        energy.receipts[receipt[0]] += receipt[1]
+    elif idle is not None:
+        energy.idle[idle[0]] += idle[1]
+    if executed:
+        state.wait.add(index, calls)
