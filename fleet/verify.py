@@ -38,6 +38,9 @@ class RecordReport:
     energy: Energy
     wait_proof: Verdict
     sealed: bool
+    # Which decoder into the kernel decided: "wire" (the fast path) or "objects" (the
+    # reference path, which also names every refusal).
+    decoder: str = "objects"
 
 
 def check_next(state: RunState, index: int) -> None:
@@ -88,7 +91,7 @@ def verify_record(
     if fast:
         found = fast_check(record, state.run, verify_key, state.unit_id, state.grants_id)
         if found is not None:
-            return _report(found, verify_key is not None)
+            return _report(found, verify_key is not None, "wire")
     for position, wire in enumerate(record.segments, start=1):
         try:
             sealed = segment_from_wire(wire)
@@ -100,8 +103,9 @@ def verify_record(
     return _report(state, verify_key is not None)
 
 
-def _report(state: RunState, sealed: bool) -> RecordReport:
+def _report(state: RunState, sealed: bool, decoder: str = "objects") -> RecordReport:
     return RecordReport(
         run=format_address(state.run), segments=state.index, head=format_address(state.head),
         phase=state.phase, energy=state.energy, wait_proof=state.wait_proof(), sealed=sealed,
+        decoder=decoder,
     )

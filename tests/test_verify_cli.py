@@ -74,3 +74,20 @@ def test_missing_and_malformed_files_are_one_line_errors(tmp_path):
     bad = fleet("verify", str(junk))
     assert bad.returncode == 1 and "MalformedSegment" in bad.stderr
     assert len(bad.stderr.strip().splitlines()) == 1
+
+
+def test_reference_flag_decides_by_the_object_path_alike(tmp_path):
+    """``--reference`` verifies by the object path only and reaches the same report as the
+    default (wire) decoder; on a tampered file both name the same segment and rule."""
+    path, _ = write_record(tmp_path)
+    fast = json.loads(fleet("verify", str(path), "--json").stdout)
+    ref = json.loads(fleet("verify", str(path), "--json", "--reference").stdout)
+    assert (fast.pop("decoder"), ref.pop("decoder")) == ("wire", "objects")
+    assert fast == ref
+    doc = json.loads(path.read_text())
+    doc["segments"][1]["manifest"] = doc["segments"][0]["attestation"]
+    path.write_text(json.dumps(doc))
+    outs = [fleet("verify", str(path), "--json", *flag) for flag in ((), ("--reference",))]
+    assert [o.returncode for o in outs] == [1, 1]
+    assert json.loads(outs[0].stdout) == json.loads(outs[1].stdout)
+    assert json.loads(outs[0].stdout)["segment"] == 2

@@ -35,6 +35,7 @@ def report_json(report: RecordReport) -> dict[str, object]:
         "sealed": report.sealed,
         "energy": report.energy.as_json(),
         "wait_proof": verdict_json(report.wait_proof),
+        "decoder": report.decoder,
     }
 
 
@@ -49,11 +50,14 @@ def describe_failure(exc: FleetError) -> str:
 @click.argument("record_file", metavar="RECORD.json")
 @click.option("--host-key", help="Base64 Ed25519 key the record must be sealed with.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
-def verify(record_file: str, host_key: str | None, as_json: bool) -> None:
+@click.option("--reference", is_flag=True,
+              help="Decide by the object path only (the reference decoder), skipping the wire "
+                   "fast path: to cross-check the two on your own files.")
+def verify(record_file: str, host_key: str | None, as_json: bool, reference: bool) -> None:
     """Verify a run record file offline, from genesis."""
     data = read_input(record_file)
     try:
-        report = verify_record(decode_record(data), host_key=host_key)
+        report = verify_record(decode_record(data), host_key=host_key, fast=not reference)
     except FleetError as exc:
         if as_json:
             out: dict[str, object] = {"verdict": "invalid", "rule": exc.rule, "error": str(exc)}
