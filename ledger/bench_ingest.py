@@ -7,12 +7,17 @@ All three phases run in one process against one fresh nats-server, on the same m
 (b) fold: the same N sealed segments pre-filled into a fresh stream, then a ledger started
     on it (connected, API and seal worker up, as (a)'s consumer is before its clock starts),
     timed from the start of its fold loop until its watermark reaches the stream's end; three
-    fresh ledgers in turn (the median is reported), then the ledger's own puller alone on the
-    same stream (``lean_pull_per_s``: the transport the fold runs on);
+    fresh ledgers in turn (the median is reported), each signing checkpoints at the ledger's
+    default cadence (:class:`LedgerConfig`'s ``checkpoint_every`` and ``checkpoint_ms``),
+    then the ledger's own puller alone on the same stream (``lean_pull_per_s``: the
+    transport the fold runs on);
 (c) end to end: hosts publish sealed segments at a paced rate (with the host protocol's
     Nats-Msg-Id and expected-last-subject-sequence headers) while the ledger folds and signs
     checkpoints; the latency of a segment is the time from its PubAck to the signing of the
     first checkpoint whose tree holds its leaf.
+
+A fold that refused segments would look fast, so after (b) and (c) every segment must be a
+leaf of the ledger's tree: otherwise :class:`BenchError` (one line) ends the bench.
 """
 
 from __future__ import annotations
@@ -37,6 +42,7 @@ from ledger.natsd import NatsServer
 from ledger.puller import Puller, ack_all
 from ledger.seal_verifiers import VERIFIER
 from ledger.service import Ledger, LedgerConfig, connect
+from ledger.store import LedgerStore
 from ledger.stream import ensure_consumer, ensure_stream
 
 Message = tuple[str, str, bytes, str, int]  # subject, msg id, payload, run, index
@@ -87,6 +93,28 @@ def interleave(messages: list[Message]) -> list[Message]:
     for i in range(depth):
         out.extend(q[i] for q in queues if i < len(q))
     return out
+
+
+class BenchError(RuntimeError):
+    """A phase did not do the work it times (e.g. a fold that refused segments)."""
+
+
+def check_all_folded(store: LedgerStore, expected: int, phase: str) -> int:
+    """Every one of the ``expected`` segments became a leaf: the tree's size and the
+    folded segments both equal it. Raises :class:`BenchError` (one line, with the refusals
+    by rule) if not; returns the size."""
+    size = store.tree.size()
+    counts = store.counts()
+    folded = counts["segments_folded"]
+    if size != expected or folded != expected:
+        refused = ", ".join(f"{rule} {n}" for rule, n in sorted(counts["rejected"].items()))
+        raise BenchError(f"{phase}: {size} of {expected} segments became leaves "
+                         f"({folded} folded; refused: {refused or 'none'})")
+    return size
+
+
+def _count_checkpoints(store: LedgerStore) -> int:
+    return store.conn.execute("SELECT COUNT(*) FROM checkpoints").fetchone()[0]
 
 
 def _pct(values: list[float], q: float) -> float:
@@ -161,19 +189,21 @@ async def wait_folded(ledger: Ledger, js: Any, timeout: float = 600.0,
 
 
 async def fold_rates(workdir: Path, messages: list[Message], keys: dict[str, SigningKey],
-                     repeats: int) -> tuple[list[float], float]:
-    """The fold rate of ``repeats`` fresh ledgers (each its own store and consumer) over one
-    pre-filled stream, and the lean puller's rate on that stream with no folding."""
+                     repeats: int) -> tuple[list[float], float, list[int]]:
+    """The fold rate of ``repeats`` fresh ledgers (each its own store and consumer, the
+    default checkpoint cadence) over one pre-filled stream, the lean puller's rate on that
+    stream with no folding, and the checkpoints each ledger signed over the stream. Raises
+    :class:`BenchError` if a ledger's tree does not end with every message as a leaf."""
     with NatsServer(store_dir=workdir / "nats-fold") as server:
         nc = await connect([server.url], name="bench-fill")
         js = nc.jetstream(timeout=10.0)
         await ensure_stream(js)
         await publish_all(js, messages)
         rates = []
+        checkpoints = []
         for n in range(repeats):
             ledger = Ledger(LedgerConfig(data_dir=workdir / f"ledger-fold-{n}",
-                                         servers=[server.url], name=f"bench{n}",
-                                         checkpoint_every=10**9, checkpoint_ms=10**9))
+                                         servers=[server.url], name=f"bench{n}"))
             for name, key in keys.items():
                 ledger.store.enroll(name, encode_key(bytes(key.verify_key)))
             stop = asyncio.Event()
@@ -186,10 +216,19 @@ async def fold_rates(workdir: Path, messages: list[Message], keys: dict[str, Sig
             rates.append(len(messages) / (time.perf_counter() - start))
             stop.set()
             await task
+            # Counted once the loop has settled its last commit (whose checkpoint, if due, is
+            # signed then): the watermark the clock waits on is written before the commit.
+            checkpoints.append(_count_checkpoints(ledger.store))
+            try:
+                check_all_folded(ledger.store, len(messages), f"fold {n + 1}")
+            except BenchError:
+                await ledger.close()
+                await nc.drain()
+                raise
             await ledger.close()
         lean = await lean_pull_rate(nc, js, len(messages))
         await nc.drain()
-    return rates, lean
+    return rates, lean, checkpoints
 
 
 async def lean_pull_rate(nc: Any, js: Any, count: int) -> float:
@@ -208,11 +247,18 @@ async def lean_pull_rate(nc: Any, js: Any, count: int) -> float:
     return count / elapsed
 
 
+# The end-to-end phase signs a checkpoint every 100 ms (and never by count): its latency is
+# PubAck to checkpoint, so the cadence is part of what it measures.
+E2E_CHECKPOINT_EVERY = 10**9
+E2E_CHECKPOINT_MS = 100
+
+
 async def end_to_end(workdir: Path, messages: list[Message], keys: dict[str, SigningKey],
                      rate: float) -> tuple[float, list[float]]:
     with NatsServer(store_dir=workdir / "nats-e2e") as server:
         ledger = Ledger(LedgerConfig(data_dir=workdir / "ledger-e2e", servers=[server.url],
-                                     name="e2e", checkpoint_every=10**9, checkpoint_ms=100))
+                                     name="e2e", checkpoint_every=E2E_CHECKPOINT_EVERY,
+                                     checkpoint_ms=E2E_CHECKPOINT_MS))
         for name, key in keys.items():
             ledger.store.enroll(name, encode_key(bytes(key.verify_key)))
         stop = asyncio.Event()
@@ -238,6 +284,12 @@ async def end_to_end(workdir: Path, messages: list[Message], keys: dict[str, Sig
         stop.set()
         await task
         store = ledger.store
+        try:
+            check_all_folded(store, len(messages), "end to end")
+        except BenchError:
+            await ledger.close()
+            await nc.drain()
+            raise
         cps = store.conn.execute("SELECT size, at FROM checkpoints ORDER BY size").fetchall()
         leaf_of = {(r, i): leaf for r, i, leaf in store.conn.execute(
             "SELECT run, idx, leaf_index FROM segments")}
@@ -259,11 +311,12 @@ async def run_bench(segments: int, rate: float, e2e_segments: int,
         workdir = Path(tmp)
         with NatsServer(store_dir=workdir / "nats-raw") as server:
             raw_pub, raw_con = await raw_rates(server.url, segments, size)
-        folds, lean = await fold_rates(workdir, messages, keys, repeats)
+        folds, lean, checkpoints = await fold_rates(workdir, messages, keys, repeats)
         fold = statistics.median(folds)
         e2e_msgs, e2e_keys = make_segments(e2e_segments)
         e2e_msgs = interleave(e2e_msgs)
         e2e_rate, lat = await end_to_end(workdir, e2e_msgs, e2e_keys, rate)
+    defaults = LedgerConfig(data_dir=Path(), servers=[])
     return {
         "segments": segments,
         "message_bytes_median": size,
@@ -275,6 +328,12 @@ async def run_bench(segments: int, rate: float, e2e_segments: int,
         "lean_pull_per_s": round(lean),
         "fold_ratio_to_lean_pull": round(fold / lean, 3),
         "seal_verifier": VERIFIER,
+        "fold_leaves": segments,
+        "checkpoint_every": defaults.checkpoint_every,
+        "checkpoint_ms": defaults.checkpoint_ms,
+        "fold_checkpoints_signed": checkpoints,
+        "e2e_checkpoint_every": E2E_CHECKPOINT_EVERY,
+        "e2e_checkpoint_ms": E2E_CHECKPOINT_MS,
         "e2e_segments": e2e_segments,
         "e2e_target_rate_per_s": rate,
         "e2e_per_s": round(e2e_rate),

@@ -1,14 +1,26 @@
-"""``fleet bench ingest`` as a subprocess, small: every key users' scripts read is there."""
+"""``fleet bench ingest``, small: every key users' scripts read is there, the fold runs at the
+ledger's default checkpoint cadence, and a fold that refuses segments fails the bench."""
 
 from __future__ import annotations
 
+import asyncio
 import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from nacl.signing import SigningKey
+
+from fleet.cli import cli as fleet_cli
+from ledger import bench_ingest
+from ledger.service import LedgerConfig
 
 from pipeline_helpers import cli
 
 CONTRACT_KEYS = ("raw_publish_per_s", "raw_consume_per_s", "fold_per_s",
                  "fold_ratio_to_raw_consume", "e2e_per_s", "e2e_latency_p50_ms",
                  "e2e_latency_p99_ms")
+DEFAULTS = LedgerConfig(data_dir=Path(), servers=[])
 
 
 def test_bench_ingest_prints_the_contract_keys():
@@ -22,3 +34,54 @@ def test_bench_ingest_prints_the_contract_keys():
         result["fold_runs_per_s"])
     assert result["seal_verifier"] in ("ed25519-dalek", "libsodium")
     assert result["e2e_latency_p50_ms"] <= result["e2e_latency_p99_ms"]
+    # Every segment became a leaf (checked, else the bench fails), and the cadence is shown.
+    assert result["fold_leaves"] == 300
+    assert result["checkpoint_every"] == DEFAULTS.checkpoint_every == 1000
+    assert result["checkpoint_ms"] == DEFAULTS.checkpoint_ms == 1000
+    assert len(result["fold_checkpoints_signed"]) == 2
+    assert all(isinstance(n, int) and n >= 0 for n in result["fold_checkpoints_signed"])
+    assert (result["e2e_checkpoint_every"], result["e2e_checkpoint_ms"]) == (10**9, 100)
+
+
+def test_the_fold_phase_signs_checkpoints_at_the_default_cadence(tmp_path):
+    """1,200 segments pass ``checkpoint_every`` (1,000), so the fold signs at least one
+    checkpoint (with the old cadence switched off it signed none), and all are leaves."""
+    messages, keys = bench_ingest.make_segments(1200)
+    rates, lean, checkpoints = asyncio.run(bench_ingest.fold_rates(tmp_path, messages, keys, 1))
+    assert len(rates) == 1 and rates[0] > 0 and lean > 0
+    assert checkpoints[0] >= 1, checkpoints
+
+
+def test_a_fold_that_refuses_segments_fails_the_bench(monkeypatch):
+    """One host enrolled under a key other than the one that sealed its segments: its 80 of
+    the 300 segments are refused, and the bench exits 1 with one line naming the shortfall
+    instead of printing a (fast) fold rate."""
+    real = bench_ingest.make_segments
+
+    def wrong_key_for_bench0(count: int) -> tuple[list, dict[str, SigningKey]]:
+        messages, keys = real(count)
+        return messages, {**keys, "bench0": SigningKey(b"\x09" * 32)}
+
+    monkeypatch.setattr(bench_ingest, "make_segments", wrong_key_for_bench0)
+    result = CliRunner().invoke(fleet_cli, ["bench", "ingest", "--segments", "300",
+                                            "--repeats", "1", "--json"])
+    assert result.exit_code == 1, result.output
+    assert result.stdout == ""
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, lines
+    assert lines[0].startswith("bench ingest: fold 1: 220 of 300 segments became leaves"), lines
+    assert "BadSeal" in lines[0]
+
+
+def test_check_all_folded_names_the_shortfall(tmp_path):
+    """The check itself: an empty store against 5 expected segments fails, naming both."""
+    from ledger.store import LedgerStore
+
+    store = LedgerStore(tmp_path)
+    try:
+        assert bench_ingest.check_all_folded(store, 0, "x") == 0
+        with pytest.raises(bench_ingest.BenchError, match=r"^x: 0 of 5 segments became leaves"
+                           r" \(0 folded; refused: none\)$"):
+            bench_ingest.check_all_folded(store, 5, "x")
+    finally:
+        store.close()

@@ -7,7 +7,7 @@ import json
 
 import click
 
-from fleet.cli._app import bench
+from fleet.cli._app import CheckFailed, bench
 
 
 @bench.command("ingest")
@@ -22,10 +22,14 @@ from fleet.cli._app import bench
 @click.option("--json", "as_json", is_flag=True, help="Print JSON only.")
 def bench_ingest(segments: int, rate: float, e2e_segments: int, repeats: int,
                  as_json: bool) -> None:
-    """Raw nats-py publish/consume, the ledger folding a pre-filled stream, end to end."""
-    from ledger.bench_ingest import run_bench
+    """Raw nats-py publish/consume, the ledger folding a pre-filled stream, end to end.
+    Fails (exit 1, one line) unless every segment of each fold became a leaf."""
+    from ledger.bench_ingest import BenchError, run_bench
 
-    result = asyncio.run(run_bench(segments, rate, e2e_segments, repeats))
+    try:
+        result = asyncio.run(run_bench(segments, rate, e2e_segments, repeats))
+    except BenchError as exc:
+        raise CheckFailed(f"bench ingest: {exc}") from None
     if as_json:
         click.echo(json.dumps(result))
         return
