@@ -13,7 +13,7 @@ import time
 from typing import Any
 
 from anchors.base import Receipt
-from ledger.transactions import immediate
+from plumbing.transactions import immediate
 
 _SCHEMA = (
     "CREATE TABLE IF NOT EXISTS anchor_receipts (anchor TEXT NOT NULL, size INTEGER NOT NULL,"

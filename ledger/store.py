@@ -40,9 +40,10 @@ from fleet.merkle import leaf_hash
 from fleet.run_codec import state_from_json, state_to_json
 from fleet.seal import decode_key
 from fleet.subjects import check_host_name
-from ledger.files import write_atomically
-from ledger.transactions import immediate
 from ledger.tree_store import TreeStore
+from plumbing import sqlite
+from plumbing.files import write_atomically
+from plumbing.transactions import immediate
 
 DB_NAME = "ledger.db"
 HOSTS_FILE = "hosts.json"
@@ -87,16 +88,13 @@ class Incoming(msgspec.Struct, frozen=True, gc=False):
 
 
 def connect(path: Path) -> sqlite3.Connection:
-    conn = sqlite3.connect(str(path), isolation_level=None, timeout=30.0,
-                           check_same_thread=False)
-    conn.execute("PRAGMA journal_mode=WAL")
-    conn.execute("PRAGMA synchronous=FULL")
-    # Checkpoint the WAL into the database every ~40 MB rather than SQLite's 4 MB: the
-    # pages every batch rewrites (tree strips, index interiors, run rows) are then copied
-    # once per many batches instead of once per two.
-    conn.execute("PRAGMA wal_autocheckpoint=10000")
-    conn.execute("PRAGMA busy_timeout=30000")
-    return conn
+    """A connection to the ledger's database file (also for those keeping tables in it).
+
+    Writers wait up to 30 s for each other. The WAL is checkpointed into the database every
+    ~40 MB rather than SQLite's 4 MB: the pages every batch rewrites (tree strips, index
+    interiors, run rows) are then copied once per many batches instead of once per two.
+    """
+    return sqlite.connect(path, busy_timeout_s=30.0, wal_autocheckpoint=10_000)
 
 
 class LedgerStore:

@@ -20,7 +20,7 @@ from ledger.service import Ledger, LedgerConfig
 
 from fault_helpers import host_key, sealed_run
 
-FLEET = [sys.executable, "-m", "fleet.cli.__main__"]
+FLEET = [sys.executable, "-m", "cli"]
 
 
 def fleet(*args: str, timeout: float = 60.0) -> subprocess.CompletedProcess[str]:

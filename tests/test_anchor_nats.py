@@ -12,7 +12,7 @@ from anchor_helpers import anchored, publish_run, running_ledger, wait_for
 from anchors import store as anchor_store
 from anchors.base import AnchorConfig
 from fleet.checkpoint import open_checkpoint
-from ledger.testing import running_server
+from plumbing.testing import running_server
 
 SUBJECT = "audit.fleet.checkpoint"
 

@@ -8,8 +8,8 @@ import random
 
 from nacl.signing import SigningKey
 
+from cli._bench_ingest_run import make_segments
 from fleet.fold import Accepted, HostEntry, Refused, decide, decide_envelope, decode, seal_valid
-from ledger.bench_ingest import make_segments
 
 
 def hosts_for(keys: dict[str, SigningKey]) -> dict[str, HostEntry]:

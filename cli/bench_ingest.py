@@ -7,7 +7,7 @@ import json
 
 import click
 
-from fleet.cli._app import bench
+from cli._app import bench
 
 
 @bench.command("ingest")
@@ -23,7 +23,7 @@ from fleet.cli._app import bench
 def bench_ingest(segments: int, rate: float, e2e_segments: int, repeats: int,
                  as_json: bool) -> None:
     """Raw nats-py publish/consume, the ledger folding a pre-filled stream, end to end."""
-    from ledger.bench_ingest import run_bench
+    from cli._bench_ingest_run import run_bench
 
     result = asyncio.run(run_bench(segments, rate, e2e_segments, repeats))
     if as_json:

@@ -12,8 +12,8 @@ from typing import Any
 
 import click
 
-from fleet.cli._app import UserError, cli
-from fleet.cli._common import api, emit_json, nats_options, split_servers
+from cli._app import UserError, cli
+from cli._common import api, emit_json, nats_options, split_servers
 
 
 def _ledger_config(data: Path, servers: list[str], **kw: Any) -> Any:
@@ -79,7 +79,7 @@ def ledger_serve(url: str, data: Path, nkey: Path | None, name: str, origin: str
                  replicas: int, checkpoint_every: int, checkpoint_ms: int,
                  dedup_window: float, anchors_file: Path | None = None) -> None:
     """The ledger and its API, against an existing NATS server or cluster."""
-    from fleet.cli.anchor_cmds import load_anchors_option
+    from cli.anchor_cmds import load_anchors_option
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     servers = split_servers(url)
@@ -91,7 +91,7 @@ def ledger_serve(url: str, data: Path, nkey: Path | None, name: str, origin: str
     def ready(led: Any) -> None:
         click.echo(f"ledger {name} serving: origin {led.origin}, data {data}", err=True)
 
-    from ledger.service import NatsUnreachable
+    from plumbing.nats_connect import NatsUnreachable
 
     try:
         asyncio.run(serve_until_signal(config, ready))
@@ -120,9 +120,9 @@ def up(data: Path, url: str | None, nats_port: int, sim_hosts: int, runs: int, n
        origin: str | None, replicas: int, checkpoint_every: int, checkpoint_ms: int,
        dedup_window: float, anchors_file: Path | None = None) -> None:
     """Start a local nats-server (JetStream, in DATA/nats), the ledger and its API."""
-    from fleet.cli.anchor_cmds import load_anchors_option
-    from ledger.natsd import NatsServer, NatsServerError
-    from ledger.service import NatsUnreachable
+    from cli.anchor_cmds import load_anchors_option
+    from plumbing.nats_connect import NatsUnreachable
+    from plumbing.natsd import NatsServer, NatsServerError
 
     anchors = load_anchors_option(anchors_file)
     data.mkdir(parents=True, exist_ok=True)
@@ -143,7 +143,7 @@ def up(data: Path, url: str | None, nats_port: int, sim_hosts: int, runs: int, n
             click.echo(f"ledger: origin {led.origin}; vkey in {data / 'ledger' / 'ledger.vkey'}",
                        err=True)
             if sim_hosts:
-                from agents.sim_procs import spawn_simulators
+                from cli._sim_procs import spawn_simulators
                 sims.extend(spawn_simulators(sim_hosts, runs, url, data / "hosts",
                                              enroll_into=data / "ledger",
                                              log_dir=data / "hosts"))

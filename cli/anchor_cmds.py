@@ -5,9 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from cli._app import CheckFailed, UserError
 from fleet.anchor_bundle import AnchorReport, verify_anchors
 from fleet.checkpoint import Checkpoint
-from fleet.cli._app import CheckFailed, UserError
 from fleet.log_errors import LogError, MalformedKey
 from fleet.note import Verifier
 

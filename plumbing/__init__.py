@@ -1,0 +1,3 @@
+"""Shared plumbing: durable file writes, SQLite connections and transactions, connecting to
+NATS and running nats-server (with pytest fixtures around it). It may import the pure core
+(``fleet``) and itself, never a shell (``agents``, ``ledger``, ``anchors``) or the CLI."""
