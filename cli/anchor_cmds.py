@@ -55,7 +55,8 @@ def load_anchors_option(path: Path | None) -> list[Any]:
     """``--anchors FILE``: the anchor configs, or a one-line user error."""
     if path is None:
         return []
-    from anchors.base import build_anchor, load_anchor_config
+    from anchors.base import load_anchor_config
+    from anchors.factory import build_anchor
 
     try:
         configs = load_anchor_config(path)

@@ -22,11 +22,12 @@ def _ledger_config(data: Path, servers: list[str], **kw: Any) -> Any:
     return LedgerConfig(data_dir=data, servers=servers, **kw)
 
 
-async def serve_until_signal(config: Any, on_ready: Any = None) -> None:
-    """Run a ledger until SIGINT/SIGTERM, then stop it cleanly."""
-    from ledger.service import Ledger
+async def serve_until_signal(config: Any, on_ready: Any = None, anchors: Any = ()) -> None:
+    """Run a ledger (anchoring with ``anchors``) until SIGINT/SIGTERM, then stop it
+    cleanly."""
+    from cli._wiring import make_ledger
 
-    ledger = Ledger(config)
+    ledger = make_ledger(config, anchors)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -85,8 +86,8 @@ def ledger_serve(url: str, data: Path, nkey: Path | None, name: str, origin: str
     servers = split_servers(url)
     config = _ledger_config(data, servers, name=name, origin=origin, nkey=nkey,
                             replicas=replicas, checkpoint_every=checkpoint_every,
-                            checkpoint_ms=checkpoint_ms, dedup_window_s=dedup_window,
-                            anchors=load_anchors_option(anchors_file))
+                            checkpoint_ms=checkpoint_ms, dedup_window_s=dedup_window)
+    anchors = load_anchors_option(anchors_file)
 
     def ready(led: Any) -> None:
         click.echo(f"ledger {name} serving: origin {led.origin}, data {data}", err=True)
@@ -94,7 +95,7 @@ def ledger_serve(url: str, data: Path, nkey: Path | None, name: str, origin: str
     from plumbing.nats_connect import NatsUnreachable
 
     try:
-        asyncio.run(serve_until_signal(config, ready))
+        asyncio.run(serve_until_signal(config, ready, anchors))
     except NatsUnreachable as exc:
         raise UserError(str(exc)) from None
     except OSError as exc:
@@ -135,8 +136,7 @@ def up(data: Path, url: str | None, nats_port: int, sim_hosts: int, runs: int, n
         click.echo(f"nats: {url}", err=True)
         config = _ledger_config(data / "ledger", split_servers(url), name=name, origin=origin,
                                 replicas=replicas, checkpoint_every=checkpoint_every,
-                                checkpoint_ms=checkpoint_ms, dedup_window_s=dedup_window,
-                                anchors=anchors)
+                                checkpoint_ms=checkpoint_ms, dedup_window_s=dedup_window)
         sims: list[Any] = []
 
         def ready(led: Any) -> None:
@@ -150,7 +150,7 @@ def up(data: Path, url: str | None, nats_port: int, sim_hosts: int, runs: int, n
             click.echo("up; Ctrl-C stops everything", err=True)
 
         try:
-            asyncio.run(serve_until_signal(config, ready))
+            asyncio.run(serve_until_signal(config, ready, anchors))
         finally:
             for proc in sims:
                 with contextlib.suppress(Exception):
@@ -211,14 +211,19 @@ def _offline_store(data: Path) -> Any:
 def status(url: str, nkey: Path | None, data: Path | None, as_json: bool) -> None:
     """The ledger's origin, key, tree size, root, runs, refusals and lag."""
     if data is not None:
+        from cli._wiring import open_receipts
         from ledger import views
 
         origin, vkey = _offline_identity(data)
         store = _offline_store(data)
+        receipts = None
         try:
+            receipts = open_receipts(data)
             doc = views.status(store, origin=origin, vkey=vkey,  # type: ignore[arg-type]
-                               lag=None, healthy=True, detail="offline")
+                               lag=None, healthy=True, detail="offline", receipts=receipts)
         finally:
+            if receipts is not None:
+                receipts.close()
             store.close()
     else:
         doc = api(url, "status", nkey=nkey)

@@ -19,7 +19,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -43,8 +43,9 @@ from ledger.api import LedgerApi
 from ledger.keys import load_or_create_signer
 from ledger.puller import Delivery, Puller, ack_all, nak
 from ledger.seal_worker import SealTicket, SealWorker
-from ledger.store import HostsChanged, Incoming, LedgerStore
+from ledger.store import CheckpointReader, HostsChanged, Incoming, LedgerStore
 from ledger.stream import ensure_consumer, ensure_stream
+from plumbing.anchoring import AnchorTaskFactory, ReceiptStore
 from plumbing.nats_connect import connect
 
 log = logging.getLogger(__name__)
@@ -70,8 +71,6 @@ class LedgerConfig:
     # Decide the common message by fleet.fold_fast (False: every one by the reference path;
     # the tests fold with both and compare the stores).
     fast_path: bool = True
-    # anchors.base.AnchorConfig entries; anchored by a task beside the fold (anchors.runner).
-    anchors: list[Any] = field(default_factory=list)
 
 
 @dataclass
@@ -89,8 +88,16 @@ class Prepared:
 
 
 class Ledger:
-    def __init__(self, config: LedgerConfig) -> None:
+    """The ledger of ``config``. Anchoring is handed in (the CLI wires it,
+    :mod:`plumbing.anchoring`): ``receipts`` are read into proof bundles and the status
+    (and closed with the ledger); ``anchoring``, called once connected with the ledger's
+    checkpoints, gives the task that anchors them beside the fold."""
+
+    def __init__(self, config: LedgerConfig, *, receipts: ReceiptStore | None = None,
+                 anchoring: AnchorTaskFactory | None = None) -> None:
         self.config = config
+        self.receipts = receipts
+        self._anchoring = anchoring
         self.store = LedgerStore(config.data_dir)
         origin = config.origin or f"fleet-ledger.local/{config.name}"
         self.signer: Signer = load_or_create_signer(config.data_dir, origin)
@@ -115,6 +122,7 @@ class Ledger:
         self.api: LedgerApi | None = None
         self._anchor_task: asyncio.Task[None] | None = None
         self._anchor_stop = asyncio.Event()
+        self._anchor_source: CheckpointReader | None = None
 
     # -- state helpers --------------------------------------------------------------------
 
@@ -320,19 +328,17 @@ class Ledger:
         await ensure_stream(self.js, cfg.replicas, cfg.dedup_window_s)
         self.api = LedgerApi(self)
         await self.api.start(self.nc)
-        if cfg.anchors:
-            self._start_anchors()
+        if self._anchoring is not None:
+            self._start_anchors(self._anchoring)
 
-    def _start_anchors(self) -> None:
-        """Anchor checkpoints in a task of its own, with its own store connection."""
-        from anchors.base import build_anchor
-        from anchors.runner import AnchorRunner
-
+    def _start_anchors(self, anchoring: AnchorTaskFactory) -> None:
+        """Anchor checkpoints in a task of its own, reading them through its own store
+        connection."""
         nc = self.nc
         publish = None if nc is None else nc.publish
-        runner = AnchorRunner(self.store.path, [build_anchor(c) for c in self.config.anchors],
-                              publish)
-        self._anchor_task = asyncio.create_task(runner.run(self._anchor_stop))
+        self._anchor_source = CheckpointReader(self.store.path)
+        task = anchoring(self._anchor_source, publish)
+        self._anchor_task = asyncio.create_task(task.run(self._anchor_stop))
 
     async def run(self, stop: asyncio.Event) -> None:
         """Fold until ``stop`` is set.
@@ -527,6 +533,8 @@ class Ledger:
             self._anchor_stop.set()
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(self._anchor_task, 10)
+        if self._anchor_source is not None:
+            self._anchor_source.close()
         if self.api is not None:
             with contextlib.suppress(Exception):
                 await self.api.stop()
@@ -535,4 +543,6 @@ class Ledger:
                 await self.nc.drain()
         await asyncio.get_running_loop().run_in_executor(None, self._sealer.close)
         self._committer.shutdown(wait=True)
+        if self.receipts is not None:
+            self.receipts.close()
         self.store.close()

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from anchors.base import build_anchor, load_anchor_config
+from anchors.base import load_anchor_config
+from anchors.factory import build_anchor
 from fleet.cosignature import generate_witness_signer
 
 
