@@ -1,5 +1,7 @@
-"""The ``fleet`` command. Every public module of this package adds its commands to the one
-click group when imported, so a new command is a new module and nothing else."""
+"""The ``fleet`` command, and the one place that wires the shells together (``_wiring``): it
+may import every package. Every public module of this package adds its commands to the one
+click group when imported, so a new command is a new module and nothing else; helpers that
+are not commands start with an underscore."""
 
 from __future__ import annotations
 
