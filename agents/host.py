@@ -21,7 +21,6 @@ second, different segment there (which the ledger would refuse as a fork).
 from __future__ import annotations
 
 import base64
-import sqlite3
 from pathlib import Path
 
 import msgspec
@@ -36,7 +35,8 @@ from fleet.segment import CallAccount, Snapshot
 from fleet.subjects import check_host_name, segment_subject
 from fleet.verify import fold_sealed
 from fleet.wire import SealedSegment, decode_envelope, encode_envelope
-from ledger.files import write_secret
+from plumbing import sqlite
+from plumbing.files import write_secret
 
 KEY_FILE = "host.key"
 PUB_FILE = "host.pub"
@@ -72,10 +72,7 @@ class Host:
         self.key = load_or_create_key(self.dir)
         self.outbox = Outbox(self.dir / "outbox.db", limit_bytes=outbox_limit, reserve=reserve,
                              keep_acked_bytes=keep_acked_bytes)
-        self._db = sqlite3.connect(self.dir / "runs.db", isolation_level=None,
-                                   check_same_thread=False)
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute("PRAGMA synchronous=FULL")
+        self._db = sqlite.connect(self.dir / "runs.db", busy_timeout_s=5.0)
         self._db.execute("CREATE TABLE IF NOT EXISTS runs (run TEXT PRIMARY KEY,"
                          " state BLOB NOT NULL)")
 
@@ -103,13 +100,6 @@ class Host:
                          " DO UPDATE SET state = excluded.state",
                          (run, msgspec.json.encode(state_to_json(builder.state))))
 
-    def _outbox_rows_after(self, run: str, index: int) -> list[bytes]:
-        """Payloads the outbox holds for ``run`` beyond ``index`` (the crash window)."""
-        with sqlite3.connect(self.outbox.path) as db:
-            rows = db.execute("SELECT payload FROM segments WHERE run = ? AND idx > ?"
-                              " ORDER BY idx", (run, index)).fetchall()
-        return [bytes(p) for (p,) in rows]
-
 
 class HostRun:
     """One run on its host. Methods return the sealed segment they wrote to the outbox."""
@@ -125,7 +115,8 @@ class HostRun:
         return self.builder.state
 
     def _catch_up(self) -> None:
-        for payload in self.host._outbox_rows_after(self.run, self.builder.state.index):
+        # The crash window: segments in the outbox beyond the saved state.
+        for payload in self.host.outbox.payloads_after(self.run, self.builder.state.index):
             env = decode_envelope(payload)
             fold_sealed(self.builder.state, env.sealed, self.host.key.verify_key)
         self.host._save(self.run, self.builder)

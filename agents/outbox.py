@@ -43,7 +43,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final, Literal
 
-from ledger.transactions import immediate
+from plumbing import sqlite
+from plumbing.transactions import immediate
 
 Kind = Literal["executed", "suspended", "resumed", "closed"]
 KINDS: Final = ("executed", "suspended", "resumed", "closed")
@@ -159,10 +160,7 @@ class Outbox:
         self._acks_since_prune = 0
         self._lock = threading.RLock()
         self._listeners: list[Callable[[], None]] = []
-        self._db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute("PRAGMA synchronous=FULL")
-        self._db.execute("PRAGMA busy_timeout=5000")
+        self._db = sqlite.connect(self.path, busy_timeout_s=5.0)
         with self._tx():
             for statement in _SCHEMA.split(";"):
                 if statement.strip():
@@ -324,6 +322,16 @@ class Outbox:
                 (row_id,),
             ).fetchone()
         return None if row is None else Entry(*row)
+
+    def payloads_after(self, run: str, idx: int) -> list[bytes]:
+        """The payloads the outbox holds for ``run`` beyond segment ``idx``, in index order
+        (what a host that died before saving its run state catches up from)."""
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT payload FROM segments WHERE run = ? AND idx > ? ORDER BY idx",
+                (run, idx),
+            ).fetchall()
+        return [bytes(p) for (p,) in rows]
 
     def last_acked_seq(self, run: str) -> int:
         """The stream sequence of the run's last acked segment; 0 if none is acked yet."""

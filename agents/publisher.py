@@ -24,8 +24,8 @@ holds something this host did not chain there — a fork. A fork, or any other r
 stops that run in the outbox with its reason (never overwritten, never retried) and is
 reported to ``on_stop`` and the log; other runs go on.
 
-Hosts connect with :func:`ledger.service.connect` (reconnects forever once up, an nkey seed
-file for auth), as the ledger does.
+Hosts connect with :func:`plumbing.nats_connect.connect` (reconnects forever once up, an
+nkey seed file for auth), as the ledger does.
 """
 
 from __future__ import annotations

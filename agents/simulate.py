@@ -24,7 +24,7 @@ from agents.host import Host, HostRun
 from agents.publisher import Publisher
 from fleet.address import digest
 from fleet.segment import CallAccount, Snapshot, make_snapshot
-from ledger.service import connect
+from plumbing.nats_connect import connect
 
 MANIFEST = digest(b"fleet-sim/manifest/python3.11")
 

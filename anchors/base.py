@@ -41,6 +41,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from fleet.anchor_bundle import Receipt
+
+__all__ = ["KINDS", "Anchor", "AnchorConfig", "AnchorError", "ProofSource", "Receipt",
+           "load_anchor_config"]
+
 KINDS = ("witness", "tsa", "nats")
 
 
@@ -50,20 +55,6 @@ class AnchorError(Exception):
 
 class ProofSource(Protocol):
     def consistency_proof(self, old_size: int, new_size: int | None = None) -> list[bytes]: ...
-
-
-@dataclass(frozen=True)
-class Receipt:
-    """What an anchor returned for the checkpoint of ``size``."""
-
-    anchor: str
-    kind: str
-    size: int
-    data: str
-
-    def as_json(self) -> dict[str, Any]:
-        return {"anchor": self.anchor, "kind": self.kind, "size": self.size,
-                "receipt": self.data}
 
 
 class Anchor(abc.ABC):
@@ -115,22 +106,3 @@ def load_anchor_config(path: Path) -> list[AnchorConfig]:
     if len(names) != len(set(names)):
         raise ValueError(f"{path}: anchor names must be unique, got {names}")
     return configs
-
-
-def build_anchor(config: AnchorConfig) -> Anchor:
-    """The :class:`Anchor` of one config entry."""
-    opts = config.options
-    if config.kind == "witness":
-        from anchors.witness_client import WitnessAnchor
-
-        return WitnessAnchor(config.name, opts["url"], opts["vkey"])
-    if config.kind == "tsa":
-        from anchors.tsa import TsaAnchor
-
-        return TsaAnchor(config.name, opts["url"], opts.get("ca"))
-    if config.kind == "nats":
-        from anchors.nats_anchor import NatsAnchor
-
-        return NatsAnchor(config.name, opts["url"], opts["subject"], stream=opts.get("stream"),
-                          nkey=opts.get("nkey"), creds=opts.get("creds"))
-    raise ValueError(f"unknown anchor kind {config.kind!r}")

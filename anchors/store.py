@@ -1,19 +1,21 @@
-"""Anchor receipts and per-anchor progress, kept in the ledger's own SQLite file.
+"""Anchor receipts and per-anchor progress: the anchors' own tables in the ledger's file.
 
-Two tables, created by :func:`ensure_tables`: ``anchor_receipts`` (one row per anchor and
-checkpoint size anchored) and ``anchor_state`` (per anchor: last anchored size and time,
-last error). The readers here take a plain connection, so the ledger's status view, its
-proof view and the anchoring task (its own connection) share them.
+Two tables, created by :meth:`AnchorStore.ensure_tables`: ``anchor_receipts`` (one row per
+anchor and checkpoint size anchored) and ``anchor_state`` (per anchor: last anchored size
+and time, last error). They live in the ledger's SQLite file (one backup holds the log and
+its receipts), but only this module reads or writes them; the ledger reads them through
+:class:`plumbing.anchoring.ReceiptStore`, which :class:`AnchorStore` is. The anchoring task
+and the ledger's reads each have a store (a connection) of their own.
 """
 
 from __future__ import annotations
 
 import sqlite3
 import time
-from typing import Any
 
 from anchors.base import Receipt
-from ledger.transactions import immediate
+from plumbing.anchoring import AnchorState
+from plumbing.transactions import immediate
 
 _SCHEMA = (
     "CREATE TABLE IF NOT EXISTS anchor_receipts (anchor TEXT NOT NULL, size INTEGER NOT NULL,"
@@ -24,97 +26,78 @@ _SCHEMA = (
 )
 
 
-def ensure_tables(conn: sqlite3.Connection) -> None:
-    for statement in _SCHEMA:
-        conn.execute(statement)
+class AnchorStore:
+    """The anchor tables on ``conn`` (opened with ``isolation_level=None``; closed by
+    :meth:`close`)."""
 
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self.conn = conn
 
-def _has_tables(conn: sqlite3.Connection) -> bool:
-    row = conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table'"
-                       " AND name = 'anchor_state'").fetchone()
-    return row is not None
+    def close(self) -> None:
+        self.conn.close()
 
+    def ensure_tables(self) -> None:
+        for statement in _SCHEMA:
+            self.conn.execute(statement)
 
-def register(conn: sqlite3.Connection, name: str, kind: str) -> None:
-    conn.execute("INSERT INTO anchor_state (anchor, kind) VALUES (?, ?) ON CONFLICT(anchor)"
-                 " DO UPDATE SET kind = excluded.kind", (name, kind))
+    def _has_tables(self) -> bool:
+        row = self.conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table'"
+                                " AND name = 'anchor_state'").fetchone()
+        return row is not None
 
+    # -- the anchoring task's writes ------------------------------------------------------
 
-def record_receipt(conn: sqlite3.Connection, receipt: Receipt) -> None:
-    now = time.time()
-    with immediate(conn):
-        conn.execute("INSERT OR REPLACE INTO anchor_receipts (anchor, size, kind, data, at)"
-                     " VALUES (?, ?, ?, ?, ?)",
-                     (receipt.anchor, receipt.size, receipt.kind, receipt.data, now))
-        conn.execute("UPDATE anchor_state SET anchored_size = MAX(COALESCE(anchored_size, 0), ?),"
-                     " anchored_at = ?, error = NULL, failures = 0 WHERE anchor = ?",
-                     (receipt.size, now, receipt.anchor))
+    def register(self, name: str, kind: str) -> None:
+        self.conn.execute("INSERT INTO anchor_state (anchor, kind) VALUES (?, ?)"
+                          " ON CONFLICT(anchor) DO UPDATE SET kind = excluded.kind",
+                          (name, kind))
 
+    def record_receipt(self, receipt: Receipt) -> None:
+        now = time.time()
+        with immediate(self.conn):
+            self.conn.execute("INSERT OR REPLACE INTO anchor_receipts (anchor, size, kind, data,"
+                              " at) VALUES (?, ?, ?, ?, ?)",
+                              (receipt.anchor, receipt.size, receipt.kind, receipt.data, now))
+            self.conn.execute("UPDATE anchor_state SET anchored_size = MAX(COALESCE("
+                              "anchored_size, 0), ?), anchored_at = ?, error = NULL,"
+                              " failures = 0 WHERE anchor = ?",
+                              (receipt.size, now, receipt.anchor))
 
-def record_error(conn: sqlite3.Connection, name: str, error: str) -> None:
-    conn.execute("UPDATE anchor_state SET error = ?, error_at = ?, failures = failures + 1"
-                 " WHERE anchor = ?", (error[:500], time.time(), name))
+    def record_error(self, name: str, error: str) -> None:
+        self.conn.execute("UPDATE anchor_state SET error = ?, error_at = ?,"
+                          " failures = failures + 1 WHERE anchor = ?",
+                          (error[:500], time.time(), name))
 
+    # -- reads ----------------------------------------------------------------------------
 
-def last_anchored(conn: sqlite3.Connection, name: str) -> int:
-    row = conn.execute("SELECT anchored_size FROM anchor_state WHERE anchor = ?",
-                       (name,)).fetchone()
-    return 0 if row is None or row[0] is None else int(row[0])
+    def last_anchored(self, name: str) -> int:
+        row = self.conn.execute("SELECT anchored_size FROM anchor_state WHERE anchor = ?",
+                                (name,)).fetchone()
+        return 0 if row is None or row[0] is None else int(row[0])
 
+    def witness_signatures(self, size: int) -> list[str]:
+        """The receipts of every witness for the checkpoint of ``size`` (cosignature lines),
+        by anchor name."""
+        rows = self.conn.execute("SELECT data FROM anchor_receipts WHERE size = ? AND"
+                                 " kind = 'witness' ORDER BY anchor", (size,)).fetchall()
+        return [data for (data,) in rows]
 
-def anchor_status(conn: sqlite3.Connection) -> list[dict[str, Any]]:
-    """Per anchor: kind, last anchored size and time, lag behind the last checkpoint (leaves
-    and seconds since the first checkpoint it has not anchored), last error."""
-    if not _has_tables(conn):
-        return []
-    last = conn.execute("SELECT MAX(size) FROM checkpoints").fetchone()[0] or 0
-    rows = conn.execute("SELECT anchor, kind, anchored_size, anchored_at, error, error_at,"
-                        " failures FROM anchor_state ORDER BY anchor").fetchall()
-    now = time.time()
-    out = []
-    for name, kind, size, at, error, error_at, failures in rows:
-        anchored = size or 0
-        pending = conn.execute("SELECT MIN(at) FROM checkpoints WHERE size > ?",
-                               (anchored,)).fetchone()[0]
-        out.append({
-            "name": name, "kind": kind, "anchored_size": size, "anchored_at": at,
-            "lag": max(0, last - anchored),
-            "lag_s": None if pending is None else round(now - pending, 3),
-            "error": error, "error_at": error_at, "failures": failures,
-        })
-    return out
+    def anchor_states(self) -> list[AnchorState]:
+        """Per anchor, by name: kind, last anchored size and time, last error."""
+        if not self._has_tables():
+            return []
+        rows = self.conn.execute("SELECT anchor, kind, anchored_size, anchored_at, error,"
+                                 " error_at, failures FROM anchor_state ORDER BY anchor")
+        return [AnchorState(*row) for row in rows]
 
-
-def receipts_covering(conn: sqlite3.Connection, size: int) -> list[Receipt]:
-    """For each anchor, its receipt of the smallest anchored checkpoint of ``size`` or more."""
-    if not _has_tables(conn):
-        return []
-    rows = conn.execute(
-        "SELECT r.anchor, r.kind, r.size, r.data FROM anchor_receipts r JOIN"
-        " (SELECT anchor, MIN(size) AS size FROM anchor_receipts WHERE size >= ?"
-        "  GROUP BY anchor) m ON r.anchor = m.anchor AND r.size = m.size ORDER BY r.anchor",
-        (size,)).fetchall()
-    return [Receipt(a, k, s, d) for a, k, s, d in rows]
-
-
-def bundle_fields(conn: sqlite3.Connection, tree: Any, size: int) -> dict[str, Any]:
-    """The optional proof-bundle keys for a bundle on the checkpoint of ``size``.
-
-    ``anchors``: each anchor's receipt of the smallest anchored checkpoint >= ``size``;
-    ``anchor_checkpoints`` / ``anchor_consistency``: for each such later size, the ledger's
-    signed note and the RFC 9162 consistency proof (hex) from ``size`` to it. Empty when
-    nothing covers the checkpoint yet.
-    """
-    receipts = receipts_covering(conn, size)
-    if not receipts:
-        return {}
-    later = sorted({r.size for r in receipts if r.size != size})
-    notes = dict(conn.execute(
-        f"SELECT size, note FROM checkpoints WHERE size IN ({','.join('?' * len(later))})",
-        later).fetchall()) if later else {}
-    return {
-        "anchors": [r.as_json() for r in receipts],
-        "anchor_checkpoints": {str(s): notes[s] for s in later},
-        "anchor_consistency": {str(s): [h.hex() for h in tree.consistency_proof(size, s)]
-                               for s in later},
-    }
+    def receipts_covering(self, size: int) -> list[Receipt]:
+        """For each anchor, its receipt of the smallest anchored checkpoint of ``size`` or
+        more."""
+        if not self._has_tables():
+            return []
+        rows = self.conn.execute(
+            "SELECT r.anchor, r.kind, r.size, r.data FROM anchor_receipts r JOIN"
+            " (SELECT anchor, MIN(size) AS size FROM anchor_receipts WHERE size >= ?"
+            "  GROUP BY anchor) m ON r.anchor = m.anchor AND r.size = m.size ORDER BY r.anchor",
+            (size,)).fetchall()
+        return [Receipt(a, k, s, d) for a, k, s, d in rows]

@@ -26,7 +26,7 @@ from typing import Any
 from fleet.cosignature import WitnessSigner
 from fleet.note import Verifier
 from fleet.witness import WitnessState, decide
-from ledger.files import write_atomically
+from plumbing.files import write_atomically
 
 log = logging.getLogger(__name__)
 

@@ -1,7 +1,8 @@
 """Anchor receipts in a proof bundle, and their offline verification.
 
 ``fleet prove`` adds three optional keys to a bundle (the keys of
-:mod:`fleet.proof_bundle` are unchanged)::
+:mod:`fleet.proof_bundle` are unchanged), written by :func:`anchor_fields` and read by
+:func:`verify_anchors`, both here::
 
     anchors              [{"anchor", "kind", "size", "receipt"}]  one per anchor: its receipt
                          of the smallest anchored checkpoint >= the bundle's tree size
@@ -25,7 +26,7 @@ distinct known witnesses cosigned.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -46,6 +47,58 @@ TsaCheck = Callable[[str, str], str]
 __all__ = ["AnchorCheck", "AnchorReport", "verify_anchors"]
 
 _HEX = re.compile(r"[0-9a-f]{64}\Z")
+
+ANCHORS = "anchors"
+ANCHOR_CHECKPOINTS = "anchor_checkpoints"
+ANCHOR_CONSISTENCY = "anchor_consistency"
+
+
+@dataclass(frozen=True)
+class Receipt:
+    """What an anchor returned for the ledger's checkpoint of ``size``; ``data`` is the
+    receipt as its kind keeps it (cosignature lines, a base64 TimeStampResp, a JSON
+    pointer)."""
+
+    anchor: str
+    kind: str
+    size: int
+    data: str
+
+    def as_json(self) -> dict[str, Any]:
+        """The receipt as an entry of a bundle's ``anchors`` list."""
+        return {"anchor": self.anchor, "kind": self.kind, "size": self.size,
+                "receipt": self.data}
+
+    @classmethod
+    def from_json(cls, item: Any) -> Receipt:
+        """An entry of a bundle's ``anchors`` list; :class:`MalformedBundle` if it is none."""
+        if not (isinstance(item, dict) and isinstance(item.get("anchor"), str)
+                and isinstance(item.get("kind"), str) and isinstance(item.get("receipt"), str)
+                and isinstance(item.get("size"), int) and not isinstance(item["size"], bool)):
+            raise MalformedBundle("an anchors entry needs anchor, kind, size and receipt")
+        return cls(item["anchor"], item["kind"], item["size"], item["receipt"])
+
+
+def anchor_fields(size: int, receipts: Sequence[Receipt],
+                  checkpoint_notes: Callable[[list[int]], Mapping[int, str]],
+                  consistency_proof: Callable[[int, int], Sequence[bytes]]) -> dict[str, Any]:
+    """The optional keys for a bundle on the checkpoint of ``size``.
+
+    ``receipts``: each anchor's receipt of the smallest anchored checkpoint >= ``size``.
+    For each later size among them, ``checkpoint_notes(sizes)`` gives the ledger's signed
+    notes and ``consistency_proof(size, later)`` the RFC 9162 proof from ``size`` to it.
+    Empty when no receipt covers the checkpoint yet.
+    """
+    if not receipts:
+        return {}
+    later = sorted({r.size for r in receipts if r.size != size})
+    notes = checkpoint_notes(later) if later else {}
+    return {
+        ANCHORS: [r.as_json() for r in receipts],
+        ANCHOR_CHECKPOINTS: {str(s): notes[s] for s in later},
+        ANCHOR_CONSISTENCY: {str(s): [h.hex() for h in consistency_proof(size, s)]
+                             for s in later},
+    }
 
 
 @dataclass(frozen=True)
@@ -68,16 +121,11 @@ class AnchorReport:
     """Names of the distinct known witnesses whose cosignatures verified."""
 
 
-def _receipts(bundle: dict[str, Any]) -> list[dict[str, Any]]:
-    receipts = bundle.get("anchors", [])
+def _receipts(bundle: dict[str, Any]) -> list[Receipt]:
+    receipts = bundle.get(ANCHORS, [])
     if not isinstance(receipts, list):
-        raise MalformedBundle("bundle field 'anchors' is not a list")
-    for item in receipts:
-        if not (isinstance(item, dict) and isinstance(item.get("anchor"), str)
-                and isinstance(item.get("kind"), str) and isinstance(item.get("receipt"), str)
-                and isinstance(item.get("size"), int) and not isinstance(item["size"], bool)):
-            raise MalformedBundle("an anchors entry needs anchor, kind, size and receipt")
-    return receipts
+        raise MalformedBundle(f"bundle field {ANCHORS!r} is not a list")
+    return [Receipt.from_json(item) for item in receipts]
 
 
 def _covered_body(bundle: dict[str, Any], checkpoint: Checkpoint, size: int,
@@ -88,11 +136,11 @@ def _covered_body(bundle: dict[str, Any], checkpoint: Checkpoint, size: int,
     if size < checkpoint.size:
         raise MalformedBundle(f"a receipt for size {size} does not cover tree size "
                               f"{checkpoint.size}")
-    notes, proofs = bundle.get("anchor_checkpoints"), bundle.get("anchor_consistency")
+    notes, proofs = bundle.get(ANCHOR_CHECKPOINTS), bundle.get(ANCHOR_CONSISTENCY)
     if not isinstance(notes, dict) or not isinstance(notes.get(str(size)), str):
-        raise MalformedBundle(f"anchor_checkpoints has no checkpoint of size {size}")
+        raise MalformedBundle(f"{ANCHOR_CHECKPOINTS} has no checkpoint of size {size}")
     if not isinstance(proofs, dict) or not isinstance(proofs.get(str(size)), list):
-        raise MalformedBundle(f"anchor_consistency has no proof to size {size}")
+        raise MalformedBundle(f"{ANCHOR_CONSISTENCY} has no proof to size {size}")
     later = open_checkpoint(notes[str(size)], verifiers)
     if later.origin != checkpoint.origin:
         raise OriginMismatch(f"anchored checkpoint origin {later.origin!r} is not "
@@ -102,7 +150,8 @@ def _covered_body(bundle: dict[str, Any], checkpoint: Checkpoint, size: int,
     proof = []
     for item in proofs[str(size)]:
         if not isinstance(item, str) or _HEX.match(item) is None:
-            raise MalformedBundle("anchor_consistency holds a hash that is not 64 lowercase hex")
+            raise MalformedBundle(f"{ANCHOR_CONSISTENCY} holds a hash that is not 64 lowercase "
+                                  "hex")
         proof.append(bytes.fromhex(item))
     verify_consistency(checkpoint.size, size, proof, checkpoint.root, later.root)
     return parse_note(notes[str(size)])[0]
@@ -123,7 +172,7 @@ def verify_anchors(
     for found in cosignatures(bundle["checkpoint"], witnesses):
         cosigners[(found.witness.name, found.witness.key_id)] = found.witness.name
     for item in _receipts(bundle):
-        name, kind, size, receipt = item["anchor"], item["kind"], item["size"], item["receipt"]
+        name, kind, size, receipt = item.anchor, item.kind, item.size, item.data
         body = _covered_body(bundle, checkpoint, size, verifiers)
         if kind == "witness":
             found = verify_cosignature_lines(body, parse_signature_lines(receipt), witnesses)

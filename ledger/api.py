@@ -107,7 +107,8 @@ class LedgerApi:
             return views.status(led.store, origin=led.origin,
                                 vkey=led.signer.verifier().text(),
                                 lag=max(0, end - led.store.watermark()),
-                                healthy=led.healthy, detail=led.health_detail)
+                                healthy=led.healthy, detail=led.health_detail,
+                                receipts=led.receipts)
 
     async def checkpoint(self, body: dict[str, Any]) -> Any:
         led = self.ledger
@@ -118,7 +119,8 @@ class LedgerApi:
     async def prove(self, body: dict[str, Any]) -> Any:
         run = _field(body, "run", str)
         index = _field(body, "index", int, required=False)
-        return views.prove(self.ledger.store, run, index, self.ledger.checkpoint_covering)
+        return views.prove(self.ledger.store, run, index, self.ledger.checkpoint_covering,
+                           self.ledger.receipts)
 
     async def consistency(self, body: dict[str, Any]) -> Any:
         store = self.ledger.store

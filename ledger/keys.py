@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from fleet.note import Signer, generate_signer, parse_signer_key
-from ledger.files import write_secret
+from plumbing.files import write_secret
 
 KEY_FILE = "ledger.key"
 VKEY_FILE = "ledger.vkey"

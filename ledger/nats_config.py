@@ -50,6 +50,7 @@ from fleet.subjects import (
     check_host_name,
     rejection_subject,
 )
+from plumbing.files import write_secret
 
 ACCOUNT: Final = STREAM
 SYSTEM_ACCOUNT: Final = "SYS"
@@ -280,15 +281,6 @@ class Written:
     kept_seeds: list[Path]
 
 
-def _write_private(path: Path, data: bytes) -> None:
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    try:
-        os.fchmod(fd, 0o600)
-        os.write(fd, data)
-    finally:
-        os.close(fd)
-
-
 def _load_or_create_seed(path: Path) -> tuple[bytes, bool]:
     if path.exists():
         seed = path.read_bytes().strip()
@@ -301,7 +293,7 @@ def _load_or_create_seed(path: Path) -> tuple[bytes, bool]:
         os.chmod(path, 0o600)
         return seed, False
     seed = new_seed()
-    _write_private(path, seed + b"\n")
+    write_secret(path, seed.decode() + "\n")
     return seed, True
 
 

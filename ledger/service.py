@@ -15,12 +15,11 @@ import asyncio
 import contextlib
 import gc
 import logging
-import os
 import time
 from collections import OrderedDict
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -40,8 +39,10 @@ from ledger.api import LedgerApi
 from ledger.keys import load_or_create_signer
 from ledger.puller import Delivery, Puller, ack_all, nak
 from ledger.seal_worker import SealTicket, SealWorker
-from ledger.store import HostsChanged, Incoming, LedgerStore
+from ledger.store import CheckpointReader, HostsChanged, Incoming, LedgerStore
 from ledger.stream import ensure_consumer, ensure_stream
+from plumbing.anchoring import AnchorTaskFactory, ReceiptStore
+from plumbing.nats_connect import connect
 
 log = logging.getLogger(__name__)
 
@@ -66,8 +67,6 @@ class LedgerConfig:
     # Decide the common message by fleet.fold_fast (False: every one by the reference path;
     # the tests fold with both and compare the stores).
     fast_path: bool = True
-    # anchors.base.AnchorConfig entries; anchored by a task beside the fold (anchors.runner).
-    anchors: list[Any] = field(default_factory=list)
 
 
 @dataclass
@@ -84,71 +83,17 @@ class Prepared:
     addresses: list[list[bytes] | None]  # each message's addresses, parsed (batch_addresses)
 
 
-WAIT_ENV = "FLEET_NATS_WAIT"
-DEFAULT_WAIT_S = 15.0
-
-
-class NatsUnreachable(Exception):
-    """No NATS server answered at the URL(s) within the first-connection window."""
-
-
-def first_connect_window() -> float:
-    """Seconds to wait for the first NATS connection (``FLEET_NATS_WAIT``, default 15)."""
-    try:
-        return max(0.1, float(os.environ.get(WAIT_ENV, DEFAULT_WAIT_S)))
-    except ValueError:
-        return DEFAULT_WAIT_S
-
-
-def _one_line(err: Exception) -> str:
-    text = str(err)
-    return text.splitlines()[0] if text else type(err).__name__
-
-
-async def connect(servers: list[str], nkey: Path | None = None, name: str = "fleet",
-                  inbox_prefix: str | None = None, wait_s: float | None = None,
-                  **kwargs: Any) -> Client:
-    """A NATS connection that keeps reconnecting once up (servers restart, leaders move).
-
-    The first connection is retried for ``wait_s`` seconds (default
-    :func:`first_connect_window`), then :class:`NatsUnreachable`: nats-py would retry it
-    forever. Connection errors are logged as one line each, without a traceback (while
-    waiting for the first connection, only the first error and at INFO).
-    """
-    window = first_connect_window() if wait_s is None else wait_s
-    errors: list[str] = []
-    up = False
-
-    async def on_error(err: Exception) -> None:
-        if up:
-            log.warning("nats: %s", _one_line(err))
-            return
-        if not errors:
-            log.info("nats: cannot connect yet (%s); retrying for up to %gs",
-                     _one_line(err), window)
-        errors[:] = [_one_line(err)]
-
-    opts: dict[str, Any] = dict(servers=servers, name=name, max_reconnect_attempts=-1,
-                                reconnect_time_wait=0.5, connect_timeout=3.0,
-                                error_cb=on_error)
-    if nkey is not None:
-        opts["nkeys_seed"] = str(nkey)
-    if inbox_prefix is not None:
-        opts["inbox_prefix"] = inbox_prefix
-    opts.update(kwargs)
-    try:
-        nc = await asyncio.wait_for(nats.connect(**opts), window)
-    except TimeoutError:
-        last = f": {errors[-1]}" if errors else ""
-        raise NatsUnreachable(f"cannot reach NATS at {','.join(servers)} "
-                              f"(tried for {window:g}s){last}") from None
-    up = True
-    return nc
-
-
 class Ledger:
-    def __init__(self, config: LedgerConfig) -> None:
+    """The ledger of ``config``. Anchoring is handed in (the CLI wires it,
+    :mod:`plumbing.anchoring`): ``receipts`` are read into proof bundles and the status
+    (and closed with the ledger); ``anchoring``, called once connected with the ledger's
+    checkpoints, gives the task that anchors them beside the fold."""
+
+    def __init__(self, config: LedgerConfig, *, receipts: ReceiptStore | None = None,
+                 anchoring: AnchorTaskFactory | None = None) -> None:
         self.config = config
+        self.receipts = receipts
+        self._anchoring = anchoring
         self.store = LedgerStore(config.data_dir)
         origin = config.origin or f"fleet-ledger.local/{config.name}"
         self.signer: Signer = load_or_create_signer(config.data_dir, origin)
@@ -173,6 +118,7 @@ class Ledger:
         self.api: LedgerApi | None = None
         self._anchor_task: asyncio.Task[None] | None = None
         self._anchor_stop = asyncio.Event()
+        self._anchor_source: CheckpointReader | None = None
 
     # -- state helpers --------------------------------------------------------------------
 
@@ -377,19 +323,17 @@ class Ledger:
         await ensure_stream(self.js, cfg.replicas, cfg.dedup_window_s)
         self.api = LedgerApi(self)
         await self.api.start(self.nc)
-        if cfg.anchors:
-            self._start_anchors()
+        if self._anchoring is not None:
+            self._start_anchors(self._anchoring)
 
-    def _start_anchors(self) -> None:
-        """Anchor checkpoints in a task of its own, with its own store connection."""
-        from anchors.base import build_anchor
-        from anchors.runner import AnchorRunner
-
+    def _start_anchors(self, anchoring: AnchorTaskFactory) -> None:
+        """Anchor checkpoints in a task of its own, reading them through its own store
+        connection."""
         nc = self.nc
         publish = None if nc is None else nc.publish
-        runner = AnchorRunner(self.store.path, [build_anchor(c) for c in self.config.anchors],
-                              publish)
-        self._anchor_task = asyncio.create_task(runner.run(self._anchor_stop))
+        self._anchor_source = CheckpointReader(self.store.path)
+        task = anchoring(self._anchor_source, publish)
+        self._anchor_task = asyncio.create_task(task.run(self._anchor_stop))
 
     async def run(self, stop: asyncio.Event) -> None:
         """Fold until ``stop`` is set.
@@ -584,6 +528,8 @@ class Ledger:
             self._anchor_stop.set()
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(self._anchor_task, 10)
+        if self._anchor_source is not None:
+            self._anchor_source.close()
         if self.api is not None:
             with contextlib.suppress(Exception):
                 await self.api.stop()
@@ -592,4 +538,6 @@ class Ledger:
                 await self.nc.drain()
         await asyncio.get_running_loop().run_in_executor(None, self._sealer.close)
         self._committer.shutdown(wait=True)
+        if self.receipts is not None:
+            self.receipts.close()
         self.store.close()

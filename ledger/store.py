@@ -40,9 +40,10 @@ from fleet.merkle import leaf_hash
 from fleet.run_codec import state_from_json, state_to_json
 from fleet.seal import decode_key
 from fleet.subjects import check_host_name
-from ledger.files import write_atomically
-from ledger.transactions import immediate
 from ledger.tree_store import TreeStore
+from plumbing import sqlite
+from plumbing.files import write_atomically
+from plumbing.transactions import immediate
 
 DB_NAME = "ledger.db"
 HOSTS_FILE = "hosts.json"
@@ -86,17 +87,14 @@ class Incoming(msgspec.Struct, frozen=True, gc=False):
     decision: Accepted | Refused
 
 
-def connect(path: Path) -> sqlite3.Connection:
-    conn = sqlite3.connect(str(path), isolation_level=None, timeout=30.0,
-                           check_same_thread=False)
-    conn.execute("PRAGMA journal_mode=WAL")
-    conn.execute("PRAGMA synchronous=FULL")
-    # Checkpoint the WAL into the database every ~40 MB rather than SQLite's 4 MB: the
-    # pages every batch rewrites (tree strips, index interiors, run rows) are then copied
-    # once per many batches instead of once per two.
-    conn.execute("PRAGMA wal_autocheckpoint=10000")
-    conn.execute("PRAGMA busy_timeout=30000")
-    return conn
+def open_db(path: Path) -> sqlite3.Connection:
+    """A connection to the ledger's database file (also for those keeping tables in it).
+
+    Writers wait up to 30 s for each other. The WAL is checkpointed into the database every
+    ~40 MB rather than SQLite's 4 MB: the pages every batch rewrites (tree strips, index
+    interiors, run rows) are then copied once per many batches instead of once per two.
+    """
+    return sqlite.connect(path, busy_timeout_s=30.0, wal_autocheckpoint=10_000)
 
 
 class LedgerStore:
@@ -104,7 +102,7 @@ class LedgerStore:
         self.dir = Path(data_dir)
         self.dir.mkdir(parents=True, exist_ok=True)
         self.path = self.dir / DB_NAME
-        self.conn = connect(self.path)
+        self.conn = open_db(self.path)
         with self.transaction():
             for statement in _SCHEMA:
                 self.conn.execute(statement)
@@ -350,6 +348,19 @@ class LedgerStore:
             self.conn.execute("INSERT OR IGNORE INTO checkpoints (size, root, note, at)"
                               " VALUES (?, ?, ?, ?)", (size, root, note, time.time()))
 
+    def checkpoint_notes(self, sizes: Sequence[int]) -> dict[int, str]:
+        """The signed notes of the checkpoints of ``sizes`` (those signed)."""
+        if not sizes:
+            return {}
+        return dict(self.conn.execute(
+            f"SELECT size, note FROM checkpoints WHERE size IN ({','.join('?' * len(sizes))})",
+            list(sizes)).fetchall())
+
+    def first_checkpoint_time_after(self, size: int) -> float | None:
+        """When the first checkpoint larger than ``size`` was signed (None: none is)."""
+        return self.conn.execute("SELECT MIN(at) FROM checkpoints WHERE size > ?",
+                                 (size,)).fetchone()[0]
+
     # -- reads ----------------------------------------------------------------------------
 
     def run_row(self, run: str) -> dict[str, Any] | None:
@@ -389,3 +400,24 @@ class LedgerStore:
         args: tuple[Any, ...] = (host, limit) if host else (limit,)
         keys = ("stream_seq", "subject", "host", "run", "index", "rule", "detail", "at")
         return [dict(zip(keys, row, strict=True)) for row in self.conn.execute(sql, args)]
+
+
+class CheckpointReader:
+    """The ledger's signed checkpoints and consistency proofs, for the anchors
+    (:class:`plumbing.anchoring.CheckpointSource`), read through a connection of their own:
+    in WAL mode it never blocks the fold and never sees a batch before its commit."""
+
+    def __init__(self, path: Path) -> None:
+        self.conn = open_db(path)
+        self.tree = TreeStore(self.conn)
+
+    def close(self) -> None:
+        self.conn.close()
+
+    def newest_checkpoint_after(self, size: int) -> tuple[int, str] | None:
+        row = self.conn.execute(
+            "SELECT size, note FROM checkpoints ORDER BY size DESC LIMIT 1").fetchone()
+        return None if row is None or int(row[0]) <= size else (int(row[0]), row[1])
+
+    def consistency_proof(self, old_size: int, new_size: int | None = None) -> list[bytes]:
+        return self.tree.consistency_proof(old_size, new_size)

@@ -55,6 +55,7 @@ from fleet.merkle import (
     root_plan,
 )
 from fleet.merkle_append import compact_nodes, compact_root, extend
+from plumbing import sqlite
 
 STRIP = 63
 _LEVEL_SHIFT = 48
@@ -199,11 +200,9 @@ class TreeStore:
 
 
 def connect(path: str | Path) -> sqlite3.Connection:
-    """A connection for a standalone tree file: WAL journal, ``synchronous=FULL``."""
-    conn = sqlite3.connect(str(path))
-    conn.execute("PRAGMA journal_mode=WAL")
-    conn.execute("PRAGMA synchronous=FULL")
-    return conn
+    """A connection for a standalone tree file: WAL journal, ``synchronous=FULL``; Python
+    opens the transactions, the caller commits them (``conn.commit()``)."""
+    return sqlite.connect(path, autocommit=False)
 
 
 def open_tree_store(path: str | Path) -> TreeStore:

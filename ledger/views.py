@@ -2,18 +2,21 @@
 
 The request/reply API and the offline CLI (``--data DIR``) both call these, so a script
 sees the same JSON whether it asks a running ledger or reads a stopped one's folder.
+Anchor receipts and progress come from a :class:`plumbing.anchoring.ReceiptStore` (none:
+no anchors in the answers).
 """
 
 from __future__ import annotations
 
 import base64
+import time
 from collections.abc import Callable
 from typing import Any
 
 import msgspec
 
-from anchors import store as anchor_store
 from fleet.address import parse_address
+from fleet.anchor_bundle import anchor_fields
 from fleet.checkpoint import parse_checkpoint
 from fleet.errors import FleetError
 from fleet.leaf import encode_leaf
@@ -24,6 +27,7 @@ from fleet.seal import decode_key
 from fleet.wait_proof import verdict_json
 from fleet.wire import RecordWire, decode_envelope, encode_record, segment_to_wire
 from ledger.store import LedgerStore
+from plumbing.anchoring import ReceiptStore
 
 
 class NotFound(Exception):
@@ -31,7 +35,8 @@ class NotFound(Exception):
 
 
 def status(store: LedgerStore, *, origin: str, vkey: str, lag: int | None = None,
-           healthy: bool = True, detail: str = "ok") -> dict[str, Any]:
+           healthy: bool = True, detail: str = "ok",
+           receipts: ReceiptStore | None = None) -> dict[str, Any]:
     size = store.tree.size()
     last = store.last_checkpoint()
     counts = store.counts()
@@ -49,8 +54,30 @@ def status(store: LedgerStore, *, origin: str, vkey: str, lag: int | None = None
         "hosts": store.host_rows(),
         "healthy": healthy,
         "health": detail,
-        "anchors": anchor_store.anchor_status(store.conn),
+        "anchors": anchor_status(store, receipts),
     }
+
+
+def anchor_status(store: LedgerStore, receipts: ReceiptStore | None) -> list[dict[str, Any]]:
+    """Per anchor: kind, last anchored size and time, lag behind the last checkpoint (leaves
+    and seconds since the first checkpoint it has not anchored), last error."""
+    states = [] if receipts is None else receipts.anchor_states()
+    if not states:
+        return []
+    last = store.last_checkpoint()
+    last_size = 0 if last is None else last[0]
+    now = time.time()
+    out = []
+    for state in states:
+        anchored = state.anchored_size or 0
+        pending = store.first_checkpoint_time_after(anchored)
+        out.append({
+            "name": state.name, "kind": state.kind, "anchored_size": state.anchored_size,
+            "anchored_at": state.anchored_at, "lag": max(0, last_size - anchored),
+            "lag_s": None if pending is None else round(now - pending, 3),
+            "error": state.error, "error_at": state.error_at, "failures": state.failures,
+        })
+    return out
 
 
 def run_status(store: LedgerStore, run: str) -> dict[str, Any]:
@@ -66,9 +93,11 @@ def run_status(store: LedgerStore, run: str) -> dict[str, Any]:
 
 
 def prove(store: LedgerStore, run: str, index: int | None,
-          checkpoint_for: Callable[[int], tuple[int, bytes, str]]) -> dict[str, Any]:
+          checkpoint_for: Callable[[int], tuple[int, bytes, str]],
+          receipts: ReceiptStore | None = None) -> dict[str, Any]:
     """The proof bundle of segment ``index`` (default: the latest) of ``run``, against the
-    checkpoint ``checkpoint_for(leaf_index)`` gives (one whose tree holds the leaf)."""
+    checkpoint ``checkpoint_for(leaf_index)`` gives (one whose tree holds the leaf), with
+    the anchors' receipts covering that checkpoint."""
     row = store.run_row(run)
     if row is None:
         raise NotFound(f"no run {run} in this ledger")
@@ -84,7 +113,9 @@ def prove(store: LedgerStore, run: str, index: int | None,
         leaf_index=leaf_index, leaf=leaf,
         inclusion=store.tree.inclusion_proof(leaf_index, size), checkpoint=note,
     )
-    bundle.update(anchor_store.bundle_fields(store.conn, store.tree, size))
+    if receipts is not None:
+        bundle.update(anchor_fields(size, receipts.receipts_covering(size),
+                                    store.checkpoint_notes, store.tree.consistency_proof))
     return bundle
 
 

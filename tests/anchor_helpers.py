@@ -13,14 +13,15 @@ from typing import Any
 
 import nats
 
-from anchors import store as anchor_store
+from cli._wiring import make_ledger
 from fleet.address import format_address
 from fleet.seal import encode_key
+from ledger import views
 from ledger.service import Ledger, LedgerConfig
 
 from fault_helpers import host_key, sealed_run
 
-FLEET = [sys.executable, "-m", "fleet.cli.__main__"]
+FLEET = [sys.executable, "-m", "cli"]
 
 
 def fleet(*args: str, timeout: float = 60.0) -> subprocess.CompletedProcess[str]:
@@ -32,9 +33,8 @@ def fleet(*args: str, timeout: float = 60.0) -> subprocess.CompletedProcess[str]
 async def running_ledger(url: str, data: Path, anchors: list[Any],
                          origin: str = "fleet-ledger.local/anchored") -> AsyncIterator[Ledger]:
     """A ledger with ``anchors`` folding from ``url``; stopped on exit, also on failure."""
-    config = LedgerConfig(data_dir=data, servers=[url], origin=origin, checkpoint_ms=100,
-                          anchors=anchors)
-    ledger = Ledger(config)
+    config = LedgerConfig(data_dir=data, servers=[url], origin=origin, checkpoint_ms=100)
+    ledger = make_ledger(config, anchors)
     ledger.store.enroll("h1", encode_key(bytes(host_key("h1").verify_key)))
     stop = asyncio.Event()
     await ledger.start()
@@ -75,5 +75,5 @@ async def wait_for(pred: Callable[[], Any], timeout: float, what: str) -> Any:
 def anchored(ledger: Ledger, names: set[str]) -> bool:
     """Every anchor in ``names`` has anchored the ledger's current tree size."""
     size = ledger.store.tree.size()
-    rows = {a["name"]: a for a in anchor_store.anchor_status(ledger.store.conn)}
+    rows = {a["name"]: a for a in views.anchor_status(ledger.store, ledger.receipts)}
     return size > 0 and all((rows.get(n) or {}).get("anchored_size") == size for n in names)

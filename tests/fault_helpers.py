@@ -46,7 +46,7 @@ from fleet.segment import CallAccount, Segment, make_snapshot
 from fleet.subjects import STREAM, segment_subject
 from fleet.wire import SealedSegment, encode_envelope
 
-FLEET = [sys.executable, "-m", "fleet.cli.__main__"]
+FLEET = [sys.executable, "-m", "cli"]
 
 # Every rule the fold can name: the classes of fleet.errors below FleetError.
 RULES = frozenset(

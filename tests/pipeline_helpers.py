@@ -21,7 +21,7 @@ from typing import Any
 from agents.host import PUB_FILE, load_or_create_key
 from fleet.proof_bundle import verify_bundle
 from ledger.client import call
-from ledger.natsd import free_ports
+from plumbing.natsd import free_ports
 
 from fault_helpers import stream_state, wait_until
 

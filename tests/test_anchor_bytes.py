@@ -16,7 +16,7 @@ from fleet.address import parse_address
 from fleet.cosignature import generate_witness_signer
 from fleet.witness import format_request, parse_request
 from ledger.keys import load_or_create_signer
-from ledger.testing import running_server
+from plumbing.testing import running_server
 
 ORIGIN = "fleet-ledger.local/anchored"
 

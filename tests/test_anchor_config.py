@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from anchors.base import build_anchor, load_anchor_config
+from anchors.base import load_anchor_config
+from anchors.factory import build_anchor
 from fleet.cosignature import generate_witness_signer
 
 
@@ -41,7 +42,7 @@ def test_ledger_serve_refuses_a_bad_anchors_file_before_starting(tmp_path):
     path = tmp_path / "anchors.toml"
     path.write_text('[[blockchain]]\nname = "x"\nurl = "http://x"\n')
     result = subprocess.run(
-        [sys.executable, "-m", "fleet.cli", "ledger", "serve", "--nats", "nats://127.0.0.1:9",
+        [sys.executable, "-m", "cli", "ledger", "serve", "--nats", "nats://127.0.0.1:9",
          "--data", str(tmp_path / "d"), "--anchors", str(path)],
         capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL, check=False)
     assert result.returncode == 2 and "unknown anchor kinds" in result.stderr, result.stderr

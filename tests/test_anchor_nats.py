@@ -9,10 +9,10 @@ import json
 import nats
 from anchor_helpers import anchored, publish_run, running_ledger, wait_for
 
-from anchors import store as anchor_store
 from anchors.base import AnchorConfig
 from fleet.checkpoint import open_checkpoint
-from ledger.testing import running_server
+from ledger import views
+from plumbing.testing import running_server
 
 SUBJECT = "audit.fleet.checkpoint"
 
@@ -60,11 +60,11 @@ def test_checkpoints_reach_the_auditors_stream_and_survive_their_outage(nats_ser
                 await wait_for(lambda: ledger.store.tree.size() > first_size, 20,
                                "folding while the auditors are down")
                 down = await wait_for(
-                    lambda: [a for a in anchor_store.anchor_status(ledger.store.conn)
+                    lambda: [a for a in views.anchor_status(ledger.store, ledger.receipts)
                              if a["failures"] >= 1], 30, "a recorded anchor failure")
                 await asyncio.to_thread(auditors.start)
                 await wait_for(lambda: anchored(ledger, {"auditors"}), 60, "catching up")
-                receipts = anchor_store.receipts_covering(ledger.store.conn, 1)
+                receipts = ledger.receipts.receipts_covering(1)
                 notes = [n for (n,) in ledger.store.conn.execute(
                     "SELECT note FROM checkpoints ORDER BY size")]
                 return ledger.signer.verifier(), down, receipts, notes, first_size

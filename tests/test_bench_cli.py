@@ -11,8 +11,8 @@ import pytest
 from click.testing import CliRunner
 from nacl.signing import SigningKey
 
-from fleet.cli import cli as fleet_cli
-from ledger import bench_ingest
+from cli import _bench_ingest_run as bench_ingest
+from cli import cli as fleet_cli
 from ledger.service import LedgerConfig
 
 from pipeline_helpers import cli

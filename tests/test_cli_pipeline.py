@@ -26,9 +26,9 @@ from test_nats_config import running
 from agents.simulate import plan
 from fleet.merkle import verify_consistency
 from ledger.nats_config import write_config
-from ledger.natsd import NatsServer
 from ledger.stream import ensure_stream
-from ledger.testing import running_server
+from plumbing.natsd import NatsServer
+from plumbing.testing import running_server
 
 from fault_helpers import store_summary, stream_state
 from pipeline_helpers import (

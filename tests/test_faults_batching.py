@@ -18,9 +18,9 @@ from test_fuzz_fold import mutate, reseal
 
 from fleet.seal import encode_key
 from fleet.subjects import SEGMENTS
-from ledger.natsd import NatsServer
 from ledger.puller import Puller
 from ledger.seal_worker import SealWorker
+from plumbing.natsd import NatsServer
 
 from fault_helpers import (
     fold_in_random_batches,
@@ -76,8 +76,9 @@ async def _running_ledger(url: str, data: Path, hosts: list[tuple[str, str, int,
                           **config: Any) -> AsyncIterator[tuple[Any, Any]]:
     """(ledger, jetstream) with the ledger folding in a task; stopped on exit. ``before``
     is published before the ledger starts (a backlog it then folds in full batches)."""
-    from ledger.service import Ledger, LedgerConfig, connect
+    from ledger.service import Ledger, LedgerConfig
     from ledger.stream import ensure_stream
+    from plumbing.nats_connect import connect
 
     nc = await connect([url], name="batching-test")
     js = nc.jetstream(timeout=10.0)

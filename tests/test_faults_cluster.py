@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from fleet.subjects import STREAM
-from ledger.natsd import NatsCluster
+from plumbing.natsd import NatsCluster
 
 from fault_helpers import (
     HostTraffic,

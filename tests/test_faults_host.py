@@ -19,8 +19,8 @@ from agents.host import Host, load_or_create_key
 from agents.publisher import Backoff, Publisher
 from fleet.address import digest
 from fleet.seal import encode_key
-from ledger.natsd import NatsServer
 from ledger.store import LedgerStore
+from plumbing.natsd import NatsServer
 
 from fault_helpers import LedgerProc, store_summary, stream_messages, wait_until
 
@@ -42,7 +42,7 @@ from agents.outbox import Outbox
 from agents.publisher import Backoff, Publisher
 from fleet.address import digest
 from fleet.segment import CallAccount, make_snapshot
-from ledger.service import connect
+from plumbing.nats_connect import connect
 
 host_dir, url, point, nth = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
 count = [0]

@@ -24,9 +24,9 @@ from nats.js.api import Header
 
 from fleet.seal import encode_key
 from fleet.subjects import STREAM
-from ledger.natsd import NatsServer
 from ledger.store import LedgerStore
 from ledger.stream import consumer_name
+from plumbing.natsd import NatsServer
 
 from fault_helpers import (
     HostTraffic,

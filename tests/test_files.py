@@ -1,4 +1,4 @@
-"""Durable file writes (ledger.files): secrets created owner-only once, files replaced whole."""
+"""Durable file writes (plumbing.files): secrets created owner-only once, files replaced whole."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import stat
 
 import pytest
 
-import ledger.files
-from ledger.files import write_atomically, write_secret
+import plumbing.files
+from plumbing.files import write_atomically, write_secret
 
 
 def test_write_secret_is_owner_only_and_never_overwrites(tmp_path):
@@ -33,7 +33,7 @@ def test_write_atomically_replaces_whole_or_not_at_all(tmp_path, monkeypatch):
     def full_disk(src: object, dst: object) -> None:
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(ledger.files.os, "replace", full_disk)
+    monkeypatch.setattr(plumbing.files.os, "replace", full_disk)
     with pytest.raises(OSError, match="No space"):
         write_atomically(path, b"three\n")
     monkeypatch.undo()

@@ -8,6 +8,7 @@ import random
 
 from nacl.signing import SigningKey
 
+from cli._bench_ingest_run import make_segments
 from fleet.fold import (
     Accepted,
     Admission,
@@ -20,7 +21,6 @@ from fleet.fold import (
     decode,
     seal_valid,
 )
-from ledger.bench_ingest import make_segments
 
 
 def hosts_for(keys: dict[str, SigningKey]) -> dict[str, HostEntry]:

@@ -16,9 +16,9 @@ from test_fuzz_fold import mutate, reseal
 
 from fleet.seal import encode_key
 from fleet.subjects import REJECTIONS
-from ledger.natsd import NatsServer
 from ledger.store import LedgerStore
 from ledger.stream import ensure_stream
+from plumbing.natsd import NatsServer
 
 from fault_helpers import (
     RULES,

@@ -15,7 +15,7 @@ import pytest
 from agents.simulate import plan, salt
 from fleet.address import digest, format_address
 from fleet.record import genesis
-from ledger.natsd import NatsServer
+from plumbing.natsd import NatsServer
 
 from fault_helpers import LedgerProc, Summary, store_summary
 from pipeline_helpers import (

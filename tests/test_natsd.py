@@ -11,7 +11,7 @@ import nats
 import pytest
 
 from fleet.subjects import STREAM
-from ledger.natsd import SERVER_ENV, NatsCluster, NatsServer, NatsServerError
+from plumbing.natsd import SERVER_ENV, NatsCluster, NatsServer, NatsServerError
 
 
 def _port_open(port: int) -> bool:

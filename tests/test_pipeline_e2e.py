@@ -13,7 +13,7 @@ from fleet.note import parse_verifier_key
 from fleet.verify import verify_record
 from fleet.wait_proof import verdict_json
 from fleet.wire import decode_record
-from ledger.natsd import NatsServer
+from plumbing.natsd import NatsServer
 
 from fault_helpers import LedgerProc, store_summary
 from pipeline_helpers import api, cli, cli_json, host_keys, outbox_rows, prove_all, wait_folded

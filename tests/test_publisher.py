@@ -16,8 +16,8 @@ from nats.js.errors import APIError
 from agents.outbox import Outbox
 from agents.publisher import Backoff, Publisher, Stopped
 from fleet.subjects import STREAM, segment_subject
-from ledger.natsd import NatsCluster, NatsServer
-from ledger.service import connect
+from plumbing.nats_connect import connect
+from plumbing.natsd import NatsCluster, NatsServer
 
 HOST = "host1"
 RUN_A = "b3:" + "A" * 43

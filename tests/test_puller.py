@@ -9,10 +9,10 @@ import pytest
 from nats.protocol.parser import Parser
 
 from fleet.subjects import STREAM
-from ledger.natsd import NatsServer
 from ledger.puller import BadDelivery, Puller, _parse_fast, ack_all, nak, stream_seq
-from ledger.service import connect
 from ledger.stream import ensure_consumer, ensure_stream
+from plumbing.nats_connect import connect
+from plumbing.natsd import NatsServer
 
 
 def test_stream_seq_reads_both_ack_subject_layouts():

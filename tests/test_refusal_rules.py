@@ -26,8 +26,8 @@ from fleet.seal import seal
 from fleet.segment import Executed, Resumed, executed, make_snapshot, suspended
 from fleet.subjects import STREAM, segment_subject
 from fleet.wire import MAX_MESSAGE
-from ledger.natsd import NatsServer
 from ledger.stream import ensure_stream
+from plumbing.natsd import NatsServer
 
 from fault_helpers import (
     MANIFEST,

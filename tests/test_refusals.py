@@ -17,8 +17,8 @@ from fleet.note import parse_verifier_key
 from fleet.proof_bundle import verify_bundle
 from fleet.seal import encode_key
 from fleet.subjects import REJECTIONS, segment_subject
-from ledger.natsd import NatsServer
 from ledger.stream import ensure_stream
+from plumbing.natsd import NatsServer
 
 from fault_helpers import LedgerProc, host_key, sealed_run, store_summary
 from pipeline_helpers import api, cli, cli_json, wait_folded

@@ -1,4 +1,4 @@
-"""SQLite write transactions (ledger.transactions.immediate): all or nothing, never left open."""
+"""SQLite write transactions (plumbing.transactions.immediate): all or nothing, never left open."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import sqlite3
 
 import pytest
 
-from ledger.transactions import immediate
+from plumbing.transactions import immediate
 
 
 def _db(tmp_path) -> sqlite3.Connection:  # type: ignore[no-untyped-def]

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from fleet.cli._app import UserError, cli
+from cli._app import UserError, cli
 from ledger.nats_config import DEFAULT_PORT, DEFAULT_STORE, write_config
 
 

@@ -38,12 +38,13 @@ from fleet.seal import encode_key
 from fleet.segment import CallAccount, make_snapshot
 from fleet.subjects import STREAM, segment_subject
 from fleet.wire import encode_envelope
-from ledger.natsd import NatsServer
 from ledger.puller import Puller, ack_all
 from ledger.seal_verifiers import VERIFIER
-from ledger.service import Ledger, LedgerConfig, connect
+from ledger.service import Ledger, LedgerConfig
 from ledger.store import LedgerStore
 from ledger.stream import ensure_consumer, ensure_stream
+from plumbing.nats_connect import connect
+from plumbing.natsd import NatsServer
 
 Message = tuple[str, str, bytes, str, int]  # subject, msg id, payload, run, index
 

@@ -14,13 +14,13 @@ from typing import Any
 
 import click
 
+from cli._app import CheckFailed, UserError, cli
+from cli._common import api, nats_options
 from fleet.checkpoint import parse_checkpoint
-from fleet.cli._app import CheckFailed, UserError, cli
-from fleet.cli._common import api, nats_options
 from fleet.log_errors import LogError, MalformedKey
 from fleet.note import Verifier, generate_signer, open_note, parse_verifier_key, valid_name
 from fleet.proof_bundle import verify_bundle
-from ledger.files import write_secret
+from plumbing.files import write_secret
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]")
 
@@ -168,7 +168,7 @@ def verify_proof(file: str, vkeys: tuple[str, ...], as_json: bool,
         f" is leaf {proved.leaf_index} of {proved.checkpoint.origin} size {proved.checkpoint.size}"
     )
     if "anchors" in bundle or witness_vkeys or require_witnesses or tsa_cas:
-        from fleet.cli.anchor_cmds import check_anchors
+        from cli.anchor_cmds import check_anchors
 
         report = check_anchors(bundle, proved.checkpoint, verifiers, witness_vkeys,
                                require_witnesses, tsa_cas)

@@ -7,7 +7,7 @@ import json
 
 import click
 
-from fleet.cli._app import CheckFailed, bench
+from cli._app import CheckFailed, bench
 
 
 @bench.command("ingest")
@@ -24,7 +24,7 @@ def bench_ingest(segments: int, rate: float, e2e_segments: int, repeats: int,
                  as_json: bool) -> None:
     """Raw nats-py publish/consume, the ledger folding a pre-filled stream, end to end.
     Fails (exit 1, one line) unless every segment of each fold became a leaf."""
-    from ledger.bench_ingest import BenchError, run_bench
+    from cli._bench_ingest_run import BenchError, run_bench
 
     try:
         result = asyncio.run(run_bench(segments, rate, e2e_segments, repeats))

@@ -12,8 +12,8 @@ from typing import Any
 
 import click
 
-from fleet.cli._app import UserError, cli
-from fleet.cli._common import api, emit_json, nats_options, split_servers
+from cli._app import UserError, cli
+from cli._common import api, emit_json, nats_options, split_servers
 
 
 def _ledger_config(data: Path, servers: list[str], **kw: Any) -> Any:
@@ -22,11 +22,12 @@ def _ledger_config(data: Path, servers: list[str], **kw: Any) -> Any:
     return LedgerConfig(data_dir=data, servers=servers, **kw)
 
 
-async def serve_until_signal(config: Any, on_ready: Any = None) -> None:
-    """Run a ledger until SIGINT/SIGTERM, then stop it cleanly."""
-    from ledger.service import Ledger
+async def serve_until_signal(config: Any, on_ready: Any = None, anchors: Any = ()) -> None:
+    """Run a ledger (anchoring with ``anchors``) until SIGINT/SIGTERM, then stop it
+    cleanly."""
+    from cli._wiring import make_ledger
 
-    ledger = Ledger(config)
+    ledger = make_ledger(config, anchors)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -79,22 +80,22 @@ def ledger_serve(url: str, data: Path, nkey: Path | None, name: str, origin: str
                  replicas: int, checkpoint_every: int, checkpoint_ms: int,
                  dedup_window: float, anchors_file: Path | None = None) -> None:
     """The ledger and its API, against an existing NATS server or cluster."""
-    from fleet.cli.anchor_cmds import load_anchors_option
+    from cli.anchor_cmds import load_anchors_option
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     servers = split_servers(url)
     config = _ledger_config(data, servers, name=name, origin=origin, nkey=nkey,
                             replicas=replicas, checkpoint_every=checkpoint_every,
-                            checkpoint_ms=checkpoint_ms, dedup_window_s=dedup_window,
-                            anchors=load_anchors_option(anchors_file))
+                            checkpoint_ms=checkpoint_ms, dedup_window_s=dedup_window)
+    anchors = load_anchors_option(anchors_file)
 
     def ready(led: Any) -> None:
         click.echo(f"ledger {name} serving: origin {led.origin}, data {data}", err=True)
 
-    from ledger.service import NatsUnreachable
+    from plumbing.nats_connect import NatsUnreachable
 
     try:
-        asyncio.run(serve_until_signal(config, ready))
+        asyncio.run(serve_until_signal(config, ready, anchors))
     except NatsUnreachable as exc:
         raise UserError(str(exc)) from None
     except OSError as exc:
@@ -120,9 +121,9 @@ def up(data: Path, url: str | None, nats_port: int, sim_hosts: int, runs: int, n
        origin: str | None, replicas: int, checkpoint_every: int, checkpoint_ms: int,
        dedup_window: float, anchors_file: Path | None = None) -> None:
     """Start a local nats-server (JetStream, in DATA/nats), the ledger and its API."""
-    from fleet.cli.anchor_cmds import load_anchors_option
-    from ledger.natsd import NatsServer, NatsServerError
-    from ledger.service import NatsUnreachable
+    from cli.anchor_cmds import load_anchors_option
+    from plumbing.nats_connect import NatsUnreachable
+    from plumbing.natsd import NatsServer, NatsServerError
 
     anchors = load_anchors_option(anchors_file)
     data.mkdir(parents=True, exist_ok=True)
@@ -135,22 +136,21 @@ def up(data: Path, url: str | None, nats_port: int, sim_hosts: int, runs: int, n
         click.echo(f"nats: {url}", err=True)
         config = _ledger_config(data / "ledger", split_servers(url), name=name, origin=origin,
                                 replicas=replicas, checkpoint_every=checkpoint_every,
-                                checkpoint_ms=checkpoint_ms, dedup_window_s=dedup_window,
-                                anchors=anchors)
+                                checkpoint_ms=checkpoint_ms, dedup_window_s=dedup_window)
         sims: list[Any] = []
 
         def ready(led: Any) -> None:
             click.echo(f"ledger: origin {led.origin}; vkey in {data / 'ledger' / 'ledger.vkey'}",
                        err=True)
             if sim_hosts:
-                from agents.sim_procs import spawn_simulators
+                from cli._sim_procs import spawn_simulators
                 sims.extend(spawn_simulators(sim_hosts, runs, url, data / "hosts",
                                              enroll_into=data / "ledger",
                                              log_dir=data / "hosts"))
             click.echo("up; Ctrl-C stops everything", err=True)
 
         try:
-            asyncio.run(serve_until_signal(config, ready))
+            asyncio.run(serve_until_signal(config, ready, anchors))
         finally:
             for proc in sims:
                 with contextlib.suppress(Exception):
@@ -211,14 +211,19 @@ def _offline_store(data: Path) -> Any:
 def status(url: str, nkey: Path | None, data: Path | None, as_json: bool) -> None:
     """The ledger's origin, key, tree size, root, runs, refusals and lag."""
     if data is not None:
+        from cli._wiring import open_receipts
         from ledger import views
 
         origin, vkey = _offline_identity(data)
         store = _offline_store(data)
+        receipts = None
         try:
+            receipts = open_receipts(data)
             doc = views.status(store, origin=origin, vkey=vkey,  # type: ignore[arg-type]
-                               lag=None, healthy=True, detail="offline")
+                               lag=None, healthy=True, detail="offline", receipts=receipts)
         finally:
+            if receipts is not None:
+                receipts.close()
             store.close()
     else:
         doc = api(url, "status", nkey=nkey)

@@ -10,7 +10,7 @@ from typing import Any, TypeVar
 
 import click
 
-from fleet.cli._app import CheckFailed, UserError
+from cli._app import CheckFailed, UserError
 
 F = TypeVar("F", bound=Callable[..., Any])
 

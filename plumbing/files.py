@@ -12,9 +12,11 @@ from pathlib import Path
 
 
 def write_secret(path: Path, text: str) -> None:
-    """Write ``text`` to a new file readable by its owner only (never widened, even briefly)."""
+    """Write ``text`` to a new file readable by its owner only (never widened, even briefly;
+    mode 0600 whatever the umask)."""
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     with os.fdopen(fd, "w") as f:
+        os.fchmod(f.fileno(), 0o600)
         f.write(text)
         f.flush()
         os.fsync(f.fileno())

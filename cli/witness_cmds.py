@@ -10,8 +10,8 @@ from typing import Any
 
 import click
 
-from fleet.cli._app import UserError, cli
-from fleet.cli.log_cmds import load_verifiers
+from cli._app import UserError, cli
+from cli.log_cmds import load_verifiers
 from fleet.log_errors import MalformedKey
 
 
@@ -27,7 +27,7 @@ def witness() -> None:
 def witness_keygen(name: str, out_dir: Path) -> None:
     """Generate a cosignature/v1 (type 0x04) Ed25519 witness key pair named NAME."""
     from fleet.cosignature import generate_witness_signer
-    from ledger.keys import write_secret
+    from plumbing.files import write_secret
 
     try:
         signer = generate_witness_signer(name)

@@ -11,8 +11,8 @@ from typing import Any
 
 import click
 
-from fleet.cli._app import CheckFailed, UserError, cli
-from fleet.cli._common import emit_json, progress, progress_done, split_servers
+from cli._app import CheckFailed, UserError, cli
+from cli._common import emit_json, progress, progress_done, split_servers
 
 
 @cli.group()
@@ -92,7 +92,7 @@ def host_simulate(hosts: int, runs: int, url: str, data: Path, name: str | None,
         if summary["remaining"]:
             raise CheckFailed(f"{summary['remaining']} segments could not be sent")
         return
-    from agents.sim_procs import spawn_simulators
+    from cli._sim_procs import spawn_simulators
 
     procs = spawn_simulators(hosts, runs, url, data, enroll_into, name or "host", nkey=nkey)
     import signal
@@ -162,7 +162,7 @@ def _one_host(name: str, host_dir: Path, runs: int, servers: list[str], nkey: Pa
     def show(acked: int, pending: int) -> None:
         progress(f"{name}: {acked} segments sent, {pending} pending")
 
-    from ledger.service import NatsUnreachable
+    from plumbing.nats_connect import NatsUnreachable
 
     try:
         return asyncio.run(simulate_host(name, host_dir, runs, servers, nkey, on_progress=show))

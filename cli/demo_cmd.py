@@ -11,9 +11,9 @@ from typing import Any
 
 import click
 
-from fleet.cli._app import CheckFailed, UserError, cli
-from fleet.cli._common import progress, progress_done
-from ledger.natsd import NatsServerError
+from cli._app import CheckFailed, UserError, cli
+from cli._common import progress, progress_done
+from plumbing.natsd import NatsServerError
 
 
 async def _wait_folded(ledger: Any, js: Any, timeout: float) -> None:
@@ -30,7 +30,8 @@ async def _wait_folded(ledger: Any, js: Any, timeout: float) -> None:
 
 
 async def _demo(workdir: Path, hosts: int, runs: int) -> dict[str, Any]:
-    from agents.sim_procs import spawn_simulators
+    from cli._sim_procs import spawn_simulators
+    from cli._wiring import make_ledger
     from fleet.checkpoint import open_checkpoint
     from fleet.note import parse_verifier_key
     from fleet.proof_bundle import verify_bundle
@@ -39,13 +40,13 @@ async def _demo(workdir: Path, hosts: int, runs: int) -> dict[str, Any]:
     from fleet.wire import decode_envelope, decode_record
     from ledger import views
     from ledger.client import call
-    from ledger.natsd import NatsServer
-    from ledger.service import Ledger, LedgerConfig
+    from ledger.service import LedgerConfig
+    from plumbing.natsd import NatsServer
 
     started = time.monotonic()
     with NatsServer(store_dir=workdir / "nats", die_with_parent=True) as server:
-        ledger = Ledger(LedgerConfig(data_dir=workdir / "ledger", servers=[server.url],
-                                     name="demo", checkpoint_ms=200))
+        ledger = make_ledger(LedgerConfig(data_dir=workdir / "ledger", servers=[server.url],
+                                          name="demo", checkpoint_ms=200))
         stop = asyncio.Event()
         await ledger.start()
         task = asyncio.create_task(ledger.run(stop))

@@ -1,6 +1,6 @@
 """``fleet bench merkle``: our SQLite tree store against pymerkle's SqliteTree, same leaves.
 
-Each implementation runs in its own subprocess (``python -m fleet.cli.bench_merkle``) so
+Each implementation runs in its own subprocess (``python -m cli.bench_merkle``) so
 its peak RSS is its own. Both get the same 84-byte fleet leaves, generated on the fly (never
 held in a list, so memory measures the store, not the input). Appends are durable:
 
@@ -32,7 +32,7 @@ from typing import Any
 
 import click
 
-from fleet.cli._app import UserError, bench
+from cli._app import UserError, bench
 from fleet.leaf import encode_leaf
 
 IMPLS = ("ours", "pymerkle")
@@ -108,7 +108,7 @@ def worker(impl: str, leaves: int, proofs: int, batch: int, folder: Path, seed: 
 
 
 def _spawn(impl: str, leaves: int, proofs: int, batch: int, folder: Path) -> dict:
-    args = [sys.executable, "-m", "fleet.cli.bench_merkle", impl, str(leaves), str(proofs),
+    args = [sys.executable, "-m", "cli.bench_merkle", impl, str(leaves), str(proofs),
             str(batch), str(folder)]  # fmt: skip
     done = subprocess.run(args, capture_output=True, text=True, check=False)
     if done.returncode != 0:

@@ -1,10 +1,10 @@
-"""Helpers for tests that need a real broker: pytest fixtures around :mod:`ledger.natsd`.
+"""Helpers for tests that need a real broker: pytest fixtures around :mod:`plumbing.natsd`.
 
 Why: a user's tests, like ours, should talk to a real nats-server rather than a mock. Use
 them from a ``conftest.py``::
 
-    from ledger.testing import nats_cluster as nats_cluster
-    from ledger.testing import nats_server as nats_server
+    from plumbing.testing import nats_cluster as nats_cluster
+    from plumbing.testing import nats_server as nats_server
 
 ``nats_server`` is a fresh JetStream server per test (store under the test's
 ``tmp_path``); ``nats_cluster`` a fresh 3-node JetStream cluster per test. Both are
@@ -12,7 +12,7 @@ stopped, by pid, when the test ends, whether it passed or failed. Tests drive as
 with ``asyncio.run(...)`` inside plain sync tests; no event-loop plugin is needed.
 
 Outside pytest, use the context managers :func:`running_server` / :func:`running_cluster`
-(or :class:`~ledger.natsd.NatsServer` / :class:`~ledger.natsd.NatsCluster` directly).
+(or :class:`~plumbing.natsd.NatsServer` / :class:`~plumbing.natsd.NatsCluster` directly).
 This module needs pytest (the ``test`` extra).
 """
 
@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from ledger.natsd import NatsCluster, NatsServer
+from plumbing.natsd import NatsCluster, NatsServer
 
 __all__ = ["nats_cluster", "nats_server", "running_cluster", "running_server"]
 

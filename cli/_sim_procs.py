@@ -9,7 +9,7 @@ from pathlib import Path
 
 def simulator_command(name: str, runs: int, url: str, host_dir: Path,
                       enroll_into: Path | None = None, nkey: Path | None = None) -> list[str]:
-    cmd = [sys.executable, "-m", "fleet.cli.__main__", "host", "simulate", "--hosts", "1",
+    cmd = [sys.executable, "-m", "cli", "host", "simulate", "--hosts", "1",
            "--name", name, "--runs", str(runs), "--nats", url, "--data", str(host_dir),
            "--json"]
     if enroll_into is not None:

@@ -10,9 +10,9 @@ from collections.abc import Callable
 import click
 from nacl.signing import SigningKey
 
+from cli._app import bench
 from fleet.address import digest
 from fleet.builder import RecordBuilder
-from fleet.cli._app import bench
 from fleet.seal import seal_message
 from fleet.segment import CallAccount, make_snapshot
 from fleet.verify import verify_record

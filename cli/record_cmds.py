@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from fleet.cli._app import CheckFailed, UserError, cli
+from cli._app import CheckFailed, UserError, cli
 from fleet.errors import FleetError, RecordError
 from fleet.verify import RecordReport, verify_record
 from fleet.wait_proof import verdict_json

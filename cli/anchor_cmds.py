@@ -5,9 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from cli._app import CheckFailed, UserError
 from fleet.anchor_bundle import AnchorReport, verify_anchors
 from fleet.checkpoint import Checkpoint
-from fleet.cli._app import CheckFailed, UserError
 from fleet.log_errors import LogError, MalformedKey
 from fleet.note import Verifier
 
@@ -55,7 +55,8 @@ def load_anchors_option(path: Path | None) -> list[Any]:
     """``--anchors FILE``: the anchor configs, or a one-line user error."""
     if path is None:
         return []
-    from anchors.base import build_anchor, load_anchor_config
+    from anchors.base import load_anchor_config
+    from anchors.factory import build_anchor
 
     try:
         configs = load_anchor_config(path)

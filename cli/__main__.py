@@ -1,0 +1,5 @@
+"""``python -m cli``: the same as the ``fleet`` command."""
+
+from cli import main
+
+main()

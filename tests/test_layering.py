@@ -1,0 +1,154 @@
+"""Dependencies run one way: core <- plumbing <- shells (agents, ledger, anchors) <- cli.
+
+Every module of the packages below is parsed (not imported) and each of its imports is
+checked against the table: those at the top, inside functions and classes, under ``if
+TYPE_CHECKING:``, relative ones, and ``importlib.import_module("...")`` with a literal
+name. The shells never import one another; they meet through protocols in ``plumbing``
+(docs/architecture.md). The core also imports no I/O, the same list as
+tests/test_core_purity.py, here statically so that an import inside a function counts.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+from test_core_purity import FORBIDDEN as CORE_IO
+
+ROOT = Path(__file__).resolve().parent.parent
+
+# Layer -> the first-party packages its modules may import.
+ALLOWED: dict[str, frozenset[str]] = {
+    "fleet": frozenset({"fleet"}),
+    "plumbing": frozenset({"fleet", "plumbing"}),
+    "agents": frozenset({"fleet", "plumbing", "agents"}),
+    "ledger": frozenset({"fleet", "plumbing", "ledger"}),
+    "anchors": frozenset({"fleet", "plumbing", "anchors"}),
+    "cli": frozenset({"fleet", "plumbing", "agents", "ledger", "anchors", "cli"}),
+}
+# Layer -> modules it may not import at all (third-party or standard): the core does no I/O.
+FORBIDDEN: dict[str, tuple[str, ...]] = {"fleet": tuple(CORE_IO)}
+FIRST_PARTY = frozenset(ALLOWED)
+
+
+def _literal_import(node: ast.Call) -> str | None:
+    """The module of ``importlib.import_module("x")`` or ``__import__("x")``, else None."""
+    func = node.func
+    name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", None)
+    if name not in ("import_module", "__import__") or not node.args:
+        return None
+    arg = node.args[0]
+    return arg.value if isinstance(arg, ast.Constant) and isinstance(arg.value, str) else None
+
+
+def imported_names(tree: ast.AST, module: str, is_package: bool) -> list[tuple[int, str]]:
+    """(line, absolute module name) of every import in ``tree``, wherever it stands."""
+    package = module if is_package else module.rpartition(".")[0]
+    found: list[tuple[int, str]] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found += [(node.lineno, alias.name) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:  # relative: from the package, up level - 1
+                parts = package.split(".")
+                base = ".".join(parts[:len(parts) - (node.level - 1)])
+                name = f"{base}.{node.module}" if node.module else base
+            else:
+                name = node.module or ""
+            found.append((node.lineno, name))
+        elif isinstance(node, ast.Call) and (name := _literal_import(node)) is not None:
+            found.append((node.lineno, name))
+    return sorted(found)
+
+
+def violations(module: str, source: str, path: str, is_package: bool = False) -> list[str]:
+    """One line per import of ``module`` that breaks the rules of its layer."""
+    layer = module.split(".")[0]
+    allowed, forbidden = ALLOWED[layer], FORBIDDEN.get(layer, ())
+    out = []
+    for line, name in imported_names(ast.parse(source, path), module, is_package):
+        top = name.split(".")[0]
+        if top in FIRST_PARTY and top not in allowed:
+            out.append(f"{path}:{line}: {module} imports {name}: {layer} may import only "
+                       f"{', '.join(sorted(allowed))}")
+        elif any(name == f or name.startswith(f + ".") for f in forbidden):
+            out.append(f"{path}:{line}: {module} imports {name}: {layer} does no I/O")
+    return out
+
+
+def modules(layer: str) -> list[tuple[str, Path]]:
+    """(module name, file) of every module of the package ``layer``."""
+    found = []
+    for path in sorted((ROOT / layer).rglob("*.py")):
+        parts = list(path.relative_to(ROOT).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts.pop()
+        found.append((".".join(parts), path))
+    return found
+
+
+def test_the_table_lists_every_package():
+    """Every top-level package of the project has a row (a new one must choose its layer)."""
+    packages = {p.parent.name for p in ROOT.glob("*/__init__.py")}
+    assert packages == set(ALLOWED)
+
+
+@pytest.mark.parametrize("layer", sorted(ALLOWED))
+def test_each_layer_imports_only_what_it_may(layer):
+    """No module imports a package its layer may not (core <- plumbing <- shells <- cli)."""
+    found = modules(layer)
+    assert len(found) > 1, f"no modules found for {layer}"
+    bad = [v for module, path in found
+           for v in violations(module, path.read_text(), str(path.relative_to(ROOT)),
+                               path.name == "__init__.py")]
+    assert not bad, "imports against the layering rules:\n" + "\n".join(bad)
+
+
+BAD_SHELL = """\
+from typing import TYPE_CHECKING
+
+import msgspec
+
+from fleet.merkle import leaf_hash
+from ledger import views
+from plumbing.files import write_secret
+import anchors.store
+
+if TYPE_CHECKING:
+    from agents.host import Host
+
+
+def serve():
+    from cli import main
+    from . import views
+    importlib.import_module("agents.outbox")
+"""
+
+BAD_CORE = """\
+import hashlib
+
+
+def save(path):
+    import sqlite3
+    from plumbing.sqlite import connect
+    from . import merkle
+"""
+
+
+def test_the_checker_flags_a_bad_module():
+    """The checker names the module, the line and the import, and only the bad ones."""
+    shell = violations("ledger.bad", BAD_SHELL, "ledger/bad.py")
+    assert [v.split(": ")[0:2] for v in shell] == [
+        ["ledger/bad.py:8", "ledger.bad imports anchors.store"],
+        ["ledger/bad.py:11", "ledger.bad imports agents.host"],
+        ["ledger/bad.py:15", "ledger.bad imports cli"],
+        ["ledger/bad.py:17", "ledger.bad imports agents.outbox"],
+    ]
+    assert shell[0].endswith("ledger may import only fleet, ledger, plumbing")
+    core = violations("fleet.bad", BAD_CORE, "fleet/bad.py")
+    assert core == [
+        "fleet/bad.py:5: fleet.bad imports sqlite3: fleet does no I/O",
+        "fleet/bad.py:6: fleet.bad imports plumbing.sqlite: fleet may import only fleet",
+    ]
+    assert violations("cli.ok", BAD_SHELL, "cli/ok.py") == []
