@@ -125,9 +125,11 @@ class HostRun:
         before = state_to_json(self.builder.state)
         sealed: SealedSegment = make()  # type: ignore[operator]
         b = self.builder
-        payload = encode_envelope(self.host.name, b.run, b.state.unit_id, b.state.grants_id,
-                                  sealed)
         try:
+            # Inside the rollback: nothing that can refuse runs once the state has moved
+            # without the state moving back.
+            payload = encode_envelope(self.host.name, b.run, b.state.unit_id,
+                                      b.state.grants_id, sealed)
             self.host.outbox.put(self.run, sealed.index, sealed.segment.kind, self.subject,
                                  format_address(sealed.head), payload)
         except BaseException:

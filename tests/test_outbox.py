@@ -238,3 +238,25 @@ def test_segment_put_before_sigkill_is_still_there(tmp_path):
     with Outbox(tmp_path / "o.db") as box:
         [entry] = box.pending()
         assert (entry.msg_id, entry.payload) == ("b3:seg0", b"sealed")
+
+
+def test_a_refused_segment_changes_nothing_on_the_host(tmp_path):
+    """A suspend the record refuses (a hand-built image park with an empty filesystem root)
+    raises its named rule and leaves the host's state, its saved state and its outbox as
+    they were: nothing is sealed or queued."""
+    from agents.host import Host
+    from fleet.address import digest
+    from fleet.errors import MalformedSnapshot
+    from fleet.segment import ImageSnapshot
+
+    host = Host("strict", tmp_path / "h")
+    run = host.open_run(digest(b"unit"), digest(b"grants"))
+    run.execute(uj=5, provenance="measured", meter="m", journal_root=digest(b"j"))
+    before = (run.state.index, run.state.head, run.state.phase, run.state.park)
+    rows = host.outbox.payloads_after(run.run, 0)
+    with pytest.raises(MalformedSnapshot):
+        run.suspend(ImageSnapshot(b"", digest(b"mem")), digest(b"manifest"))
+    assert (run.state.index, run.state.head, run.state.phase, run.state.park) == before
+    assert host.outbox.payloads_after(run.run, 0) == rows and len(rows) == 1
+    again = Host("strict", tmp_path / "h").open_run(digest(b"unit"), digest(b"grants"))
+    assert again.state.index == 1
