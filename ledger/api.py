@@ -107,7 +107,8 @@ class LedgerApi:
             return views.status(led.store, origin=led.origin,
                                 vkey=led.signer.verifier().text(),
                                 lag=max(0, end - led.store.watermark()),
-                                healthy=led.healthy, detail=led.health_detail)
+                                healthy=led.healthy, detail=led.health_detail,
+                                puller=led.pulling.as_json())
 
     async def checkpoint(self, body: dict[str, Any]) -> Any:
         led = self.ledger

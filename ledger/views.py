@@ -31,7 +31,10 @@ class NotFound(Exception):
 
 
 def status(store: LedgerStore, *, origin: str, vkey: str, lag: int | None = None,
-           healthy: bool = True, detail: str = "ok") -> dict[str, Any]:
+           healthy: bool = True, detail: str = "ok",
+           puller: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The ledger's status; ``puller`` is a running ledger's (``PullerState.as_json``:
+    ``kind``, ``mode``, ``fallbacks``, ``reason``, ``nats_py``), None read offline."""
     size = store.tree.size()
     last = store.last_checkpoint()
     counts = store.counts()
@@ -50,6 +53,7 @@ def status(store: LedgerStore, *, origin: str, vkey: str, lag: int | None = None
         "healthy": healthy,
         "health": detail,
         "anchors": anchor_store.anchor_status(store.conn),
+        "puller": puller,
     }
 
 
