@@ -237,6 +237,11 @@ def status(url: str, nkey: Path | None, data: Path | None, as_json: bool) -> Non
     rejected = ", ".join(f"{k} {v}" for k, v in sorted(doc["rejected"].items())) or "none"
     click.echo(f"rejected    {rejected}")
     click.echo(f"stream seq  {doc['stream_seq']}   lag {doc['lag']}   health {doc['health']}")
+    puller = doc.get("puller")
+    if puller:
+        why = f"   ({puller['reason']})" if puller["reason"] else ""
+        click.echo(f"puller      {puller['kind'] or 'not started'}   fallbacks "
+                   f"{puller['fallbacks']}{why}")
     for a in doc.get("anchors", []):
         error = f"   error ({a['failures']}x) {a['error']}" if a["error"] else ""
         click.echo(f"anchor      {a['name']} ({a['kind']}): anchored size {a['anchored_size']}"

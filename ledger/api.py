@@ -108,7 +108,8 @@ class LedgerApi:
                                 vkey=led.signer.verifier().text(),
                                 lag=max(0, end - led.store.watermark()),
                                 healthy=led.healthy, detail=led.health_detail,
-                                receipts=led.receipts)
+                                receipts=led.receipts,
+                                puller=led.pulling.as_json())
 
     async def checkpoint(self, body: dict[str, Any]) -> Any:
         led = self.ledger

@@ -15,9 +15,19 @@ messages, 408 expired, 409 ...), or when the client-side deadline passes. Delive
 arrive for a request after it was given up are kept, in delivery order, for the next call;
 none is dropped.
 
-The hook wraps the client's ``_process_msg`` (the parser's one entry point for a message,
-stable across nats-py 2.x) for this puller's subscription id only; every other
-subscription goes through nats-py unchanged, and :meth:`Puller.stop` unwraps it.
+The hook wraps the client's ``_process_msg`` (the parser's one entry point for a message)
+for this puller's subscription id only, and the parser's ``parse``; every other
+subscription goes through nats-py unchanged, and :meth:`Puller.stop` unwraps both.
+
+These are private parts of nats-py (``Client._process_msg``, ``Client._ps`` and its
+``parse``, ``buf`` and ``state``, ``Subscription._id``, the parser's
+``AWAITING_CONTROL_LINE`` and ``MAX_CONTROL_LINE_SIZE``), so the fold loop does not build
+this puller itself: :func:`ledger.pull.open_puller` does, only on a nats-py minor version
+it is tested against (:data:`ledger.pull.LEAN_NATS_PY`, the pin in ``pyproject.toml``) and
+with those parts present; otherwise it runs :class:`ledger.pull.FetchPuller`, on nats-py's
+public ``fetch``, and says why (logged once, counted in ``fleet status``). The ledger
+imports this module only there: a nats-py without these names costs it the lean puller,
+not its start.
 """
 
 from __future__ import annotations
@@ -28,11 +38,16 @@ import json
 import time
 from collections.abc import Awaitable, Callable
 
-import msgspec
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
 from nats.protocol.parser import AWAITING_CONTROL_LINE, MAX_CONTROL_LINE_SIZE, Parser
+
+# Defined beside the fetch puller (a module that needs no private part of nats-py), and
+# still importable from here.
+from ledger.pull import BadDelivery, Delivery, ack_all, nak, stream_seq
+
+__all__ = ["BadDelivery", "Delivery", "Puller", "ack_all", "nak", "stream_seq"]
 
 # A status delivery's header block starts with the version and a space (``NATS/1.0 404``);
 # a stored message's headers start with the version and CRLF.
@@ -42,47 +57,9 @@ _HEARTBEAT = b"NATS/1.0 100"
 ProcessMsg = Callable[[int, bytes, bytes, bytes, bytes | None], Awaitable[None]]
 
 
-class Delivery(msgspec.Struct, frozen=True, gc=False):
-    """One message of the stream as the consumer delivered it (a struct: one is built per
-    message, in a fifth of a named tuple's time)."""
-
-    seq: int  # the stream sequence
-    subject: str
-    data: bytes
-    reply: str  # the ack subject
-
-
-class BadDelivery(Exception):
-    """A delivery whose reply subject is not a JetStream ack subject."""
-
-
-def stream_seq(reply: bytes | bytearray) -> int:
-    """The stream sequence in a JetStream ack subject, in either token layout:
-    ``$JS.ACK.<stream>.<consumer>.<delivered>.<sseq>.<cseq>.<ts>.<pending>`` or, with a
-    domain and account hash, ``$JS.ACK.<domain>.<hash>.<stream>.<consumer>.<delivered>.
-    <sseq>.<cseq>.<ts>.<pending>[.<token>...]``."""
-    if not reply.startswith(b"$JS.ACK."):
-        raise BadDelivery(f"not an ack subject: {reply[:80]!r}")
-    dots = reply.count(b".")
-    if dots == 8:  # the common layout: the sequence is the fourth token from the end
-        return int(reply.rsplit(b".", 4)[1])
-    if dots >= 10:
-        return int(reply.split(b".", 8)[7])
-    raise BadDelivery(f"unexpected ack subject layout: {reply[:80]!r}")
-
-
-async def ack_all(nc: Client, last: Delivery) -> None:
-    """Acknowledge ``last`` and, under AckAll, everything delivered before it."""
-    await nc.publish(last.reply, b"+ACK")
-
-
-async def nak(nc: Client, delivery: Delivery, delay_s: float) -> None:
-    """Ask for ``delivery`` again after ``delay_s`` seconds."""
-    body = json.dumps({"delay": int(delay_s * 1e9)}).encode()
-    await nc.publish(delivery.reply, b"-NAK " + body)
-
-
 class Puller:
+    kind = "lean"
+
     def __init__(self, nc: Client, stream: str, durable: str) -> None:
         self.nc = nc
         self.subject = f"$JS.API.CONSUMER.MSG.NEXT.{stream}.{durable}"

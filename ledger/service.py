@@ -37,7 +37,7 @@ from fleet.subjects import CHECKPOINTS, STREAM, rejection_subject
 from fleet.wire import EnvelopeWire, envelope_wire, identity
 from ledger.api import LedgerApi
 from ledger.keys import load_or_create_signer
-from ledger.puller import Delivery, Puller, ack_all, nak
+from ledger.pull import Delivery, PullerState, ack_all, nak, open_puller
 from ledger.seal_worker import SealTicket, SealWorker
 from ledger.store import CheckpointReader, HostsChanged, Incoming, LedgerStore
 from ledger.stream import ensure_consumer, ensure_stream
@@ -67,6 +67,10 @@ class LedgerConfig:
     # Decide the common message by fleet.fold_fast (False: every one by the reference path;
     # the tests fold with both and compare the stores).
     fast_path: bool = True
+    # The puller (ledger.pull): "auto" runs the lean one where the installed nats-py is a
+    # version it is tested against, else nats-py's fetch; "lean" or "fetch" forces one
+    # ("auto" defers to the FLEET_PULLER environment variable).
+    puller: str = "auto"
 
 
 @dataclass
@@ -94,6 +98,7 @@ class Ledger:
         self.config = config
         self.receipts = receipts
         self._anchoring = anchoring
+        self.pulling = PullerState.from_config(config.puller)  # fleet status shows it
         self.store = LedgerStore(config.data_dir)
         origin = config.origin or f"fleet-ledger.local/{config.name}"
         self.signer: Signer = load_or_create_signer(config.data_dir, origin)
@@ -361,7 +366,7 @@ class Ledger:
                 if sub is None:
                     durable = await ensure_consumer(self.js, self.config.name,
                                                     self.store.watermark())
-                    sub = await Puller(self.nc, STREAM, durable).start()
+                    sub = await open_puller(self.nc, self.js, STREAM, durable, self.pulling)
                 await self._one_batch(sub)
                 backoff = 0.2
             except asyncio.CancelledError:

@@ -36,7 +36,10 @@ class NotFound(Exception):
 
 def status(store: LedgerStore, *, origin: str, vkey: str, lag: int | None = None,
            healthy: bool = True, detail: str = "ok",
-           receipts: ReceiptStore | None = None) -> dict[str, Any]:
+           receipts: ReceiptStore | None = None,
+           puller: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The ledger's status; ``puller`` is a running ledger's (``PullerState.as_json``:
+    ``kind``, ``mode``, ``fallbacks``, ``reason``, ``nats_py``), None read offline."""
     size = store.tree.size()
     last = store.last_checkpoint()
     counts = store.counts()
@@ -55,6 +58,7 @@ def status(store: LedgerStore, *, origin: str, vkey: str, lag: int | None = None
         "healthy": healthy,
         "health": detail,
         "anchors": anchor_status(store, receipts),
+        "puller": puller,
     }
 
 

@@ -151,6 +151,11 @@ def test_status_online_and_offline_agree(stack: Stack) -> None:
     assert online["tree_size"] == store_summary(stack.data).size
     text = cli("status", "--nats", stack.url).stdout
     assert f"tree size   {online['tree_size']}   root {online['root']}" in text
+    # The running ledger's puller: the lean one on the pinned nats-py; none offline.
+    assert {k: online["puller"][k] for k in ("kind", "mode", "fallbacks", "reason")} == {
+        "kind": "lean", "mode": "auto", "fallbacks": 0, "reason": None}
+    assert offline["puller"] is None
+    assert "puller      lean   fallbacks 0\n" in text
     # An auditor's copy: the database and the public vkey, no secret key.
     copy = stack.tmp / "audit"
     copy.mkdir(exist_ok=True)

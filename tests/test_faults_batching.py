@@ -18,6 +18,7 @@ from test_fuzz_fold import mutate, reseal
 
 from fleet.seal import encode_key
 from fleet.subjects import SEGMENTS
+from ledger.pull import FetchPuller
 from ledger.puller import Puller
 from ledger.seal_worker import SealWorker
 from plumbing.natsd import NatsServer
@@ -99,39 +100,43 @@ async def _running_ledger(url: str, data: Path, hosts: list[tuple[str, str, int,
 
 
 async def _fold_over_nats(url: str, stream: list[tuple[int, str, bytes]], data: Path,
-                          hosts: list[tuple[str, str, int, int | None]], batch: int) -> None:
+                          hosts: list[tuple[str, str, int, int | None]], batch: int,
+                          puller: str = "auto") -> None:
     async with _running_ledger(url, data, hosts, before=stream, name="pipelined",
-                               batch=batch) as (led, _js):
+                               batch=batch, puller=puller) as (led, _js):
         for _ in range(600):
             if led.store.watermark() >= len(stream):
                 break
             await asyncio.sleep(0.05)
 
 
+@pytest.mark.parametrize("puller", [Puller, FetchPuller], ids=["lean", "fetch"])
 @pytest.mark.parametrize("batch", [5, 16])
 def test_the_pipelined_fold_over_nats_decides_as_one_batch(
         tmp_path: Path, nats_server: NatsServer, monkeypatch: pytest.MonkeyPatch,
-        batch: int) -> None:
+        batch: int, puller: type[Puller | FetchPuller]) -> None:
     """The service loop holds each full batch while it fetches the next (the seal worker
     checking the newer one's seals): through a real server, with the worker splitting even
-    these small batches, the log and the refusals equal those of a single in-memory batch."""
+    these small batches, the log and the refusals equal those of a single in-memory batch,
+    pulled by the lean puller and by the fallback on nats-py's fetch (forced)."""
     monkeypatch.setattr(SealWorker, "MIN_SPLIT", 2)
     full_batches = []
-    fetch = Puller.fetch
+    fetch = puller.fetch
 
     async def counting(self, size, timeout, linger=True):  # type: ignore[no-untyped-def]
         got = await fetch(self, size, timeout, linger)
         full_batches.append(len(got) == size)  # a full batch is held while the next comes
         return got
 
-    monkeypatch.setattr(Puller, "fetch", counting)
+    monkeypatch.setattr(puller, "fetch", counting)
     # What the stream would hold: messages published on its subjects, numbered in order.
     on_subjects = [(s, d) for _, s, d in _stream()
                    if s.startswith(SEGMENTS + ".") and "" not in s.split(".")]
     stream = [(i, s, d) for i, (s, d) in enumerate(on_subjects, start=1)]
     hosts = [("h1", encode_key(bytes(host_key("h1").verify_key)), 0, None)]
     whole = reference_fold(stream, hosts, tmp_path / "whole", batch=len(stream))
-    asyncio.run(_fold_over_nats(nats_server.url, stream, tmp_path / "nats-fold", hosts, batch))
+    asyncio.run(_fold_over_nats(nats_server.url, stream, tmp_path / "nats-fold", hosts, batch,
+                                puller.kind))
     over_nats = store_summary(tmp_path / "nats-fold")
     assert (over_nats.size, over_nats.root, over_nats.segments) == (
         whole.size, whole.root, whole.segments)

@@ -33,6 +33,44 @@ def _written(base: Path) -> set[tuple[str, int, str]]:
     return out
 
 
+def _fold_once_each_and_prove(url: str, led: Path, base: Path, runs_each: int
+                              ) -> list[dict[str, object]]:
+    """Three simulated host processes with ``runs_each`` runs each, against the running
+    ledger in ``led``: every written segment is one leaf exactly once, and every run's head
+    proves offline against the ledger's vkey. The ledger's runs."""
+    summary = cli_json("host", "simulate", "--hosts", "3", "--runs", str(runs_each), "--nats",
+                       url, "--data", str(base), "--enroll-into", str(led), "--json",
+                       timeout=180)
+    assert summary["failed"] == []
+    assert sorted(h["host"] for h in summary["hosts"]) == HOSTS
+    assert all(h["remaining"] == 0 and h["runs"] == runs_each for h in summary["hosts"])
+    top = wait_folded(url, led)
+
+    written = _written(base)
+    assert sum(h["segments_written"] for h in summary["hosts"]) == len(written) == top
+    s = store_summary(led)
+    assert s.rejections == []
+    assert s.size == len(s.segments) == len(written)
+    assert {(r, i, h) for r, i, h, _, _ in s.segments} == written
+    s.check_leaves()  # leaf indexes 0..n-1 once each; root == MTH of exactly those leaves
+
+    runs = api(url, "runs")["runs"]
+    assert len(runs) == 3 * runs_each == len({r for r, _, _ in written})
+    vkey = parse_verifier_key((led / "ledger.vkey").read_text().strip())
+    leaf_of = {(r, i): li for r, i, _, li, _ in s.segments}
+    proved = prove_all(url, [r["run"] for r in runs], [vkey])
+    seen = set()
+    for row, (bundle, ok) in zip(runs, proved, strict=True):
+        run, index = format_address(ok.leaf.run), ok.leaf.index
+        assert (run, index, format_address(ok.leaf.head)) == (
+            row["run"], row["segments"], row["head"])
+        assert ok.leaf_index == leaf_of[(run, index)] == bundle["leaf_index"]
+        assert ok.checkpoint.size >= ok.leaf_index + 1
+        seen.add(ok.leaf_index)
+    assert len(seen) == len(runs)
+    return runs
+
+
 @pytest.mark.slow
 def test_three_hosts_fifty_runs_fold_once_each_and_every_run_proves(
     nats_server: NatsServer, tmp_path: Path
@@ -43,36 +81,7 @@ def test_three_hosts_fifty_runs_fold_once_each_and_every_run_proves(
     url, led, base = nats_server.url, tmp_path / "ledger", tmp_path / "hosts"
     with LedgerProc(url, led, "--name", "e2e", log=tmp_path / "ledger.log") as ledger:
         ledger.start()
-        summary = cli_json("host", "simulate", "--hosts", "3", "--runs", "50", "--nats", url,
-                           "--data", str(base), "--enroll-into", str(led), "--json",
-                           timeout=180)
-        assert summary["failed"] == []
-        assert sorted(h["host"] for h in summary["hosts"]) == HOSTS
-        assert all(h["remaining"] == 0 and h["runs"] == 50 for h in summary["hosts"])
-        top = wait_folded(url, led)
-
-        written = _written(base)
-        assert sum(h["segments_written"] for h in summary["hosts"]) == len(written) == top
-        s = store_summary(led)
-        assert s.rejections == []
-        assert s.size == len(s.segments) == len(written)
-        assert {(r, i, h) for r, i, h, _, _ in s.segments} == written
-        s.check_leaves()  # leaf indexes 0..n-1 once each; root == MTH of exactly those leaves
-
-        runs = api(url, "runs")["runs"]
-        assert len(runs) == 150 == len({r for r, _, _ in written})
-        vkey = parse_verifier_key((led / "ledger.vkey").read_text().strip())
-        leaf_of = {(r, i): li for r, i, _, li, _ in s.segments}
-        proved = prove_all(url, [r["run"] for r in runs], [vkey])
-        seen = set()
-        for row, (bundle, ok) in zip(runs, proved, strict=True):
-            run, index = format_address(ok.leaf.run), ok.leaf.index
-            assert (run, index, format_address(ok.leaf.head)) == (
-                row["run"], row["segments"], row["head"])
-            assert ok.leaf_index == leaf_of[(run, index)] == bundle["leaf_index"]
-            assert ok.checkpoint.size >= ok.leaf_index + 1
-            seen.add(ok.leaf_index)
-        assert len(seen) == len(runs)
+        runs = _fold_once_each_and_prove(url, led, base, 50)
 
         # Every run: the exported record verifies from genesis to the ledger's run status.
         for row in runs:
@@ -131,3 +140,27 @@ def test_two_ledgers_on_one_stream_agree(nats_server: NatsServer, tmp_path: Path
         for data, vk in ((a, vka), (b, vkb)):
             st = cli_json("status", "--data", str(data), "--json")
             assert (st["tree_size"], st["root"], st["vkey"]) == (top, sa.root.hex(), vk)
+
+
+def test_a_ledger_pulling_through_nats_pys_fetch_folds_every_segment_once_and_proves(
+    nats_server: NatsServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The fallback puller (nats-py's public fetch, forced with ``FLEET_PULLER=fetch``, as a
+    nats-py the lean puller is not tested against would get it): three host processes'
+    segments are each one leaf exactly once, every run's head proves offline against the
+    vkey, and `fleet status` says which puller runs and why."""
+    url, led, base = nats_server.url, tmp_path / "ledger", tmp_path / "hosts"
+    monkeypatch.setenv("FLEET_PULLER", "fetch")  # the ledger child inherits it
+    with LedgerProc(url, led, "--name", "fetch", log=tmp_path / "ledger.log") as ledger:
+        ledger.start()
+        _fold_once_each_and_prove(url, led, base, 8)
+        status = ledger.status()
+        puller = status["puller"]
+        assert (puller["kind"], puller["mode"], puller["reason"]) == (
+            "fetch", "fetch", "forced by FLEET_PULLER=fetch")
+        assert puller["fallbacks"] >= 1 and puller["nats_py"]
+        assert status["healthy"] and status["lag"] == 0
+        text = cli("status", "--nats", url).stdout
+        assert f"puller      fetch   fallbacks {puller['fallbacks']}   (forced by" in text
+        assert "pulling with nats-py's fetch (forced by FLEET_PULLER=fetch)" in ledger.log_text()
+        assert ledger.alive()
