@@ -21,22 +21,35 @@ second, different segment there (which the ledger would refuse as a fork).
 from __future__ import annotations
 
 import base64
+from collections.abc import Iterable
 from pathlib import Path
 
 import msgspec
 from nacl.signing import SigningKey
 
+from agents.adoption import (
+    NotParked,
+    RecordInvalid,
+    RecordSource,
+    RecordUnavailable,
+    parse_run,
+    verify_adoption,
+    verify_local,
+)
 from agents.outbox import DEFAULT_KEEP_ACKED_BYTES, DEFAULT_LIMIT_BYTES, DEFAULT_RESERVE, Outbox
 from fleet.address import format_address
 from fleet.builder import RecordBuilder
+from fleet.errors import FleetError
+from fleet.note import Verifier
+from fleet.record import RunState
 from fleet.run_codec import state_from_json, state_to_json
 from fleet.seal import encode_key
 from fleet.segment import CallAccount, Snapshot
-from fleet.subjects import check_host_name, segment_subject
-from fleet.verify import fold_sealed
-from fleet.wire import SealedSegment, decode_envelope, encode_envelope
+from fleet.subjects import check_host_name, run_token, segment_subject
+from fleet.verify import fold_sealed, verify_state
+from fleet.wire import SealedSegment, decode_envelope, decode_record, encode_envelope
 from plumbing import sqlite
-from plumbing.files import write_secret
+from plumbing.files import write_atomically, write_secret
 
 KEY_FILE = "host.key"
 PUB_FILE = "host.pub"
@@ -95,10 +108,61 @@ class Host:
         hr._catch_up()
         return hr
 
+    def adopt_run(self, run: str, source: RecordSource, ledger_keys: Iterable[Verifier]
+                  ) -> HostRun:
+        """Take over a run parked on another host: fetch its record and a proof of its head
+        from ``source``, verify both (:func:`agents.adoption.verify_adoption`: every seal,
+        the head in the ledger's log under ``ledger_keys``, parked), keep the record, and
+        hold the run from its next segment (a resume or a close with the recorded snapshot
+        and manifest; anything else is refused by the record's rules, nothing sealed)."""
+        run = parse_run(run)
+        data = source.record(run)
+        state = verify_adoption(run, data, source.proof(run, _segments(data)),
+                                list(ledger_keys))
+        held = self._db.execute("SELECT 1 FROM runs WHERE run = ?", (run,)).fetchone()
+        if held is not None or self.outbox.payloads_after(run, 0):
+            raise NotParked(f"run {run} already has segments on this host: open it instead")
+        path = self._adopted_path(run)
+        path.parent.mkdir(exist_ok=True)
+        write_atomically(path, data)
+        builder = RecordBuilder(self.key, state.unit_id, state.grants_id)
+        builder.state = state
+        self._save(run, builder)
+        hr = HostRun(self, builder)
+        hr.verified = True
+        return hr
+
+    def _adopted_path(self, run: str) -> Path:
+        return self.dir / "adopted" / f"{run_token(run)}.json"
+
+    def verified_state(self, hr: HostRun) -> RunState:
+        """Rebuild ``hr``'s run from what this host holds (the record it adopted, then its
+        own sealed segments) and require its saved state to equal it
+        (:func:`agents.adoption.verify_local`)."""
+        run = hr.run
+        path = self._adopted_path(run)
+        if path.exists():
+            start, _sealed = verify_state(decode_record(path.read_bytes()))
+        else:
+            start = RunState.open(hr.state.unit_id, hr.state.grants_id)
+        payloads = self.outbox.payloads_after(run, start.index)
+        if payloads and decode_envelope(payloads[0]).sealed.index != start.index + 1:
+            raise RecordUnavailable(f"this host no longer holds segment {start.index + 1} of "
+                                    f"run {run} (its outbox was pruned)")
+        return verify_local(hr.state, start, payloads, {self.name: self.key.verify_key})
+
     def _save(self, run: str, builder: RecordBuilder) -> None:
         self._db.execute("INSERT INTO runs (run, state) VALUES (?, ?) ON CONFLICT(run)"
                          " DO UPDATE SET state = excluded.state",
                          (run, msgspec.json.encode(state_to_json(builder.state))))
+
+
+def _segments(data: bytes) -> int:
+    """How many segments a record file holds (its proof is asked for the last one)."""
+    try:
+        return len(decode_record(data).segments)
+    except FleetError as exc:
+        raise RecordInvalid(f"{exc.rule}: {exc}") from None
 
 
 class HostRun:
@@ -109,6 +173,9 @@ class HostRun:
         self.builder = builder
         self.run = format_address(builder.run)
         self.subject = segment_subject(host.name, self.run)
+        # Whether this run's state was verified from its record in this process (a new run
+        # is, by construction): a resume verifies it first, once.
+        self.verified = builder.state.index == 0
 
     @property
     def state(self):  # noqa: ANN201 - RunState, kept loose to avoid a cycle in docs
@@ -151,6 +218,11 @@ class HostRun:
 
     def resume(self, snapshot: Snapshot, manifest: bytes, *, idle_uj: int, provenance: str,
                meter: str) -> SealedSegment:
+        """Resume the parked run with the recorded snapshot and manifest, after verifying the
+        run's record (once per process: :meth:`Host.verified_state`)."""
+        if not self.verified:
+            self.builder.state = self.host.verified_state(self)
+            self.verified = True
         return self._emit(lambda: self.builder.resume(snapshot, manifest, idle_uj, provenance,
                                                       meter))
 

@@ -300,7 +300,7 @@ def run() -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @nats_options
 def run_show(run_id: str, as_json: bool, url: str, nkey: Path | None) -> None:
-    """Phase, segments, energy totals and wait-proof verdict of a run."""
+    """Phase, segments, energy totals, wait-proof verdict and holders of a run."""
     doc = api(url, "run", {"run": run_id}, nkey=nkey)
     if as_json:
         emit_json(doc)
@@ -314,6 +314,10 @@ def run_show(run_id: str, as_json: bool, url: str, nkey: Path | None) -> None:
     wp = doc["wait_proof"]
     click.echo(f"  wait proof {wp['verdict']}"
                + (f" (segment {wp['segment']})" if "segment" in wp else ""))
+    spans = [f"{h['host']} {h['first']}-{h['last']}" if h["first"] != h["last"]
+             else f"{h['host']} {h['first']}" for h in doc.get("holders", [])]
+    if spans:
+        click.echo("  held by " + ", ".join(spans))
 
 
 @run.command("list")

@@ -18,7 +18,8 @@ Order of checks (the first failure is the rule reported):
 3. host enrolled before, and not revoked before, this stream position
    (``UnknownHost``, ``RevokedHost``)
 4. run equals the genesis head of its unit and grants (``RunMismatch``); an existing run
-   belongs to the host that started it (``ForeignRun``)
+   is sealed by the host that holds it: the one that opened it until it parks, then the
+   one that resumes (or closes) it (``ForeignRun``; :func:`fleet.kernel.check_holder`)
 5. position: for an index already folded, the seal (``BadSeal``), then the chain from the
    held previous head (``HeadMismatch``), then ``Replay`` (the same segment again) or
    ``Fork`` (a different, validly sealed segment at that index); beyond the next index is
@@ -43,7 +44,6 @@ from fleet.errors import (
     AttestationMismatch,
     BadSeal,
     FleetError,
-    ForeignRun,
     Fork,
     HeadMismatch,
     RecordError,
@@ -231,10 +231,11 @@ def seal_valid(env: Envelope, hosts: Mapping[str, HostEntry]) -> bool | None:
 
 
 def admit(ctx: Admission, subject: str, host: str, run: bytes, run_text: str, unit_id: bytes,
-          grants_id: bytes, index: int, stream_seq: int
+          grants_id: bytes, index: int, kind: str, stream_seq: int
           ) -> tuple[HostEntry, RunSlot | None, RunState]:
     """Checks 2-4: (the host's entry, the run's slot or ``None`` for a new run, the run's
-    state), or the named refusal. ``run_text``: the run's canonical address text."""
+    state), or the named refusal. ``run_text``: the run's canonical address text; ``kind``:
+    the segment's kind (who may seal it depends on it: :func:`fleet.kernel.check_holder`)."""
     if subject != segment_subject(host, run_text):
         raise SubjectMismatch(
             f"published on {subject!r}, not on its own host's and run's subject", segment=index)
@@ -256,7 +257,7 @@ def admit(ctx: Admission, subject: str, host: str, run: bytes, run_text: str, un
         raise RunMismatch("the run is not the genesis head of its unit and grants",
                           segment=index)
     if slot.host != host:
-        raise ForeignRun(f"the run belongs to host {slot.host!r}", segment=index)
+        kernel.check_holder(slot.host, host, state.phase, kind, index, state.index + 1)
     return entry, slot, state
 
 
@@ -297,7 +298,8 @@ def _decide(ctx: Admission, msg: Message, env: Envelope) -> Accepted:
     sealed = env.sealed
     index = sealed.index
     entry, slot, state = admit(ctx, msg.subject, env.host, env.run, id_text(env.run),
-                               env.unit_id, env.grants_id, index, msg.stream_seq)
+                               env.unit_id, env.grants_id, index, sealed.segment.kind,
+                               msg.stream_seq)
     seal_ok = msg.seal_ok
     if position(state, index):
         _refuse_old_index(ctx, env, state, entry, seal_ok)

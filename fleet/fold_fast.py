@@ -32,15 +32,11 @@ from fleet.fold import (
 )
 from fleet.leaf import encode_leaf
 from fleet.seal import seal_message
-from fleet.segment import CLOSED, EXECUTED, RESUMED, SUSPENDED
 from fleet.verify_fast import NotFast, segment_addresses, step
 from fleet.wire import (
     ENVELOPE_VERSION,
-    ClosedWire,
+    WIRE_KIND,
     EnvelopeWire,
-    ExecutedWire,
-    ResumedWire,
-    SuspendedWire,
     identity,
     seal_bytes,
 )
@@ -128,9 +124,11 @@ def _decide(ctx: Admission, msg: Message, wire: EnvelopeWire) -> Accepted | None
     run = identity(wire.run)
     unit, grants = identity(wire.unit_id), identity(wire.grants_id)
     seg = wire.segment
+    if seg.host is not None:
+        return None  # the envelope names the host: the reference path refuses this
     index = seg.index
     _entry, slot, state = admit(ctx, msg.subject, host, run, wire.run, unit, grants, index,
-                                msg.stream_seq)
+                                WIRE_KIND[type(seg)], msg.stream_seq)
     if position(state, index):
         return None  # a replay or fork: the reference path compares it with the run
     addresses = msg.addresses
@@ -139,13 +137,10 @@ def _decide(ctx: Admission, msg: Message, wire: EnvelopeWire) -> Accepted | None
         addresses = [parse_address(text) for text in segment_addresses([seg])]
     given = iter(addresses)
     stated = next(given)
-    st = step(seg, given.__next__, state.phase, state.park, index)
+    st = step(seg, given.__next__, state, index)
     head = blake3(state.head + st[0]).digest()
     if head != stated:
         return None
-    return Accepted(host, run, index, head, _KIND[type(seg)], encode_leaf(run, index, head),
-                    st, (unit, grants) if slot is None else None, seg.head)
-
-
-_KIND = {ExecutedWire: EXECUTED, SuspendedWire: SUSPENDED, ResumedWire: RESUMED,
-         ClosedWire: CLOSED}
+    return Accepted(host, run, index, head, WIRE_KIND[type(seg)],
+                    encode_leaf(run, index, head), st, (unit, grants) if slot is None else None,
+                    seg.head)

@@ -7,7 +7,8 @@ This module is the record's one statement of:
   ``resumed_bytes``, ``CLOSED_BYTES``), each input checked before anything is hashed;
 * **the rules** a segment must meet against the run it extends (:func:`next_phase`,
   :func:`executed_step`, :func:`suspended_step`, :func:`resumed_step`,
-  :func:`closed_step`), each raising its named refusal and changing nothing;
+  :func:`closed_step`) and against the host that sealed it (:func:`check_holder`), each
+  raising its named refusal and changing nothing;
 * **the state change** a segment makes once accepted (:func:`apply`).
 
 Everything here takes plain values (bytes, ints, strings, sequences of call ids): no
@@ -43,6 +44,7 @@ from typing import TYPE_CHECKING, Any, Final, Protocol
 from fleet.address import digest
 from fleet.errors import (
     AttestationMismatch,
+    ForeignRun,
     MalformedCallAccount,
     MalformedSnapshot,
     ManifestMismatch,
@@ -53,6 +55,7 @@ from fleet.errors import (
     ZeroIdleEnergy,
 )
 from fleet.phases import CLOSED as PHASE_CLOSED
+from fleet.phases import PARKED as PHASE_PARKED
 from fleet.phases import TRANSITIONS
 
 if TYPE_CHECKING:
@@ -82,10 +85,12 @@ __all__ = [
     "TAG_RESUMED",
     "TAG_SUSPENDED",
     "Calls",
+    "Position",
     "Step",
     "apply",
     "attestation_bytes",
     "check_digest",
+    "check_holder",
     "check_provenance",
     "check_u64",
     "closed_step",
@@ -323,32 +328,48 @@ def next_phase(phase: str, kind: str, index: int) -> str:
     raise PhaseViolation(f"a {kind} segment is not allowed in phase {phase}", segment=index)
 
 
-def executed_step(phase: str, park: bytes | None, index: int, body: bytes, claimed: bytes,
+class Position(Protocol):
+    """What the rules read of a run: its phase, the park it holds, and the manifest its
+    first park fixed (``None`` before it has parked)."""
+
+    phase: str
+    park: bytes | None
+    manifest: bytes | None
+
+
+def executed_step(run: Position, index: int, body: bytes, claimed: bytes,
                   attested: bytes | None, uj: int, provenance: str,
                   calls: Calls | None) -> Step:
     """An executed interval: allowed in this phase, and its attestation object (whose
     address is ``attested``; ``None``: missing) hashes to the address it records."""
-    nxt = next_phase(phase, EXECUTED, index)
+    nxt = next_phase(run.phase, EXECUTED, index)
     if attested is None:
         raise AttestationMismatch("the attestation object is missing", segment=index)
     if attested != claimed:
         raise AttestationMismatch(
             "the attestation object does not hash to the recorded address", segment=index)
-    return body, nxt, park, (provenance, uj), None, True, calls
+    return body, nxt, run.park, (provenance, uj), None, True, calls
 
 
-def suspended_step(phase: str, park: bytes | None, index: int, body: bytes, snapshot: bytes,
+def suspended_step(run: Position, index: int, body: bytes, snapshot: bytes,
                    manifest: bytes) -> Step:
-    """A park: allowed only after the run has executed; it holds ``snapshot || manifest``."""
-    nxt = next_phase(phase, SUSPENDED, index)
+    """A park: allowed only after the run has executed; it holds ``snapshot || manifest``.
+    The environment manifest is the one the run was created from: the first park fixes it,
+    and a later park naming another is ``ManifestMismatch``."""
+    nxt = next_phase(run.phase, SUSPENDED, index)
+    if run.manifest is not None and manifest != run.manifest:
+        raise ManifestMismatch(
+            "the park names another environment manifest than the run's first park",
+            segment=index)
     return body, nxt, snapshot + manifest, None, None, False, None
 
 
-def resumed_step(phase: str, park: bytes | None, index: int, body: bytes, snapshot: bytes,
+def resumed_step(run: Position, index: int, body: bytes, snapshot: bytes,
                  manifest: bytes, idle_uj: int, provenance: str) -> Step:
     """A resume: offers exactly the snapshot and manifest recorded at the park, and says
     what the park drew (never zero)."""
-    nxt = next_phase(phase, RESUMED, index)
+    nxt = next_phase(run.phase, RESUMED, index)
+    park = run.park
     held_snapshot, held_manifest = park_parts(park) if park is not None else (None, None)
     if snapshot != held_snapshot:
         raise SnapshotMismatch(
@@ -363,9 +384,21 @@ def resumed_step(phase: str, park: bytes | None, index: int, body: bytes, snapsh
     return body, nxt, None, None, (provenance, idle_uj), False, None
 
 
-def closed_step(phase: str, park: bytes | None, index: int) -> Step:
+def closed_step(run: Position, index: int) -> Step:
     """A close: allowed in any phase but closed; the park (if any) stays on the record."""
-    return CLOSED_BYTES, next_phase(phase, CLOSED, index), park, None, None, False, None
+    return CLOSED_BYTES, next_phase(run.phase, CLOSED, index), run.park, None, None, False, None
+
+
+def check_holder(holder: str, host: str, phase: str, kind: str, index: int,
+                 next_index: int) -> None:
+    """A run is held by one host at a time: the host that opened it, until it parks. While
+    it is parked, its next segment (a resume or a close) may come from any host, which then
+    holds it. Any other segment from a host that does not hold the run is ``ForeignRun``."""
+    if host == holder:
+        return
+    if phase == PHASE_PARKED and index == next_index and kind in (RESUMED, CLOSED):
+        return
+    raise ForeignRun(f"the run is held by host {holder!r}", segment=index)
 
 
 # -- the state change -----------------------------------------------------------------------
@@ -378,6 +411,8 @@ def apply(state: RunState, index: int, head: bytes, step: Step) -> None:
     state.head = head
     state.phase = phase
     state.park = park
+    if park is not None and state.manifest is None:
+        state.manifest = park[-DIGEST:]
     energy = state.energy
     if receipt is not None:
         energy.receipts[receipt[0]] += receipt[1]

@@ -66,32 +66,33 @@ class Energy:
         }
 
 
-def segment_step(phase: str, park: bytes | None, index: int, segment: Segment,
+def segment_step(run: kernel.Position, index: int, segment: Segment,
                  attestation: Attestation | None) -> Step:
     """The kernel's step for a segment object at ``index`` (the object API's decoder)."""
     body = segment.canonical()
     if type(segment) is Executed:
         receipt = None if attestation is None else attestation.receipt
         return kernel.executed_step(
-            phase, park, index, body, segment.attestation,
+            run, index, body, segment.attestation,
             None if attestation is None else attestation.address(),
             0 if receipt is None else receipt.uj,
             "measured" if receipt is None else receipt.provenance, segment.calls)
     if type(segment) is Suspended:
-        return kernel.suspended_step(phase, park, index, body, segment.snapshot.canonical(),
+        return kernel.suspended_step(run, index, body, segment.snapshot.canonical(),
                                      segment.manifest)
     if type(segment) is Resumed:
-        return kernel.resumed_step(phase, park, index, body, segment.snapshot.canonical(),
+        return kernel.resumed_step(run, index, body, segment.snapshot.canonical(),
                                    segment.manifest, segment.idle_uj, segment.idle_provenance)
     if type(segment) is Closed:
-        return kernel.closed_step(phase, park, index)
+        return kernel.closed_step(run, index)
     raise TypeError(f"not a segment: {segment!r}")
 
 
 @dataclass(slots=True)
 class RunState:
     """Where a run stands after the segments folded so far (``park``: the kernel's
-    ``snapshot || manifest`` bytes while parked)."""
+    ``snapshot || manifest`` bytes while parked; ``manifest``: the environment manifest its
+    first park fixed)."""
 
     unit_id: bytes
     grants_id: bytes
@@ -100,6 +101,7 @@ class RunState:
     index: int = 0
     phase: str = FRESH
     park: bytes | None = None
+    manifest: bytes | None = None
     energy: Energy = field(default_factory=Energy)
     wait: WaitTracker = field(default_factory=WaitTracker)
 
@@ -120,11 +122,12 @@ class RunState:
     def copy(self) -> RunState:
         """An independent copy (a ledger's batch changes copies, never committed state)."""
         return RunState(self.unit_id, self.grants_id, self.run, self.head, self.index,
-                        self.phase, self.park, self.energy.copy(), self.wait.copy())
+                        self.phase, self.park, self.manifest, self.energy.copy(),
+                        self.wait.copy())
 
     def step(self, segment: Segment, attestation: Attestation | None = None) -> Step:
         """The kernel's step for the next segment, or the named refusal; changes nothing."""
-        return segment_step(self.phase, self.park, self.index + 1, segment, attestation)
+        return segment_step(self, self.index + 1, segment, attestation)
 
     def check(self, segment: Segment, attestation: Attestation | None = None) -> str:
         """The phase after ``segment``, or the named refusal; changes nothing."""

@@ -34,6 +34,7 @@ def state_to_json(state: RunState) -> dict[str, Any]:
         "parked": _snapshot_json(state.parked),
         "parked_manifest": None if state.parked_manifest is None
         else format_address(state.parked_manifest),
+        "manifest": None if state.manifest is None else format_address(state.manifest),
         "receipts": state.energy.receipts,
         "idle": state.energy.idle,
         "wait": {
@@ -53,6 +54,9 @@ def state_from_json(doc: dict[str, Any]) -> RunState:
     if parked is not None:
         snapshot = make_snapshot(**{k: parse_address(v) for k, v in parked.items()})
         state.park = snapshot.canonical() + parse_address(doc["parked_manifest"])
+    # States stored before the first park pinned the run's manifest: the park held, if any.
+    pinned = doc.get("manifest", doc["parked_manifest"])
+    state.manifest = None if pinned is None else parse_address(pinned)
     state.energy = Energy(dict(doc["receipts"]), dict(doc["idle"]))
     w = doc["wait"]
     state.wait = WaitTracker(set(w["dispatched"]), set(w["resolved"]), w["accounted"],

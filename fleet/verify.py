@@ -12,19 +12,22 @@ from dataclasses import dataclass, field
 
 from nacl.signing import VerifyKey
 
+from fleet import kernel
 from fleet.address import format_address, parse_address
 from fleet.errors import HeadMismatch, IndexGap, MalformedSegment, RecordError
 from fleet.record import Energy, RunState
-from fleet.seal import check_seal, decode_key
+from fleet.record_file import SINGLE, sealers
+from fleet.seal import check_seal
 from fleet.verify_fast import fast_check
 from fleet.wait_proof import Verdict
-from fleet.wire import RECORD_FORMAT, RecordWire, SealedSegment, segment_from_wire
+from fleet.wire import RECORD_FORMAT, WIRE_KIND, RecordWire, SealedSegment, segment_from_wire
 
 __all__ = [
     "RecordReport",
     "check_next",
     "fold_sealed",
     "verify_record",
+    "verify_state",
 ]
 
 
@@ -69,39 +72,58 @@ def fold_sealed(
 def verify_record(
     record: RecordWire, host_key: str | None = None, *, fast: bool = True
 ) -> RecordReport:
+    """:func:`verify_state` as a report."""
+    state, sealed, decoder = _verify(record, host_key, fast)
+    return _report(state, sealed, decoder)
+
+
+def verify_state(record: RecordWire, host_key: str | None = None, *, fast: bool = True
+                 ) -> tuple[RunState, bool]:
+    """The run's state after verifying ``record`` from genesis, and whether every segment's
+    seal was checked (see :func:`_verify`)."""
+    state, sealed, _decoder = _verify(record, host_key, fast)
+    return state, sealed
+
+
+def _verify(
+    record: RecordWire, host_key: str | None, fast: bool
+) -> tuple[RunState, bool, str]:
     """Verify ``record`` from genesis; ``host_key`` pins the key expected to seal it.
 
-    Without a pinned key the record's own ``host_key`` checks the seals; a record naming no
-    key at all verifies its chain only and reports ``sealed=False``. A record that passes
-    the fast path (:mod:`fleet.verify_fast`) is valid; any other goes through the reference
-    path, segment by segment, which raises the first failure by name (``fast=False`` forces
-    the reference path for every record).
+    Without a pinned key the record's own keys check the seals (:mod:`fleet.record_file`:
+    one ``host_key``, or each listed host's key for the segments it sealed, with the
+    kernel's rule on who may seal what); a single-host record naming no key at all
+    verifies its chain only and reports ``sealed=False``. A record that passes the fast
+    path (:mod:`fleet.verify_fast`) is valid; any other goes through the reference path,
+    segment by segment, which raises the first failure by name (``fast=False`` forces the
+    reference path for every record).
     """
     if record.format != RECORD_FORMAT:
         raise MalformedSegment(f"unknown record format {record.format!r}")
-    key_text = host_key if host_key is not None else record.host_key
-    if host_key is not None and record.host_key not in (None, host_key):
-        raise RecordError("the record is sealed by a different host key than the pinned one")
-    try:
-        verify_key = None if key_text is None else decode_key(key_text)
-    except ValueError as exc:
-        raise MalformedSegment(str(exc)) from None
+    names, keys = sealers(record, host_key)
+    sealed = all(k is not None for k in keys.values())
     state = RunState.open(parse_address(record.unit_id), parse_address(record.grants_id))
     if record.run is not None and parse_address(record.run) != state.run:
         raise HeadMismatch("the record's run is not the genesis head of its unit and grants")
     if fast:
-        found = fast_check(record, state.run, verify_key, state.unit_id, state.grants_id)
+        found = fast_check(record, state.run, None, state.unit_id, state.grants_id,
+                           (names, keys))
         if found is not None:
-            return _report(found, verify_key is not None, "wire")
+            return found, sealed, "wire"
+    holder = names[0] if names else SINGLE
     for position, wire in enumerate(record.segments, start=1):
         try:
-            sealed = segment_from_wire(wire)
-            if sealed.index != position:
-                raise IndexGap(f"segment {position} states index {sealed.index}")
-            fold_sealed(state, sealed, verify_key)
+            host = names[position - 1]
+            kernel.check_holder(holder, host, state.phase, WIRE_KIND[type(wire)], position,
+                                state.index + 1)
+            sealed_segment = segment_from_wire(wire)
+            if sealed_segment.index != position:
+                raise IndexGap(f"segment {position} states index {sealed_segment.index}")
+            fold_sealed(state, sealed_segment, keys[host])
+            holder = host
         except RecordError as exc:
             raise exc.at(position) from None
-    return _report(state, verify_key is not None)
+    return state, sealed, "objects"
 
 
 def _report(state: RunState, sealed: bool, decoder: str = "objects") -> RecordReport:

@@ -22,10 +22,11 @@ from fleet import kernel
 from fleet.address import parse_address, parse_addresses
 from fleet.errors import FleetError
 from fleet.kernel import Step
-from fleet.phases import FRESH
 from fleet.record import RunState
+from fleet.record_file import SINGLE, Sealers
 from fleet.seal import seal_message
 from fleet.wire import (
+    WIRE_KIND,
     ClosedWire,
     ExecutedWire,
     RecordWire,
@@ -73,8 +74,7 @@ def _snapshot(s: SnapshotWire, take: Callable[[], bytes]) -> bytes:
     return kernel.snapshot_bytes(fs, mem, transcript)
 
 
-def step(wire: object, take: Callable[[], bytes], phase: str, park: bytes | None,
-         index: int) -> Step:
+def step(wire: object, take: Callable[[], bytes], run: kernel.Position, index: int) -> Step:
     """The kernel's step for one wire segment at ``index``, ``take`` yielding its addresses
     after the stated head (in :func:`segment_addresses` order). Raises the kernel's named
     refusal (the reference path then says which rule comes first)."""
@@ -86,47 +86,50 @@ def step(wire: object, take: Callable[[], bytes], phase: str, park: bytes | None
         attested = blake3(kernel.attestation_bytes(r.uj, r.provenance, r.meter, take(),
                                                    obj.outcome)).digest()
         calls = wire.calls  # type: ignore[attr-defined]
-        return kernel.executed_step(phase, park, index, kernel.executed_bytes(claimed, calls),
+        return kernel.executed_step(run, index, kernel.executed_bytes(claimed, calls),
                                     claimed, attested, r.uj, r.provenance, calls)
     if kind is SuspendedWire:
         snapshot = _snapshot(wire.snapshot, take)  # type: ignore[attr-defined]
         manifest = take()
-        return kernel.suspended_step(phase, park, index,
-                                     kernel.suspended_bytes(snapshot, manifest), snapshot,
-                                     manifest)
+        return kernel.suspended_step(run, index, kernel.suspended_bytes(snapshot, manifest),
+                                     snapshot, manifest)
     if kind is ResumedWire:
         snapshot = _snapshot(wire.snapshot, take)  # type: ignore[attr-defined]
         manifest = take()
         idle_uj, provenance = wire.idle_uj, wire.idle_provenance  # type: ignore[attr-defined]
         body = kernel.resumed_bytes(snapshot, manifest, idle_uj, provenance,
                                     wire.idle_meter)  # type: ignore[attr-defined]
-        return kernel.resumed_step(phase, park, index, body, snapshot, manifest, idle_uj,
-                                   provenance)
+        return kernel.resumed_step(run, index, body, snapshot, manifest, idle_uj, provenance)
     if kind is ClosedWire:
-        return kernel.closed_step(phase, park, index)
+        return kernel.closed_step(run, index)
     raise NotFast  # pragma: no cover - the tagged union has no other member
 
 
 def fast_check(record: RecordWire, run: bytes, verify_key: VerifyKey | None,
-               unit_id: bytes | None = None, grants_id: bytes | None = None
-               ) -> RunState | None:
+               unit_id: bytes | None = None, grants_id: bytes | None = None,
+               plan: Sealers | None = None) -> RunState | None:
     """The state after a valid record, else ``None`` (the reference path names why);
-    ``unit_id`` and ``grants_id`` as parsed already (parsed from the record otherwise)."""
+    ``unit_id`` and ``grants_id`` as parsed already (parsed from the record otherwise);
+    ``plan``: who sealed each segment with which key (:func:`fleet.record_file.sealers`;
+    default: every segment under ``verify_key``)."""
     try:
         if unit_id is None or grants_id is None:
             unit_id, grants_id = parse_address(record.unit_id), parse_address(record.grants_id)
-        return _walk(record, run, verify_key, unit_id, grants_id)
+        if plan is None:
+            plan = [SINGLE] * len(record.segments), {SINGLE: verify_key}
+        return _walk(record, run, plan, unit_id, grants_id)
     except (NotFast, FleetError, BadSignatureError):
         return None
 
 
-def _walk(record: RecordWire, run: bytes, verify_key: VerifyKey | None, unit_id: bytes,
+def _walk(record: RecordWire, run: bytes, plan: Sealers, unit_id: bytes,
           grants_id: bytes) -> RunState:
     state = RunState(unit_id, grants_id, run, run)
+    names, keys = plan
+    verifiers = {name: None if key is None else key.verify for name, key in keys.items()}
+    moves = len(keys) > 1  # with one host, the holder never changes
+    holder = names[0] if names else SINGLE
     head = run
-    phase = FRESH
-    park: bytes | None = None
-    verify = None if verify_key is None else verify_key.verify
     raws = parse_addresses(segment_addresses(record.segments))
     if raws is None:
         raise NotFast
@@ -136,12 +139,16 @@ def _walk(record: RecordWire, run: bytes, verify_key: VerifyKey | None, unit_id:
         stated = take()
         if wire.index != index:
             raise NotFast
-        st = step(wire, take, phase, park, index)
+        host = names[index - 1]
+        if moves:
+            kernel.check_holder(holder, host, state.phase, WIRE_KIND[type(wire)], index, index)
+            holder = host
+        st = step(wire, take, state, index)
+        verify = verifiers[host]
         if verify is not None:
             verify(seal_message(run, index, stated), seal_bytes(wire.seal))
         head = blake3(head + st[0]).digest()
         if head != stated:
             raise NotFast
         apply(state, index, head, st)
-        phase, park = st[1], st[2]
     return state

@@ -25,6 +25,7 @@ import base64
 import binascii
 import functools
 from collections.abc import Callable
+from typing import Any
 
 import msgspec
 
@@ -52,6 +53,7 @@ __all__ = [
     "ENVELOPE_VERSION",
     "MAX_MESSAGE",
     "RECORD_FORMAT",
+    "WIRE_KIND",
     "AttestationWire",
     "CallsWire",
     "ClosedWire",
@@ -111,7 +113,14 @@ class SnapshotWire(msgspec.Struct, gc=False, forbid_unknown_fields=True, omit_de
     transcript: str | None = None
 
 
-class _SegmentBase(msgspec.Struct, gc=False, forbid_unknown_fields=True, omit_defaults=True,
+class _Sealer(msgspec.Struct, gc=False, forbid_unknown_fields=True, omit_defaults=True,
+              kw_only=True):
+    # The host that sealed the segment: named in a record file sealed by several hosts;
+    # absent on the wire (the envelope names it) and in a single-host file.
+    host: str | None = None
+
+
+class _SegmentBase(_Sealer, gc=False, forbid_unknown_fields=True, omit_defaults=True,
                    tag_field="kind"):
     index: int
     head: str
@@ -161,6 +170,14 @@ class RecordWire(msgspec.Struct, gc=False, forbid_unknown_fields=True, omit_defa
     format: str = RECORD_FORMAT
     run: str | None = None
     host_key: str | None = None
+    # A run sealed by several hosts: each host's name and base64 key (each segment then
+    # names its host); absent for a single-host record, sealed under ``host_key``.
+    hosts: dict[str, str] | None = None
+
+
+# The kind of each wire segment struct.
+WIRE_KIND: dict[type, str] = {ExecutedWire: EXECUTED, SuspendedWire: SUSPENDED,
+                              ResumedWire: RESUMED, ClosedWire: CLOSED}
 
 
 class SealedSegment(msgspec.Struct, frozen=True):
@@ -284,6 +301,9 @@ def decode_envelope(data: bytes) -> Envelope:
 def envelope_from_wire(wire: EnvelopeWire) -> Envelope:
     """The core objects of an envelope already decoded by :func:`envelope_wire` (its
     fields still checked here: a refusal names the first that fails)."""
+    if wire.segment.host is not None:
+        raise MalformedSegment("a segment on the wire names no host: its envelope does",
+                               segment=wire.segment.index)
     return Envelope(
         wire.v, wire.host, identity(wire.run), identity(wire.unit_id),
         identity(wire.grants_id), segment_from_wire(wire.segment),
@@ -310,10 +330,13 @@ def _snapshot_wire(snapshot: Snapshot) -> SnapshotWire:
     return SnapshotWire(transcript=format_address(snapshot.transcript))
 
 
-def segment_to_wire(sealed: SealedSegment) -> SegmentWire:
+def segment_to_wire(sealed: SealedSegment, host: str | None = None) -> SegmentWire:
+    """The wire form of a sealed segment; ``host``: the host that sealed it, named in a
+    record file sealed by several hosts."""
     seg = sealed.segment
-    common = {"index": sealed.index, "head": format_address(sealed.head),
-              "seal": base64.b64encode(sealed.seal).decode("ascii")}
+    common: dict[str, Any] = {"index": sealed.index, "head": format_address(sealed.head),
+                              "seal": base64.b64encode(sealed.seal).decode("ascii"),
+                              "host": host}
     if isinstance(seg, Executed):
         att = sealed.attestation
         assert att is not None

@@ -317,7 +317,7 @@ class LedgerStore:
                        " payload) VALUES (?, ?, ?, ?, ?, ?, ?)", segment_rows)
         db.executemany(
             "INSERT INTO runs (run, host, segments, head, phase, state, first_seq, last_seq)"
-            " VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT(run) DO UPDATE SET"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT(run) DO UPDATE SET host = excluded.host,"
             " segments = excluded.segments, head = excluded.head, phase = excluded.phase,"
             " state = excluded.state, last_seq = excluded.last_seq",
             [(run, slot.host, slot.state.index, format_address(slot.state.head),

@@ -93,6 +93,7 @@ def run_status(store: LedgerStore, run: str) -> dict[str, Any]:
         "run": row["run"], "host": row["host"], "segments": row["segments"],
         "head": row["head"], "phase": row["phase"],
         "energy": state.energy.as_json(), "wait_proof": verdict_json(state.wait_proof()),
+        "holders": holders(store, run),
     }
 
 
@@ -133,23 +134,41 @@ def consistency(store: LedgerStore, old: int, new: int) -> dict[str, Any]:
 
 
 def export_record(store: LedgerStore, run: str) -> bytes:
-    """The run's record file (``fleet verify`` reads it), rebuilt from the folded messages."""
+    """The run's record file (``fleet verify`` reads it), rebuilt from the folded messages:
+    sealed under one ``host_key``, or, for a run that moved between hosts, with each host's
+    key in ``hosts`` and each segment naming the host that sealed it."""
     row = store.run_row(run)
     if row is None:
         raise NotFound(f"no run {run} in this ledger")
     envelopes = [decode_envelope(p) for p in store.payloads(run)]
-    host_key = None
-    hosts = {h["name"]: h["public_key"] for h in store.host_rows()}
-    if row["host"] in hosts:
-        host_key = hosts[row["host"]]
-        decode_key(host_key)
-    first = envelopes[0]
-    record = RecordWire(
-        unit_id=row["state"]["unit_id"], grants_id=row["state"]["grants_id"], run=run,
-        host_key=host_key, segments=[segment_to_wire(e.sealed) for e in envelopes],
-    )
-    assert first.run == parse_address(run)
+    assert envelopes[0].run == parse_address(run)
+    keys = {h["name"]: h["public_key"] for h in store.host_rows()}
+    sealers = [e.host for e in envelopes]
+    unit, grants = row["state"]["unit_id"], row["state"]["grants_id"]
+    if len(set(sealers)) == 1:
+        host_key = keys.get(sealers[0])
+        if host_key is not None:
+            decode_key(host_key)
+        record = RecordWire(unit_id=unit, grants_id=grants, run=run, host_key=host_key,
+                            segments=[segment_to_wire(e.sealed) for e in envelopes])
+    else:
+        record = RecordWire(
+            unit_id=unit, grants_id=grants, run=run,
+            hosts={name: keys[name] for name in sorted(set(sealers))},
+            segments=[segment_to_wire(e.sealed, host=e.host) for e in envelopes])
     return encode_record(record)
+
+
+def holders(store: LedgerStore, run: str) -> list[dict[str, Any]]:
+    """Which host held the run for which segments, in order: ``{"host", "first", "last"}``."""
+    out: list[dict[str, Any]] = []
+    for index, payload in enumerate(store.payloads(run), start=1):
+        host = decode_envelope(payload).host
+        if out and out[-1]["host"] == host:
+            out[-1]["last"] = index
+        else:
+            out.append({"host": host, "first": index, "last": index})
+    return out
 
 
 def checkpoint_json(checkpoint: tuple[int, bytes, str] | None) -> dict[str, Any]:
@@ -165,4 +184,4 @@ def encode(doc: Any) -> bytes:
 
 
 __all__ = ["FleetError", "NotFound", "checkpoint_json", "consistency", "encode",
-           "export_record", "prove", "run_status", "status"]
+           "export_record", "holders", "prove", "run_status", "status"]

@@ -75,6 +75,16 @@ CASES: list[tuple[str, str, list[dict]]] = [
      [ex(1000, "j1"), sus(IMAGE_NO_MEM), res(IMAGE_NO_MEM), ex(10, "j2")]),
     ("transcript-park", "transcript park chains, verifies and accumulates idle energy",
      [ex(1000, "j1"), sus(TRANSCRIPT), res(TRANSCRIPT, idle=42), ex(2000, "j2")]),
+    ("transcript-park-accounted",
+     "transcript-park with a call account on each interval and nothing else changed: an "
+     "implementation that dropped the accounts would produce transcript-park's heads",
+     [ex(1000, "j1", calls=calls(["c1"], [])), sus(TRANSCRIPT), res(TRANSCRIPT, idle=42),
+      ex(2000, "j2", calls=calls([], ["c1"]))]),
+    ("refuse-manifest-change-at-later-park",
+     "the first park fixes the run's environment manifest; a later park naming another is "
+     "refused",
+     [ex(1000, "j1"), sus(TRANSCRIPT), res(TRANSCRIPT), ex(10, "j2"),
+      sus(TRANSCRIPT, manifest=addr("other")), sus(TRANSCRIPT)]),
     ("close-while-parked", "a record may be closed while parked",
      [ex(1000, "j1"), sus(TRANSCRIPT), CLOSE]),
     ("refuse-snapshot-mismatch", "resuming with another snapshot is refused",

@@ -49,8 +49,8 @@ def idle_cap(monkeypatch: pytest.MonkeyPatch):  # type: ignore[no-untyped-def]
     would be added (records are built before it is switched on, so they are sealed)."""
     real = fleet.kernel.resumed_step
 
-    def capped(phase, park, index, body, snapshot, manifest, idle_uj, provenance):  # type: ignore[no-untyped-def]
-        step_ = real(phase, park, index, body, snapshot, manifest, idle_uj, provenance)
+    def capped(run, index, body, snapshot, manifest, idle_uj, provenance):  # type: ignore[no-untyped-def]
+        step_ = real(run, index, body, snapshot, manifest, idle_uj, provenance)
         if idle_uj > 1_000_000_000:
             raise IdleOverCap("a park drew more than the cap", segment=index)
         return step_
@@ -184,7 +184,7 @@ def _wire_replay(unit: str, grants: str, steps: list[dict]) -> dict:
         wire = msgspec.convert(doc, SegmentWire)
         take = iter([parse_address(t) for t in segment_addresses([wire])[1:]]).__next__
         try:
-            st = step(wire, take, state.phase, state.park, index)
+            st = step(wire, take, state, index)
         except RecordError as exc:
             results.append({"refused": exc.rule})
             continue

@@ -170,10 +170,11 @@ def _head_mismatch(a: SealedRun) -> tuple[str, bytes]:
 
 
 def _foreign_run(a: SealedRun) -> tuple[str, bytes]:
-    # h2 seals a segment 3 for run A and publishes it on its own subject for that run.
-    state = _state_at(a, FOLDED)
-    sealed = forge(host_key("h2"), state, Resumed(state.parked, MANIFEST, 10, "estimated",  # type: ignore[arg-type]
-                                                   "x"))
+    # h2 seals segment 2 of run A (which h1 holds; a host may take a run over only at a
+    # park, by resuming or closing it) and publishes it on its own subject for that run.
+    state = _state_at(a, 1)
+    sealed = forge(host_key("h2"), state, suspended(state.parked or make_snapshot(
+        transcript=digest(b"h2's park")), MANIFEST))
     h2 = SealedRun("h2", a.builder)
     return h2.subject, h2.envelope(sealed)
 

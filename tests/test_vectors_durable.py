@@ -58,3 +58,24 @@ def test_a_tampered_vector_is_caught():
     first = case["expect"]["results"][0]
     first["head"] = first["head"][:-2] + ("AA" if not first["head"].endswith("AA") else "BA")
     assert dv.run_steps(case["unit_id"], case["grants_id"], case["steps"]) != case["expect"]
+
+
+def test_accounted_case_is_the_transcript_case_plus_accounts():
+    """transcript-park-accounted differs from transcript-park only by its accounts: cutting
+    each executed segment's account off its canonical bytes gives transcript-park's heads
+    (so an implementation that dropped accounts would be caught), and with them it does not."""
+    cases = {c["name"]: c for c in FILE["cases"]}
+    plain, accounted = cases["transcript-park"], cases["transcript-park-accounted"]
+    assert plain["genesis"] == accounted["genesis"]
+    head = parse_address(accounted["genesis"])
+    for mine, theirs in zip(accounted["expect"]["results"], plain["expect"]["results"],
+                            strict=True):
+        raw = bytes.fromhex(mine["canonical"])
+        if raw[0] == 0x01:  # executed: tag, attestation, then the account
+            assert len(raw) > 33 and raw[33] == 0x01
+            assert mine["head"] != theirs["head"]
+            raw = raw[:33]
+        head = blake3(head + raw).digest()
+        assert format_address(head) == theirs["head"]
+    assert accounted["expect"]["wait_proof"] == {"verdict": "NonBlocking"}
+    assert plain["expect"]["wait_proof"] == {"verdict": "Unproved"}
