@@ -3,18 +3,22 @@
 The ledger and the anchors never import each other. Here the ledger gets the anchors'
 receipt store (the anchor tables kept in its own database file, read into proof bundles and
 the status) and, when anchors are configured, a factory that builds the anchoring task from
-the ledger's checkpoints once the ledger is connected.
+the ledger's checkpoints once the ledger is connected. A host that adopts a run gets its
+record and proofs from the ledger's API through :class:`LedgerRecordSource`.
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from anchors.base import AnchorConfig
 from anchors.factory import build_anchor
 from anchors.runner import AnchorRunner
 from anchors.store import AnchorStore
+from fleet.note import Verifier, parse_verifier_key
 from ledger.service import Ledger, LedgerConfig
 from ledger.store import DB_NAME, open_db
 from plumbing.anchoring import AnchorTask, CheckpointSource, Publish
@@ -41,3 +45,33 @@ def make_ledger(config: LedgerConfig, anchors: Sequence[AnchorConfig] = ()) -> L
     except BaseException:
         receipts.close()
         raise
+
+
+class LedgerRecordSource:
+    """A host's :class:`agents.adoption.RecordSource` over the ledger's API (``export`` and
+    ``prove``), for ``fleet run adopt`` and the simulator's adopting hosts. Synchronous:
+    call it from a thread, not from a running event loop."""
+
+    def __init__(self, url: str, nkey: Path | None = None, timeout: float = 30.0) -> None:
+        self.url = url
+        self.nkey = nkey
+        self.timeout = timeout
+
+    def record(self, run: str) -> bytes:
+        from ledger.client import call
+
+        return asyncio.run(call(self.url, "export", {"run": run}, nkey=self.nkey,
+                                timeout=self.timeout))
+
+    def proof(self, run: str, index: int) -> dict[str, Any]:
+        from ledger.client import call_sync
+
+        return call_sync(self.url, "prove", {"run": run, "index": index}, nkey=self.nkey,
+                         timeout=self.timeout)
+
+
+def ledger_keys(text_or_path: str) -> list[Verifier]:
+    """The ledger's verifier key(s): note key text, or a file holding it (``ledger.vkey``)."""
+    path = Path(text_or_path)
+    text = path.read_text().strip() if path.exists() else text_or_path.strip()
+    return [parse_verifier_key(text)]

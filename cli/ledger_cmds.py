@@ -12,7 +12,7 @@ from typing import Any
 
 import click
 
-from cli._app import UserError, cli
+from cli._app import CheckFailed, UserError, cli
 from cli._common import api, emit_json, nats_options, split_servers
 
 
@@ -345,6 +345,75 @@ def run_export(run_id: str, out: Path, url: str, nkey: Path | None) -> None:
     doc = api(url, "export", {"run": run_id}, nkey=nkey)
     out.write_text(json.dumps(doc, indent=2) + "\n")
     click.echo(f"wrote {out}", err=True)
+
+
+@run.command("adopt")
+@click.argument("run_id", metavar="RUN")
+@click.option("--data", "host_dir", type=click.Path(file_okay=False, path_type=Path),
+              required=True, help="The adopting host's folder (its key, outbox, runs).")
+@click.option("--name", help="The adopting host's name (default: the folder's name).")
+@click.option("--vkey", help="The ledger's verifier key, or a file holding it (default: "
+              "ledger.vkey in the host's folder).")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@nats_options
+def run_adopt(run_id: str, host_dir: Path, name: str | None, vkey: str | None, as_json: bool,
+              url: str, nkey: Path | None) -> None:
+    """Take over a run parked on another host, after verifying its record from genesis and
+    its head against a proof under the ledger's key; the host then resumes it."""
+    from agents.adoption import ResumeRefused
+    from agents.host import Host
+    from cli._wiring import LedgerRecordSource, ledger_keys
+    from fleet.address import format_address
+    from fleet.log_errors import LogError
+    from fleet.run_codec import snapshot_json
+
+    key_text = vkey if vkey is not None else str(host_dir / "ledger.vkey")
+    if vkey is None and not (host_dir / "ledger.vkey").exists():
+        raise UserError(f"no ledger key: pass --vkey, or put it in {host_dir / 'ledger.vkey'}")
+    try:
+        keys = ledger_keys(key_text)
+    except (LogError, OSError) as exc:
+        raise UserError(f"--vkey: not a ledger verifier key: {exc}") from None
+    host = Host(name or host_dir.resolve().name, host_dir)
+    try:
+        held = host.adopt_run(run_id, _CliSource(LedgerRecordSource(url, nkey)), keys)
+    except ResumeRefused as exc:
+        raise CheckFailed(f"adoption refused: {exc.rule}: {exc}") from None
+    finally:
+        host.close()
+    st = held.state
+    doc = {"run": held.run, "host": host.name, "segments": st.index,
+           "head": format_address(st.head), "phase": st.phase,
+           "parked": snapshot_json(st.parked), "manifest": format_address(st.manifest)}
+    if as_json:
+        emit_json(doc)
+        return
+    click.echo(f"adopted {doc['run']} at segment {doc['segments']} (parked) on {host.name}; "
+               f"resume it with snapshot {doc['parked']} and manifest {doc['manifest']}")
+
+
+class _CliSource:
+    """The ledger's API, with its failures as one-line CLI errors."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+
+    def record(self, run: str) -> bytes:
+        return _api_call(lambda: self.inner.record(run))
+
+    def proof(self, run: str, index: int) -> dict[str, Any]:
+        return _api_call(lambda: self.inner.proof(run, index))
+
+
+def _api_call(fn: Any) -> Any:
+    from ledger.client import ApiError, LedgerUnreachable
+
+    try:
+        return fn()
+    except LedgerUnreachable as exc:
+        raise UserError(str(exc)) from None
+    except ApiError as exc:
+        raise CheckFailed(f"the ledger refused: {exc}") from None
 
 
 @cli.command()

@@ -8,11 +8,11 @@ from fleet.address import format_address, parse_address
 from fleet.record import Energy, RunState
 from fleet.segment import ImageSnapshot, Snapshot, make_snapshot
 
-__all__ = ["state_from_json", "state_to_json"]
+__all__ = ["snapshot_json", "state_from_json", "state_to_json"]
 from fleet.wait_proof import WaitTracker
 
 
-def _snapshot_json(snapshot: Snapshot | None) -> dict[str, str] | None:
+def snapshot_json(snapshot: Snapshot | None) -> dict[str, str] | None:
     if snapshot is None:
         return None
     if isinstance(snapshot, ImageSnapshot):
@@ -31,7 +31,7 @@ def state_to_json(state: RunState) -> dict[str, Any]:
         "index": state.index,
         "head": format_address(state.head),
         "phase": state.phase,
-        "parked": _snapshot_json(state.parked),
+        "parked": snapshot_json(state.parked),
         "parked_manifest": None if state.parked_manifest is None
         else format_address(state.parked_manifest),
         "manifest": None if state.manifest is None else format_address(state.manifest),
