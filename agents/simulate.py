@@ -11,6 +11,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
+import json
+import math
 import os
 import random
 import time
@@ -19,11 +21,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from agents.adoption import RecordSource
 from agents.energy import IntervalMeter, image_park_idle, transcript_park_idle
 from agents.host import Host, HostRun
 from agents.publisher import Publisher
+from agents.refusals import RefusalWatcher
 from fleet.address import digest
+from fleet.note import Verifier
 from fleet.segment import CallAccount, Snapshot, make_snapshot
+from fleet.subjects import run_token
+from plumbing.files import write_atomically
 from plumbing.nats_connect import connect
 
 MANIFEST = digest(b"fleet-sim/manifest/python3.11")
@@ -116,19 +123,85 @@ def advance(run: HostRun, steps: list[Step], number: int) -> bool:
     return True
 
 
-def record_runs(host: Host, runs: int) -> int:
-    """Record every planned step of ``runs`` runs on ``host``; returns segments written."""
+@dataclass
+class Migration:
+    """Simulated hosts handing runs to one another: a ``fraction`` of each host's runs stop
+    at their first park and are offered (a file in ``folder``, shared by the ``peers``
+    simulated hosts); another host claims the offer, adopts the run from the ledger
+    (``source``, checked under ``ledger_keys``) and finishes its plan."""
+
+    fraction: float
+    folder: Path
+    peers: int
+    source: RecordSource
+    ledger_keys: list[Verifier]
+
+    def moves(self, parking: int) -> bool:
+        """Whether a host's ``parking``-th run that parks (0-based) moves: the first does,
+        then one in about ``1 / fraction``, so even a short simulation moves one."""
+        return math.ceil((parking + 1) * self.fraction) > math.ceil(parking * self.fraction)
+
+    def offer(self, host: str, run: HostRun, host_salt: bytes, number: int) -> None:
+        offers = self.folder / "offered"
+        offers.mkdir(parents=True, exist_ok=True)
+        name = f"{host}.{run_token(run.run)}.json"
+        if any((self.folder / "claimed").glob(f"*.{name}")):
+            return  # offered before a restart, and taken already
+
+        doc = {"run": run.run, "from": host, "salt": host_salt.hex(), "number": number}
+        write_atomically(offers / name, json.dumps(doc).encode())
+
+    def done(self, host: str) -> None:
+        (self.folder / "done").mkdir(parents=True, exist_ok=True)
+        (self.folder / "done" / host).touch()
+
+    def everyone_done(self) -> bool:
+        return len(list((self.folder / "done").glob("*"))) >= self.peers
+
+    def claim(self, host: str) -> dict[str, Any] | None:
+        """Take one offer of another host (a rename: exactly one claimant gets it)."""
+        claimed = self.folder / "claimed"
+        claimed.mkdir(parents=True, exist_ok=True)
+        for path in sorted((self.folder / "offered").glob("*.json")):
+            if path.name.startswith(f"{host}."):
+                continue
+            try:
+                path.rename(claimed / f"{host}.{path.name}")
+            except FileNotFoundError:  # another host took it first
+                continue
+            return json.loads((claimed / f"{host}.{path.name}").read_text())
+        return None
+
+    def pending_from_others(self, host: str) -> bool:
+        return any(not p.name.startswith(f"{host}.")
+                   for p in (self.folder / "offered").glob("*.json"))
+
+
+def record_runs(host: Host, runs: int, migration: Migration | None = None) -> int:
+    """Record every planned step of ``runs`` runs on ``host`` (a migrating run only up to its
+    first park, then offered to the other hosts); returns segments written."""
     s = salt(host.dir)
     active: list[tuple[HostRun, list[Step], int]] = []
+    moving: set[int] = set()
+    parking = 0
     for number in range(runs):
         unit = digest(b"unit/" + s + b"/%d" % number)
         grants = digest(b"grants/fleet-sim/v1")
         rng = random.Random(s + b"%d" % number)
-        active.append((host.open_run(unit, grants), plan(rng), number))
+        steps = plan(rng)
+        if migration is not None and any(st.kind == "suspended" for st in steps):
+            if migration.moves(parking):
+                moving.add(number)
+            parking += 1
+        active.append((host.open_run(unit, grants), steps, number))
     written = 0
     while active:
         still = []
         for run, steps, number in active:
+            if number in moving and run.state.phase == "parked":
+                assert migration is not None
+                migration.offer(host.name, run, s, number)
+                continue
             if advance(run, steps, number):
                 written += 1
                 still.append((run, steps, number))
@@ -136,11 +209,46 @@ def record_runs(host: Host, runs: int) -> int:
     return written
 
 
+def adopt_offers(host: Host, migration: Migration, deadline_s: float = 120.0) -> tuple[int, int]:
+    """Claim other hosts' offers until every host is done and none is left; adopt each run
+    (retrying while the ledger has not yet logged its park) and finish its plan. Returns
+    (runs adopted, segments written)."""
+    adopted = written = 0
+    end = time.monotonic() + deadline_s
+    while time.monotonic() < end:
+        offer = migration.claim(host.name)
+        if offer is None:
+            if migration.everyone_done() and not migration.pending_from_others(host.name):
+                break
+            time.sleep(0.1)
+            continue
+        run = _adopt(host, migration, offer["run"], end)
+        steps = plan(random.Random(bytes.fromhex(offer["salt"]) + b"%d" % offer["number"]))
+        while advance(run, steps, offer["number"]):
+            written += 1
+        adopted += 1
+    return adopted, written
+
+
+def _adopt(host: Host, migration: Migration, run: str, end: float) -> HostRun:
+    while True:
+        try:
+            return host.adopt_run(run, migration.source, migration.ledger_keys)
+        except Exception:
+            # The ledger may not have folded (or signed) the park yet: try again shortly.
+            if time.monotonic() >= end:
+                raise
+            time.sleep(0.2)
+
+
 async def simulate_host(name: str, host_dir: Path, runs: int, servers: list[str],
                         nkey: Path | None = None, drain_timeout: float = 120.0,
-                        on_progress: Callable[[int, int], None] | None = None) -> dict:
+                        on_progress: Callable[[int, int], None] | None = None,
+                        migration: Migration | None = None) -> dict:
     """Record ``runs`` runs and publish everything; returns counts. ``on_progress`` is
-    called now and then with (segments acked so far, segments still pending)."""
+    called now and then with (segments acked so far, segments still pending). With
+    ``migration``, some runs are handed to the other simulated hosts at a park, and this
+    host adopts and finishes theirs."""
     host = Host(name, host_dir)
     started = time.monotonic()
     try:
@@ -148,18 +256,38 @@ async def simulate_host(name: str, host_dir: Path, runs: int, servers: list[str]
                            inbox_prefix=f"_INBOX.{name}" if nkey else None)
         try:
             publisher = Publisher(host.outbox, nc.jetstream(timeout=5.0))
-            recorder = asyncio.get_running_loop().run_in_executor(None, record_runs, host, runs)
+            watcher = await RefusalWatcher(nc, name, host.outbox).start()
+            loop = asyncio.get_running_loop()
             acked = 0
-            while not recorder.done():
-                acked += (await publisher.drain(timeout=1.0)).acked
-                if on_progress is not None:
-                    on_progress(acked, host.outbox.stats().pending_count)
-                await asyncio.sleep(0.05)
-            written = await recorder
+
+            async def publish_while(work: asyncio.Future[Any]) -> Any:
+                nonlocal acked
+                while not work.done():
+                    acked += (await publisher.drain(timeout=1.0)).acked
+                    if on_progress is not None:
+                        on_progress(acked, host.outbox.stats().pending_count)
+                    await asyncio.sleep(0.05)
+                return await work
+
+            written = await publish_while(loop.run_in_executor(None, record_runs, host, runs,
+                                                               migration))
+            adopted = 0
+            if migration is not None:
+                # Everything offered must be sent before another host can adopt it.
+                await publisher.drain(timeout=drain_timeout)
+                migration.done(name)
+                adopted, more = await publish_while(loop.run_in_executor(
+                    None, adopt_offers, host, migration))
+                written += more
             report = await publisher.drain(timeout=drain_timeout)
-            return {"host": name, "runs": runs, "segments_written": written,
-                    "remaining": report.remaining, "public_key": host.public_key,
-                    "seconds": round(time.monotonic() - started, 3)}
+            await watcher.stop()
+            out = {"host": name, "runs": runs, "segments_written": written,
+                   "remaining": report.remaining, "public_key": host.public_key,
+                   "seconds": round(time.monotonic() - started, 3)}
+            if migration is not None:
+                out["adopted"] = adopted
+                out["stopped"] = sorted(watcher.stopped)
+            return out
         finally:
             await close_quietly(nc)
     finally:

@@ -8,7 +8,9 @@ from pathlib import Path
 
 
 def simulator_command(name: str, runs: int, url: str, host_dir: Path,
-                      enroll_into: Path | None = None, nkey: Path | None = None) -> list[str]:
+                      enroll_into: Path | None = None, nkey: Path | None = None,
+                      migrate: tuple[float, str, Path, int] | None = None) -> list[str]:
+    """``migrate``: (fraction, the ledger's verifier key, the hand-off folder, peers)."""
     cmd = [sys.executable, "-m", "cli", "host", "simulate", "--hosts", "1",
            "--name", name, "--runs", str(runs), "--nats", url, "--data", str(host_dir),
            "--json"]
@@ -16,14 +18,20 @@ def simulator_command(name: str, runs: int, url: str, host_dir: Path,
         cmd += ["--enroll-into", str(enroll_into)]
     if nkey is not None:
         cmd += ["--nkey", str(nkey)]
+    if migrate is not None:
+        fraction, vkey, folder, peers = migrate
+        cmd += ["--migrate", str(fraction), "--vkey", vkey, "--handoff", str(folder),
+                "--peers", str(peers)]
     return cmd
 
 
 def spawn_simulators(hosts: int, runs: int, url: str, base: Path,
                      enroll_into: Path | None = None, prefix: str = "host",
-                     log_dir: Path | None = None, nkey: Path | None = None
+                     log_dir: Path | None = None, nkey: Path | None = None,
+                     migrate: float = 0.0, vkey: str | None = None
                      ) -> list[subprocess.Popen[str]]:
-    """Start ``hosts`` simulator processes, host folders under ``base``.
+    """Start ``hosts`` simulator processes, host folders under ``base``; with ``migrate``
+    (and the ledger's ``vkey``), that fraction of runs moves between them at a park.
 
     Their output is piped (read it with ``communicate()``), or with ``log_dir`` appended to
     ``<log_dir>/<name>.log``: a caller that does not read the pipes must use files, or a
@@ -32,7 +40,11 @@ def spawn_simulators(hosts: int, runs: int, url: str, base: Path,
     procs = []
     for i in range(1, hosts + 1):
         name = f"{prefix}{i}"
-        cmd = simulator_command(name, runs, url, base / name, enroll_into, nkey)
+        moving = None
+        if migrate > 0:
+            assert vkey is not None, "moving runs needs the ledger's verifier key"
+            moving = (migrate, vkey, base / "handoff", hosts)
+        cmd = simulator_command(name, runs, url, base / name, enroll_into, nkey, moving)
         if log_dir is None:
             procs.append(subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                           text=True, stdin=subprocess.DEVNULL))

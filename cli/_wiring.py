@@ -10,6 +10,7 @@ record and proofs from the ledger's API through :class:`LedgerRecordSource`.
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -19,6 +20,10 @@ from anchors.factory import build_anchor
 from anchors.runner import AnchorRunner
 from anchors.store import AnchorStore
 from fleet.note import Verifier, parse_verifier_key
+from fleet.record_file import join_pages
+from fleet.wire import decode_record, encode_record
+from ledger.client import call
+from ledger.nats_config import inbox_prefix
 from ledger.service import Ledger, LedgerConfig
 from ledger.store import DB_NAME, open_db
 from plumbing.anchoring import AnchorTask, CheckpointSource, Publish
@@ -52,22 +57,41 @@ class LedgerRecordSource:
     ``prove``), for ``fleet run adopt`` and the simulator's adopting hosts. Synchronous:
     call it from a thread, not from a running event loop."""
 
-    def __init__(self, url: str, nkey: Path | None = None, timeout: float = 30.0) -> None:
+    def __init__(self, url: str, nkey: Path | None = None, timeout: float = 30.0,
+                 host: str | None = None) -> None:
         self.url = url
         self.nkey = nkey
         self.timeout = timeout
+        # Under nkey auth a host reads replies in its own inbox (ledger.nats_config).
+        self.inbox = "_INBOX.reader" if host is None else inbox_prefix(host)
+
+    # Segments per export page: a page stays well inside NATS's 1 MiB message limit.
+    PAGE = 500
 
     def record(self, run: str) -> bytes:
-        from ledger.client import call
+        """The run's record file, fetched in pages and joined (a long record is larger
+        than one NATS message)."""
+        async def pages() -> list[bytes]:
+            out = []
+            first = 1
+            while True:
+                page = await call(self.url, "export", {"run": run, "from": first,
+                                                       "limit": self.PAGE},
+                                  nkey=self.nkey, timeout=self.timeout, inbox_prefix=self.inbox)
+                got = len(decode_record(page).segments)
+                if got == 0:
+                    return out
+                out.append(page)
+                first += got
+                if got < self.PAGE:
+                    return out
 
-        return asyncio.run(call(self.url, "export", {"run": run}, nkey=self.nkey,
-                                timeout=self.timeout))
+        return encode_record(join_pages([decode_record(p) for p in asyncio.run(pages())]))
 
     def proof(self, run: str, index: int) -> dict[str, Any]:
-        from ledger.client import call_sync
-
-        return call_sync(self.url, "prove", {"run": run, "index": index}, nkey=self.nkey,
-                         timeout=self.timeout)
+        return json.loads(asyncio.run(call(self.url, "prove", {"run": run, "index": index},
+                                           nkey=self.nkey, timeout=self.timeout,
+                                           inbox_prefix=self.inbox)))
 
 
 def ledger_keys(text_or_path: str) -> list[Verifier]:

@@ -51,8 +51,12 @@ async def _demo(workdir: Path, hosts: int, runs: int) -> dict[str, Any]:
         await ledger.start()
         task = asyncio.create_task(ledger.run(stop))
         try:
+            # A third of the runs move to another host process at a park (with two or more
+            # hosts): the adopting host verifies the record and its proof first.
             procs = spawn_simulators(hosts, runs, server.url, workdir / "hosts",
-                                     enroll_into=workdir / "ledger")
+                                     enroll_into=workdir / "ledger",
+                                     migrate=0.34 if hosts > 1 else 0.0,
+                                     vkey=str(workdir / "ledger" / "ledger.vkey"))
             loop = asyncio.get_running_loop()
             waits = [loop.run_in_executor(None, p.communicate) for p in procs]
             while not all(w.done() for w in waits):
@@ -68,7 +72,11 @@ async def _demo(workdir: Path, hosts: int, runs: int) -> dict[str, Any]:
             # One hostile message: a real segment with its energy edited in flight, of the
             # longest run (any run has one executed segment to edit; a short plan may have
             # no more).
-            victim = max(ledger.store.list_runs(), key=lambda r: r["segments"])
+            # (A run that never moved: its first host still holds it, so the edit is what
+            # the ledger refuses, not who sent it.)
+            victim = max(ledger.store.list_runs(),
+                         key=lambda r: (len(views.holders(ledger.store, r["run"])) == 1,
+                                        r["segments"]))
             payload = ledger.store.payloads(victim["run"])[0]
             tampered = json.loads(payload)
             tampered["segment"]["attestation_object"]["receipt"]["uj"] += 1
@@ -93,6 +101,18 @@ async def _demo(workdir: Path, hosts: int, runs: int) -> dict[str, Any]:
             if ledger_verdict != report.wait_proof.name:
                 raise CheckFailed(f"the ledger says {ledger_verdict} for run {run_id}, its "
                                   f"record verifies to {report.wait_proof.name}")
+            moved = [r["run"] for r in ledger.store.list_runs()
+                     if len(views.holders(ledger.store, r["run"])) > 1]
+            moved_proof: dict[str, Any] = {}
+            if moved:
+                # Prove a moved run too, and verify its record sealed by several hosts.
+                mbundle = json.loads(await call(server.url, "prove", {"run": moved[0]}))
+                verify_bundle(mbundle, [vkey])
+                mreport = verify_record(decode_record(views.export_record(ledger.store,
+                                                                          moved[0])))
+                moved_proof = {"moved_proved_run": moved[0],
+                               "moved_holders": views.holders(ledger.store, moved[0]),
+                               "moved_record_segments": mreport.segments}
             cp = open_checkpoint(ledger.store.last_checkpoint()[2], [vkey])  # type: ignore[index]
         finally:
             stop.set()
@@ -106,6 +126,7 @@ async def _demo(workdir: Path, hosts: int, runs: int) -> dict[str, Any]:
         "proof_hashes": len(bundle["inclusion"]), "record_verdict": report.wait_proof.name,
         "record_segments": report.segments, "origin": ledger.origin,
         "wait_proofs": dict(sorted(verdicts.items())),
+        "moved_runs": len(moved), **moved_proof,
         "seconds": round(time.monotonic() - started, 2),
     }
 
@@ -143,5 +164,10 @@ def demo(hosts: int, runs: int, keep: Path | None, as_json: bool) -> None:
                f"{summary['proof_hashes']} hashes: verified offline")
     click.echo(f"  its record verifies from genesis: {summary['record_segments']} segments, "
                f"wait proof {summary['record_verdict']}")
+    if summary["moved_runs"]:
+        spans = ", ".join(f"{h['host']} {h['first']}-{h['last']}"
+                          for h in summary["moved_holders"])
+        click.echo(f"  {summary['moved_runs']} runs moved to another host at a park; proved "
+                   f"{summary['moved_proved_run']} ({spans}): verified offline")
     proofs = ", ".join(f"{n} {v}" for v, n in summary["wait_proofs"].items())
     click.echo(f"  wait proofs across the fleet's runs: {proofs}")

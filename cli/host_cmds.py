@@ -77,13 +77,33 @@ def host_revoke(name: str, data: Path) -> None:
               help="NATS nkey seed file of this host's user.")
 @click.option("--enroll-into", type=click.Path(file_okay=False, path_type=Path),
               help="Enroll the simulated hosts into this ledger data folder first.")
+@click.option("--migrate", type=click.FloatRange(0, 1), default=0.0, show_default=True,
+              help="Fraction of runs parked on one host and resumed on another (a different "
+                   "process), after it verifies the record and its proof.")
+@click.option("--vkey", help="The ledger's verifier key, or a file holding it (needed to "
+              "move runs: adoptions check the ledger's proofs under it).")
+@click.option("--handoff", type=click.Path(file_okay=False, path_type=Path), hidden=True,
+              help="The folder simulated hosts hand runs over in (one host per process).")
+@click.option("--peers", type=click.IntRange(2), hidden=True,
+              help="How many simulated hosts share --handoff.")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON summary.")
 def host_simulate(hosts: int, runs: int, url: str, data: Path, name: str | None,
-                  nkey: Path | None, enroll_into: Path | None, as_json: bool) -> None:
+                  nkey: Path | None, enroll_into: Path | None, migrate: float,
+                  vkey: str | None, handoff: Path | None, peers: int | None,
+                  as_json: bool) -> None:
     """Record and stream simulated runs; a killed simulator resumes where it stopped."""
     servers = split_servers(url)
+    if migrate > 0 and vkey is None:
+        raise UserError("--migrate needs --vkey: the ledger's verifier key (ledger.vkey)")
+    if migrate > 0 and hosts == 1 and (handoff is None or peers is None):
+        raise UserError("--migrate needs at least two hosts (--hosts 2 or more)")
     if hosts == 1:
-        summary = _one_host(name or "host", data, runs, servers, nkey, enroll_into)
+        moving = None
+        if migrate > 0:
+            assert handoff is not None and peers is not None and vkey is not None
+            moving = (migrate, vkey, handoff, peers)
+        summary = _one_host(name or "host", data, runs, servers, nkey, enroll_into, moving,
+                            url)
         if as_json:
             emit_json(summary)
         else:
@@ -94,7 +114,8 @@ def host_simulate(hosts: int, runs: int, url: str, data: Path, name: str | None,
         return
     from cli._sim_procs import spawn_simulators
 
-    procs = spawn_simulators(hosts, runs, url, data, enroll_into, name or "host", nkey=nkey)
+    procs = spawn_simulators(hosts, runs, url, data, enroll_into, name or "host", nkey=nkey,
+                             migrate=migrate, vkey=vkey)
     import signal
     import sys
     from concurrent.futures import ThreadPoolExecutor, wait
@@ -130,7 +151,8 @@ def host_simulate(hosts: int, runs: int, url: str, data: Path, name: str | None,
 
 
 def _one_host(name: str, host_dir: Path, runs: int, servers: list[str], nkey: Path | None,
-              enroll_into: Path | None) -> dict:
+              enroll_into: Path | None,
+              moving: tuple[float, str, Path, int] | None = None, url: str = "") -> dict:
     from agents.host import HostKeyError, load_or_create_key
     from agents.simulate import simulate_host
     from fleet.seal import encode_key
@@ -164,8 +186,22 @@ def _one_host(name: str, host_dir: Path, runs: int, servers: list[str], nkey: Pa
 
     from plumbing.nats_connect import NatsUnreachable
 
+    migration = None
+    if moving is not None:
+        from agents.simulate import Migration
+        from cli._wiring import LedgerRecordSource, ledger_keys
+        from fleet.log_errors import LogError
+
+        fraction, vkey, folder, peers = moving
+        try:
+            keys = ledger_keys(vkey)
+        except (LogError, OSError) as exc:
+            raise UserError(f"--vkey: not a ledger verifier key: {exc}") from None
+        source = LedgerRecordSource(url, nkey, host=name if nkey is not None else None)
+        migration = Migration(fraction, folder, peers, source, keys)
     try:
-        return asyncio.run(simulate_host(name, host_dir, runs, servers, nkey, on_progress=show))
+        return asyncio.run(simulate_host(name, host_dir, runs, servers, nkey, on_progress=show,
+                                         migration=migration))
     except (NatsUnreachable, HostKeyError) as exc:
         raise UserError(str(exc)) from None
     except OSError as exc:

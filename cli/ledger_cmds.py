@@ -339,11 +339,10 @@ def run_list(as_json: bool, url: str, nkey: Path | None) -> None:
               help="Where to write the record file.")
 @nats_options
 def run_export(run_id: str, out: Path, url: str, nkey: Path | None) -> None:
-    """Write a run's record file (what ``fleet verify`` reads)."""
-    import json
+    """Write a run's record file (what ``fleet verify`` reads), fetched in pages."""
+    from cli._wiring import LedgerRecordSource
 
-    doc = api(url, "export", {"run": run_id}, nkey=nkey)
-    out.write_text(json.dumps(doc, indent=2) + "\n")
+    out.write_bytes(_CliSource(LedgerRecordSource(url, nkey)).record(run_id))
     click.echo(f"wrote {out}", err=True)
 
 
@@ -376,7 +375,8 @@ def run_adopt(run_id: str, host_dir: Path, name: str | None, vkey: str | None, a
         raise UserError(f"--vkey: not a ledger verifier key: {exc}") from None
     host = Host(name or host_dir.resolve().name, host_dir)
     try:
-        held = host.adopt_run(run_id, _CliSource(LedgerRecordSource(url, nkey)), keys)
+        source = LedgerRecordSource(url, nkey, host=host.name if nkey is not None else None)
+        held = host.adopt_run(run_id, _CliSource(source), keys)
     except ResumeRefused as exc:
         raise CheckFailed(f"adoption refused: {exc.rule}: {exc}") from None
     finally:

@@ -18,9 +18,9 @@ from nacl.signing import VerifyKey
 from fleet.errors import MalformedSegment, RecordError
 from fleet.seal import decode_key
 from fleet.subjects import check_host_name
-from fleet.wire import RecordWire
+from fleet.wire import RecordWire, SegmentWire
 
-__all__ = ["SINGLE", "Sealers", "sealers"]
+__all__ = ["SINGLE", "Sealers", "join_pages", "sealers"]
 
 # The name the one host of a single-host record goes by here.
 SINGLE = ""
@@ -69,3 +69,34 @@ def sealers(record: RecordWire, pinned: str | None = None) -> Sealers:
                 segment=position)
         names.append(wire.host)
     return names, keys
+
+
+def join_pages(pages: list[RecordWire]) -> RecordWire:
+    """One record file from pages of it (each naming every segment's host, as the ledger's
+    paged export gives them): in the single-host form when one host sealed every segment,
+    else in the multi-host form. Pages must be of one run, in order, without gaps."""
+    if not pages:
+        raise MalformedSegment("no pages to join")
+    first = pages[0]
+    segments: list[SegmentWire] = []
+    keys: dict[str, str] = {}
+    for page in pages:
+        if (page.unit_id, page.grants_id, page.run) != (first.unit_id, first.grants_id,
+                                                         first.run):
+            raise MalformedSegment("pages of different runs")
+        for name, key in (page.hosts or {}).items():
+            if keys.setdefault(name, key) != key:
+                raise MalformedSegment(f"pages give host {name!r} two keys")
+        segments.extend(page.segments)
+    if [w.index for w in segments] != list(range(1, len(segments) + 1)):
+        raise MalformedSegment("the pages do not hold segments 1..n in order")
+    names = {w.host for w in segments}
+    if len(names) == 1 and None not in names:
+        (name,) = names
+        for w in segments:
+            w.host = None
+        return RecordWire(unit_id=first.unit_id, grants_id=first.grants_id, run=first.run,
+                          host_key=keys.get(name), segments=segments)
+    return RecordWire(unit_id=first.unit_id, grants_id=first.grants_id, run=first.run,
+                      hosts={n: keys[n] for n in sorted(keys) if n in names},
+                      segments=segments)

@@ -136,7 +136,12 @@ class LedgerApi:
         return {"runs": self.ledger.store.list_runs()}
 
     async def export(self, body: dict[str, Any]) -> Any:
-        return views.export_record(self.ledger.store, _field(body, "run", str))
+        run = _field(body, "run", str)
+        first = _field(body, "from", int, required=False)
+        if first is None:
+            return views.export_record(self.ledger.store, run)
+        limit = _field(body, "limit", int, required=False) or 500
+        return views.export_page(self.ledger.store, run, first, min(limit, 1000))
 
     async def rejections(self, body: dict[str, Any]) -> Any:
         limit = _field(body, "limit", int, required=False) or 100

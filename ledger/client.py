@@ -34,8 +34,11 @@ def default_url() -> str:
 
 
 async def call(url: str, endpoint: str, body: dict[str, Any] | None = None, *,
-               nkey: Path | None = None, timeout: float = 10.0) -> bytes:
-    """One API request; its raw JSON reply, or :class:`ApiError` / :class:`LedgerUnreachable`."""
+               nkey: Path | None = None, timeout: float = 10.0,
+               inbox_prefix: str = "_INBOX.reader") -> bytes:
+    """One API request; its raw JSON reply, or :class:`ApiError` / :class:`LedgerUnreachable`.
+    With ``nkey``, replies come to ``inbox_prefix`` (the user's own: the reader's, or a
+    host's, ``ledger.nats_config.inbox_prefix``)."""
     servers = [u.strip() for u in url.split(",") if u.strip()]
     # max_reconnect_attempts=0 would retry the first connect forever (nats-py 2.16 drops a
     # server only once its attempts pass a positive limit): one retry, then give up.
@@ -43,7 +46,7 @@ async def call(url: str, endpoint: str, body: dict[str, Any] | None = None, *,
                                 max_reconnect_attempts=1, allow_reconnect=False)
     if nkey is not None:
         opts["nkeys_seed"] = str(nkey)
-        opts["inbox_prefix"] = "_INBOX.reader"
+        opts["inbox_prefix"] = inbox_prefix
 
     async def no_log(_e: Exception) -> None:
         return None

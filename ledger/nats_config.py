@@ -8,6 +8,7 @@ is written beside it in ``creds/<name>.nk`` with mode 0600 and never printed.
 Users and what they may do (publish / subscribe; everything else is denied)::
 
     host <h>   pub  fleet.seg.<h>.>                     its own segments only
+                    fleet.api.export, fleet.api.prove    records and proofs of runs to adopt
                sub  fleet.rej.<h>, _INBOX.<h>.>          its refusals, its replies
     ledger     pub  fleet.>, $JS.API.>, $JS.ACK.>, $JS.FC.>, $SRV.>, _INBOX.>
                sub  fleet.>, $SRV.>, _INBOX.>
@@ -47,6 +48,7 @@ from fleet.subjects import (
     CHECKPOINTS,
     SEGMENTS,
     STREAM,
+    api_subject,
     check_host_name,
     rejection_subject,
 )
@@ -94,7 +96,9 @@ def inbox_prefix(name: str) -> str:
 def host_permissions(host: str) -> Permissions:
     check_host_name(host)
     return Permissions(
-        publish=(f"{SEGMENTS}.{host}.>",),
+        # A host adopting a parked run reads its record and a proof of its head (read-only
+        # API endpoints; never the rest of the API).
+        publish=(f"{SEGMENTS}.{host}.>", api_subject("export"), api_subject("prove")),
         subscribe=(rejection_subject(host), f"{inbox_prefix(host)}.>"),
     )
 

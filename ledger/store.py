@@ -383,9 +383,11 @@ class LedgerStore:
                                 (run, index)).fetchone()
         return None if row is None else (row[0], row[1])
 
-    def payloads(self, run: str) -> list[bytes]:
-        rows = self.conn.execute("SELECT payload FROM segments WHERE run = ? ORDER BY idx",
-                                 (run,))
+    def payloads(self, run: str, first: int = 1, limit: int = -1) -> list[bytes]:
+        """The folded messages of ``run`` from segment ``first`` on (``limit`` of them; -1:
+        all), in order."""
+        rows = self.conn.execute("SELECT payload FROM segments WHERE run = ? AND idx >= ?"
+                                 " ORDER BY idx LIMIT ?", (run, first, limit))
         return [bytes(p) for (p,) in rows]
 
     def counts(self) -> dict[str, Any]:

@@ -159,6 +159,21 @@ def export_record(store: LedgerStore, run: str) -> bytes:
     return encode_record(record)
 
 
+def export_page(store: LedgerStore, run: str, first: int, limit: int) -> bytes:
+    """Segments ``first`` .. ``first + limit - 1`` of the run's record, each naming the host
+    that sealed it, with those hosts' keys: a page of the record, for records too large for
+    one reply (:func:`fleet.record_file.join_pages` puts the pages back together)."""
+    row = store.run_row(run)
+    if row is None:
+        raise NotFound(f"no run {run} in this ledger")
+    envelopes = [decode_envelope(p) for p in store.payloads(run, first, limit)]
+    keys = {h["name"]: h["public_key"] for h in store.host_rows()}
+    return encode_record(RecordWire(
+        unit_id=row["state"]["unit_id"], grants_id=row["state"]["grants_id"], run=run,
+        hosts={name: keys[name] for name in sorted({e.host for e in envelopes})},
+        segments=[segment_to_wire(e.sealed, host=e.host) for e in envelopes]))
+
+
 def holders(store: LedgerStore, run: str) -> list[dict[str, Any]]:
     """Which host held the run for which segments, in order: ``{"host", "first", "last"}``."""
     out: list[dict[str, Any]] = []
@@ -184,4 +199,4 @@ def encode(doc: Any) -> bytes:
 
 
 __all__ = ["FleetError", "NotFound", "checkpoint_json", "consistency", "encode",
-           "export_record", "holders", "prove", "run_status", "status"]
+           "export_page", "export_record", "holders", "prove", "run_status", "status"]

@@ -210,3 +210,28 @@ def test_a_host_refuses_to_resume_its_own_run_from_an_edited_state(fleet: Fleet)
     run2 = Host("A", path).open_run(UNIT, GRANTS)  # a fresh process: unverified again
     with pytest.raises(StateMismatch):
         run2.resume(PARK, MANIFEST, idle_uj=5, provenance="estimated", meter="est")
+
+
+def test_the_record_in_pages_joins_to_the_whole_export(fleet: Fleet):
+    """A record fetched in pages (each naming every segment's host) joins to exactly the
+    ledger's whole export: the single-host form for a run that never moved, the multi-host
+    form for one that did."""
+    from fleet.record_file import join_pages
+    from fleet.wire import encode_record
+
+    a = _parked_on_a(fleet)
+    still = fleet.hosts["C"].open_run(digest(b"unit-stays"), GRANTS)
+    for n in range(5):
+        still.execute(uj=n + 1, provenance="measured", meter="m", journal_root=digest(b"%d" % n))
+    b = fleet.hosts["B"].adopt_run(a.run, fleet.source, fleet.keys)
+    b.resume(PARK, MANIFEST, idle_uj=5, provenance="estimated", meter="est")
+    b.execute(uj=20, provenance="measured", meter="m", journal_root=digest(b"j2"))
+    fleet.sync()
+    store = fleet.ledger.store
+    for run in (a.run, still.run):
+        whole = views.export_record(store, run)
+        for size in (1, 2, 3, 10):
+            segments = views.run_status(store, run)["segments"]
+            pages = [decode_record(views.export_page(store, run, first, size))
+                     for first in range(1, segments + 1, size)]
+            assert encode_record(join_pages(pages)) == whole

@@ -85,3 +85,17 @@ def test_check_all_folded_names_the_shortfall(tmp_path):
             bench_ingest.check_all_folded(store, 5, "x")
     finally:
         store.close()
+
+
+def test_bench_adopt_prints_its_phases(tmp_path):
+    """`fleet bench adopt` folds a run, adopts it through the API and reports each phase
+    beside bare Ed25519 on the same seals."""
+    from click.testing import CliRunner
+
+    result = CliRunner().invoke(fleet_cli, ["bench", "adopt", "--segments", "40", "--repeats",
+                                            "1", "--json"], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.output)
+    assert doc["segments"] == 40 and doc["record_bytes"] > 40 * 300
+    assert doc["adopt_ms"] >= doc["fetch_ms"] + doc["prove_ms"] > 0
+    assert doc["verify_over_bare_ed25519"] > 0

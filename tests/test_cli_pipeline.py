@@ -377,6 +377,12 @@ def test_demo_json_reports_a_consistent_pipeline(tmp_path: Path) -> None:
     assert doc["record_verdict"] in doc["wait_proofs"] and doc["record_segments"] == doc[
         "proved_index"] >= 3
     assert sum(doc["wait_proofs"].values()) == doc["runs"]
+    # The first run of each host that parks moves to the other host: at least one did,
+    # and the one proved was sealed by two hosts.
+    assert doc["moved_runs"] >= 1
+    assert [h["host"] for h in doc["moved_holders"]] in (["host1", "host2"],
+                                                         ["host2", "host1"])
+    assert doc["moved_record_segments"] == doc["moved_holders"][-1]["last"]
     assert set(doc["wait_proofs"]) <= {"NonBlocking", "Blocked", "Unproved"}
     assert 0 < doc["proof_hashes"] <= doc["tree_size"].bit_length()
     assert len(doc["root"]) == 64

@@ -166,3 +166,31 @@ def test_adoption_refused_by_the_cli(fleet, tmp_path: Path):  # type: ignore[no-
     again = cli("run", "adopt", run, "--data", str(base / "B"), "--name", "B", "--vkey",
                 str(led / "ledger.vkey"), "--nats", url, check=False)
     assert again.returncode == 1 and "NotParked" in again.stderr
+
+
+def test_simulated_hosts_move_runs_between_processes(nats_server: NatsServer, tmp_path: Path):
+    """`fleet host simulate --migrate 0.5`: three host processes hand runs to each other at
+    parks; every run is folded without a refusal, moved runs show two holders, and every
+    record verifies offline."""
+    url, led, base = nats_server.url, tmp_path / "ledger", tmp_path / "hosts"
+    with LedgerProc(url, led, log=tmp_path / "ledger.log") as ledger:
+        ledger.start()
+        summary = cli_json("host", "simulate", "--hosts", "3", "--runs", "8", "--migrate",
+                           "0.5", "--vkey", str(led / "ledger.vkey"), "--nats", url, "--data",
+                           str(base), "--enroll-into", str(led), "--json", timeout=180)
+        assert summary["failed"] == []
+        adopted = sum(h["adopted"] for h in summary["hosts"])
+        assert adopted > 0 and all(h["remaining"] == 0 for h in summary["hosts"])
+        wait_folded(url, led)
+        assert api(url, "rejections")["rejections"] == []
+        runs = api(url, "runs")["runs"]
+        assert len(runs) == 24
+        moved = 0
+        for row in runs:
+            shown = api(url, "run", {"run": row["run"]})
+            hosts = {h["host"] for h in shown["holders"]}
+            moved += len(hosts) > 1
+            record = decode_record(json.dumps(api(url, "export", {"run": row["run"]})).encode())
+            report = verify_record(record)
+            assert report.sealed and report.segments == shown["segments"]
+        assert moved == adopted
