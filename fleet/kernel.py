@@ -188,10 +188,12 @@ def check_provenance(value: object) -> str:
 
 def _energy(uj: object, provenance: object, what: str) -> bytes:
     """``uj:u64 || provenance:u8``."""
-    code = PROVENANCES.get(provenance) if type(provenance) is str else None
+    code = PROVENANCES.get(provenance) if type(provenance) is str else None  # type: ignore[arg-type]
     if code is None:
         check_provenance(provenance)
-    return _ENERGY.pack(check_u64(uj, what), code)  # type: ignore[arg-type]
+    if type(uj) is not int or not 0 <= uj <= MAX_U64:
+        check_u64(uj, what)
+    return _ENERGY.pack(uj, code)
 
 
 # Meters and outcomes repeat across segments: their checked encodings are memoised
@@ -288,15 +290,18 @@ def attestation_bytes(uj: int, provenance: str, meter: str, journal_root: bytes,
                       outcome: str) -> bytes:
     """``ATTESTATION_DOMAIN || uj:u64 || provenance:u8 || text(meter) || journal_root[32]
     || text(outcome)``; its BLAKE3 is the attestation's address."""
+    if type(journal_root) is not bytes or len(journal_root) != DIGEST:
+        check_digest(journal_root, "journal_root")
     return (ATTESTATION_DOMAIN + _energy(uj, provenance, "receipt uj")
-            + encode_text(meter, "meter") + check_digest(journal_root, "journal_root")
-            + encode_text(outcome, "outcome"))
+            + encode_text(meter, "meter") + journal_root + encode_text(outcome, "outcome"))
 
 
 def executed_bytes(attestation: bytes, calls: Calls | None) -> bytes:
     """``0x01 || attestation[32]``, then ``0x01 || ids(dispatched) || ids(resolved)`` when
     the interval keeps a call account (absent and empty accounts hash differently)."""
-    body = _B_EXECUTED + check_digest(attestation, "attestation")
+    if type(attestation) is not bytes or len(attestation) != DIGEST:
+        check_digest(attestation, "attestation")
+    body = _B_EXECUTED + attestation
     if calls is None:
         return body
     return (body + _B_ACCOUNT + encode_ids(calls.dispatched, "dispatched")
