@@ -86,6 +86,9 @@ class Host:
         self.outbox = Outbox(self.dir / "outbox.db", limit_bytes=outbox_limit, reserve=reserve,
                              keep_acked_bytes=keep_acked_bytes)
         self._db = sqlite.connect(self.dir / "runs.db", busy_timeout_s=5.0)
+        # Where to fetch a run's record (and the ledger's keys to check its proofs under)
+        # when this host no longer holds all of it: set by the program that wires the host.
+        self.ledger: tuple[RecordSource, list[Verifier]] | None = None
         self._db.execute("CREATE TABLE IF NOT EXISTS runs (run TEXT PRIMARY KEY,"
                          " state BLOB NOT NULL)")
 
@@ -147,8 +150,16 @@ class Host:
             start = RunState.open(hr.state.unit_id, hr.state.grants_id)
         payloads = self.outbox.payloads_after(run, start.index)
         if payloads and decode_envelope(payloads[0]).sealed.index != start.index + 1:
-            raise RecordUnavailable(f"this host no longer holds segment {start.index + 1} of "
-                                    f"run {run} (its outbox was pruned)")
+            if self.ledger is None:
+                raise RecordUnavailable(f"this host no longer holds segment {start.index + 1}"
+                                        f" of run {run} (its outbox was pruned) and has no "
+                                        "ledger to fetch the record from")
+            # The ledger's record instead, checked as an adoption would check it (it must
+            # be parked where this host parked it, under the ledger's signed log).
+            source, keys = self.ledger
+            data = source.record(run)
+            start = verify_adoption(run, data, source.proof(run, _segments(data)), keys)
+            payloads = self.outbox.payloads_after(run, start.index)
         return verify_local(hr.state, start, payloads, {self.name: self.key.verify_key})
 
     def _save(self, run: str, builder: RecordBuilder) -> None:

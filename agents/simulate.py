@@ -250,6 +250,8 @@ async def simulate_host(name: str, host_dir: Path, runs: int, servers: list[str]
     ``migration``, some runs are handed to the other simulated hosts at a park, and this
     host adopts and finishes theirs."""
     host = Host(name, host_dir)
+    if migration is not None:
+        host.ledger = (migration.source, migration.ledger_keys)
     started = time.monotonic()
     try:
         nc = await connect(servers, nkey, name=f"fleet-host-{name}",

@@ -235,3 +235,29 @@ def test_the_record_in_pages_joins_to_the_whole_export(fleet: Fleet):
             pages = [decode_record(views.export_page(store, run, first, size))
                      for first in range(1, segments + 1, size)]
             assert encode_record(join_pages(pages)) == whole
+
+
+def test_a_host_whose_outbox_was_pruned_verifies_its_run_from_the_ledger(fleet: Fleet):
+    """With its early segments pruned, a restarted host verifies its parked run from the
+    ledger's record and proof (when it has a ledger) before resuming it, and refuses with
+    RecordUnavailable when it has none."""
+    from agents.adoption import RecordUnavailable
+
+    run = fleet.hosts["A"].open_run(UNIT, GRANTS)
+    for n in range(3):
+        run.execute(uj=10 + n, provenance="measured", meter="m", journal_root=digest(b"%d" % n))
+    run.suspend(PARK, MANIFEST)
+    fleet.sync()
+    host = fleet.hosts["A"]
+    host.outbox.prune(0)  # every acked row but the run's newest
+    assert len(host.outbox.payloads_after(run.run, 0)) == 1
+    again = Host("A", host.dir)
+    try:
+        mine = again.open_run(UNIT, GRANTS)
+        with pytest.raises(RecordUnavailable):
+            mine.resume(PARK, MANIFEST, idle_uj=5, provenance="estimated", meter="est")
+        again.ledger = (fleet.source, fleet.keys)
+        mine.resume(PARK, MANIFEST, idle_uj=5, provenance="estimated", meter="est")
+        assert mine.state.index == 5
+    finally:
+        again.close()
