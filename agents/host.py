@@ -4,7 +4,8 @@
     run = host.open_run(unit_id, grants_id)
     run.execute(uj=..., provenance="measured", meter="rapl:package-0", journal_root=...)
     run.suspend(make_snapshot(transcript=...), manifest)
-    run.resume(snapshot, manifest, idle_uj=..., provenance="estimated", meter="...")
+    run.resume(snapshot, environment=devcontainer_json, idle_uj=..., provenance="estimated",
+               meter="...")    # or the manifest's 32 bytes in place of environment=
     run.close()
 
 Every call checks the segment with the pure core first (a refused segment raises its named
@@ -26,6 +27,7 @@ from pathlib import Path
 import msgspec
 from nacl.signing import SigningKey
 
+from agents.environment import Environment, resume_manifest
 from agents.outbox import DEFAULT_KEEP_ACKED_BYTES, DEFAULT_LIMIT_BYTES, DEFAULT_RESERVE, Outbox
 from fleet.address import format_address
 from fleet.builder import RecordBuilder
@@ -149,9 +151,14 @@ class HostRun:
     def suspend(self, snapshot: Snapshot, manifest: bytes) -> SealedSegment:
         return self._emit(lambda: self.builder.suspend(snapshot, manifest))
 
-    def resume(self, snapshot: Snapshot, manifest: bytes, *, idle_uj: int, provenance: str,
-               meter: str) -> SealedSegment:
-        return self._emit(lambda: self.builder.resume(snapshot, manifest, idle_uj, provenance,
+    def resume(self, snapshot: Snapshot, manifest: bytes | None = None, *, idle_uj: int,
+               provenance: str, meter: str,
+               environment: Environment | None = None) -> SealedSegment:
+        """Resume the parked run. With ``environment`` (the devcontainer.json or manifest
+        file it resumes in, or a Manifest) its manifest address must be the park's, else
+        EnvironmentMismatch and nothing is sealed (precondition 2, agents.environment)."""
+        address = resume_manifest(self.builder.state, manifest, environment)
+        return self._emit(lambda: self.builder.resume(snapshot, address, idle_uj, provenance,
                                                       meter))
 
     def close(self) -> SealedSegment:
