@@ -147,14 +147,18 @@ def _string(v: Any, where: str, what: str) -> str:
     """A text value: a string without a ``${`` substitution, control characters or excess."""
     if type(v) is not str:
         raise MalformedProperty(f"{what} must be a string", where=where)
-    if "${" in v:
-        raise Substitution(f"{v[:60]!r} holds a ${{...}} substitution: the value would come "
-                           "from the machine, not the declaration", where=where)
+    _no_substitution(v, where)
     if _CONTROL.search(v):
         raise MalformedProperty(f"{what} holds a control character", where=where)
     if len(v) > _MAX_TEXT:
         raise MalformedProperty(f"{what} is longer than {_MAX_TEXT} characters", where=where)
     return v
+
+
+def _no_substitution(v: str, where: str) -> None:
+    if "${" in v:
+        raise Substitution(f"{v[:60]!r} holds a ${{...}} substitution: the value would come "
+                           "from the machine, not the declaration", where=where)
 
 
 def _object(v: Any, where: str, what: str) -> dict[str, Any]:
@@ -308,10 +312,14 @@ def _feature_options(options: dict[str, Any], where: str) -> dict[str, str | boo
         value = options[key]
         if type(value) is bool:
             continue
-        if _SHELL_SAFE.match(_string(value, at, "an option value")) is None:
+        if type(value) is not str:
+            raise MalformedProperty("an option value must be a string or a boolean", where=at)
+        _no_substitution(value, at)
+        if _SHELL_SAFE.match(value) is None:  # newlines and control characters included
             raise ShellInFeatureOption(
-                f"{value[:60]!r} has a character an install script could run as shell "
-                "(allowed: letters, digits, space and . _ , : / @ + = ~ % -)", where=at)
+                f"{value[:60]!r} has a character an install script could run as shell, "
+                "or more than 256 (allowed: letters, digits, space and . _ , : / @ + = ~ % -)",
+                where=at)
     return dict(options)
 
 
