@@ -30,6 +30,7 @@ async def _wait_folded(ledger: Any, js: Any, timeout: float) -> None:
 
 
 async def _demo(workdir: Path, hosts: int, runs: int) -> dict[str, Any]:
+    from cli._env_demo import refused_resume
     from cli._sim_procs import spawn_simulators
     from cli._wiring import make_ledger
     from fleet.checkpoint import open_checkpoint
@@ -94,6 +95,7 @@ async def _demo(workdir: Path, hosts: int, runs: int) -> dict[str, Any]:
                 raise CheckFailed(f"the ledger says {ledger_verdict} for run {run_id}, its "
                                   f"record verifies to {report.wait_proof.name}")
             cp = open_checkpoint(ledger.store.last_checkpoint()[2], [vkey])  # type: ignore[index]
+            environment = refused_resume(workdir / "environment-check")
         finally:
             stop.set()
             await task
@@ -106,6 +108,7 @@ async def _demo(workdir: Path, hosts: int, runs: int) -> dict[str, Any]:
         "proof_hashes": len(bundle["inclusion"]), "record_verdict": report.wait_proof.name,
         "record_segments": report.segments, "origin": ledger.origin,
         "wait_proofs": dict(sorted(verdicts.items())),
+        "environment_refusal": environment,
         "seconds": round(time.monotonic() - started, 2),
     }
 
@@ -145,3 +148,6 @@ def demo(hosts: int, runs: int, keep: Path | None, as_json: bool) -> None:
                f"wait proof {summary['record_verdict']}")
     proofs = ", ".join(f"{n} {v}" for v, n in summary["wait_proofs"].items())
     click.echo(f"  wait proofs across the fleet's runs: {proofs}")
+    env = summary["environment_refusal"]
+    click.echo(f"  a run parked in the {env['parked_in']} environment, offered "
+               f"{env['offered_in']} to resume in: {env['rule']} on the host, nothing sealed")

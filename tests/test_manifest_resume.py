@@ -14,19 +14,20 @@ import pytest
 
 from agents.environment import environment_manifest
 from agents.host import Host, HostRun
+from agents.simulate import host_environments, record_runs
 from fleet import jsonc
 from fleet.address import digest, format_address
-from fleet.manifest import manifest_of_text, sign
+from fleet.manifest import manifest_of_text, read_manifest_file, sign
 from fleet.manifest_errors import EnvironmentMismatch, Widening
 from fleet.note import signer_from_seed
 from fleet.run_codec import state_to_json
 from fleet.segment import make_snapshot, resumed
-from fleet.wire import encode_envelope
+from fleet.wire import decode_envelope, encode_envelope
 from ledger.stream import ensure_stream
 from plumbing.natsd import NatsServer
 
 from fault_helpers import LedgerProc, forge
-from pipeline_helpers import cli, cli_json, wait_folded
+from pipeline_helpers import cli, cli_json, outbox_rows, wait_folded
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples" / "devcontainers"
 PYTHON, NODE = EXAMPLES / "python" / "devcontainer.json", EXAMPLES / "node" / "devcontainer.json"
@@ -169,3 +170,24 @@ def test_the_ledger_refuses_a_hand_sealed_resume_in_another_environment(
         ("ManifestMismatch", run.run, 3)]
     assert shown["segments"] == 4 and shown["phase"] == "closed"
     assert run.run == format_address(b.run)
+
+
+def test_simulated_hosts_park_and_resume_in_the_sample_environments(tmp_path: Path) -> None:
+    """Every park and resume a simulated host records names the manifest address of one of
+    examples/devcontainers, built and signed into the host's folder; runs use several."""
+    host = Host("sim1", tmp_path / "sim1")
+    try:
+        assert record_runs(host, 12) > 0
+        files = host_environments(host)
+        segments = [decode_envelope(p).sealed.segment
+                    for r in {row[0] for row in outbox_rows(tmp_path / "sim1")}
+                    for p in host.outbox.payloads_after(r, 0)]
+    finally:
+        host.close()
+    samples = {manifest_of_text(p.read_bytes()).address
+               for p in EXAMPLES.glob("*/devcontainer.json")}
+    assert {environment_manifest(f).address for f in files} == samples
+    assert all(read_manifest_file(f.read_bytes()).signer.name == "sim1" for f in files)
+    used = [format_address(s.manifest) for s in segments if hasattr(s, "manifest")]
+    assert len(used) >= 4 and set(used) <= samples and len(set(used)) >= 2
+
