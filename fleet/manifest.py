@@ -130,7 +130,7 @@ _SHELL_SAFE = re.compile(r"[A-Za-z0-9 ._,:/@+=~%-]{0,256}\Z")
 _USER = re.compile(r"(?:[A-Za-z_][A-Za-z0-9_.-]{0,31}|[0-9]{1,10})"
                    r"(?::(?:[A-Za-z_][A-Za-z0-9_.-]{0,31}|[0-9]{1,10}))?\Z")
 _SIZE = re.compile(r"[0-9]{1,15}(?:[tgmk]b)?\Z")
-_HOST = re.compile(rf"{_DOMAIN}\Z")
+_HOST_PORT = re.compile(rf"{_DOMAIN}:([0-9]{{1,5}})\Z")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 _MAX_TEXT = 4096
 _MAX_ITEMS = 256
@@ -247,8 +247,8 @@ def _forward_ports(v: Any, where: str) -> list[int | str]:
         if type(port) is int:
             out.append(_integer(port, at, "a port", 1, 65535))
             continue
-        host, _, number = _string(port, at, "a port").rpartition(":")
-        if _HOST.match(host) is None or not number.isdigit() or not 1 <= int(number) <= 65535:
+        match = _HOST_PORT.match(_string(port, at, "a port"))
+        if match is None or not 1 <= int(match.group(1)) <= 65535:
             raise MalformedProperty(f"{port[:80]!r} is neither a port nor host:port", where=at)
         out.append(port)
     if len(set(out)) != len(out):

@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 from fleet import jsonc
 from fleet.manifest import (
+    ALLOWED,
     is_manifest_file,
     manifest_of,
     manifest_of_text,
@@ -152,3 +153,57 @@ def test_an_address_edit_alone_is_caught_with_both_values() -> None:
     with pytest.raises(ManifestAddressMismatch) as caught:
         read_manifest_file(json.dumps(doc))
     assert (caught.value.stated, caught.value.computed) == (b.address, a.address)
+
+
+KEYS = st.sampled_from([*ALLOWED, "privileged", "postCreateCommand", "cpus", "memory", "gpu",
+                        "cores", "version", "X", "LD_PRELOAD", "db:80", "${x}"]) | st.text(
+    max_size=8)
+LEAVES = (st.none() | st.booleans() | st.integers(-(2**53) + 1, 2**53 - 1)
+          | st.sampled_from(["", "optional", "4gb", "/w", "node", "db:80", "x${y}", "a;b",
+                             "ghcr.io/a/b@sha256:" + "0" * 64, "python:3", "stopContainer"])
+          | st.text(max_size=12))
+ANY = st.recursive(LEAVES, lambda inner: st.lists(inner, max_size=3)
+                   | st.dictionaries(KEYS, inner, max_size=4), max_leaves=16)
+NAMES = st.sampled_from(["A", "B_2", "_x", "C", "version", "VERSION", "PATH", "ld_preload",
+                         "1X", "A-B", "${v}"])
+TEXTS = st.sampled_from(["1", "lts", "a b", "x=y", "", "20", "20.1", "latest", "$(id)",
+                         "${localEnv:X}", "a\nb"])
+# Each allowed property with values that are often right and sometimes subtly wrong.
+LIKELY = {
+    "name": TEXTS,
+    "features": st.dictionaries(
+        st.sampled_from(["ghcr.io/f/node@sha256:" + "2" * 64, "ghcr.io/f/go@sha256:" + "3" * 64,
+                         "ghcr.io/f/node:1", "./local"]),
+        TEXTS | st.dictionaries(NAMES, TEXTS | st.booleans() | LEAVES, max_size=3),
+        max_size=2),
+    "containerEnv": st.dictionaries(NAMES, TEXTS, max_size=3),
+    "remoteEnv": st.dictionaries(NAMES, TEXTS | st.none(), max_size=3),
+    "containerUser": st.sampled_from(["vscode", "1000:1000", "a b", "root"]),
+    "remoteUser": st.sampled_from(["node", "0", "x:y:z"]),
+    "workspaceFolder": st.sampled_from(["/w", "/w/x", "/", "w", "/w/../x", "/w/"]),
+    "forwardPorts": st.lists(st.integers(0, 70000) | st.sampled_from(["db:5432", "x:0"]),
+                             max_size=3),
+    "hostRequirements": st.fixed_dictionaries({}, optional={
+        "cpus": st.integers(0, 8), "memory": st.sampled_from(["4gb", "4GB", "512"]),
+        "storage": st.sampled_from(["32gb", "x"]),
+        "gpu": st.booleans() | st.sampled_from(["optional", "yes"])
+        | st.fixed_dictionaries({"cores": st.integers(0, 4)})}),
+    "shutdownAction": st.sampled_from(["none", "stopContainer", "stopCompose"]),
+}
+DECLARATIONS = st.fixed_dictionaries({}, optional=LIKELY)
+
+
+@settings(max_examples=500, deadline=None)
+@given(DECLARATIONS | st.dictionaries(KEYS, ANY, max_size=6), st.booleans())
+def test_any_declaration_is_a_manifest_or_a_named_refusal(decl: dict, with_image: bool) -> None:
+    """Arbitrary JSON around the allowlist's names never escapes as anything but a named
+    ManifestError; what is accepted is its own normal form (normalising twice changes
+    nothing)."""
+    if with_image:
+        decl["image"] = "ghcr.io/a/b@sha256:" + "1" * 64
+    try:
+        m = manifest_of(decl)
+    except ManifestError as exc:
+        assert exc.rule != "ManifestError" and str(exc)
+        return
+    assert manifest_of(m.devcontainer) == m
