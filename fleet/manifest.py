@@ -288,7 +288,7 @@ def _shutdown_action(v: Any, where: str) -> str:
 def _features(v: Any, where: str) -> dict[str, dict[str, str | bool]]:
     out: dict[str, dict[str, str | bool]] = {}
     for ref in sorted(_object(v, where, "features")):
-        at = f"{where}[{json.dumps(ref)}]"
+        at = _member(where, ref)
         _pinned(_string(ref, at, "a feature"), at, "feature", _FEATURE_NAME, UnpinnedFeature)
         options = v[ref]
         if type(options) is str:
