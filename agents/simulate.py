@@ -32,8 +32,8 @@ from fleet.segment import CallAccount, Snapshot, make_snapshot
 from plumbing.files import write_atomically
 from plumbing.nats_connect import connect
 
-# The sample declarations a simulated host's runs park and resume in (a source checkout's
-# examples/; not part of an installed wheel).
+# The sample declarations a simulated host's runs park and resume in: a source checkout's
+# examples/ (not part of an installed wheel), or the folder FLEET_DEVCONTAINERS names.
 SAMPLES = Path(__file__).resolve().parent.parent / "examples" / "devcontainers"
 
 
@@ -80,9 +80,11 @@ def snapshot_for(run: HostRun, form: str) -> Snapshot:
 def host_environments(host: Host) -> list[Path]:
     """One manifest file per sample declaration, built once into the host's folder and
     signed with the host's key under its name: the environments its runs live in."""
-    declarations = sorted(SAMPLES.glob("*/devcontainer.json"))
+    samples = Path(os.environ.get("FLEET_DEVCONTAINERS") or SAMPLES)
+    declarations = sorted(samples.glob("*/devcontainer.json"))
     if not declarations:
-        raise FileNotFoundError(f"no sample devcontainer.json under {SAMPLES}")
+        raise FileNotFoundError(f"no */devcontainer.json under {samples} (set "
+                                "FLEET_DEVCONTAINERS to a folder of sample environments)")
     folder = host.dir / "environments"
     folder.mkdir(exist_ok=True)
     signer = signer_from_seed(host.name, bytes(host.key))

@@ -8,7 +8,7 @@ from pathlib import Path
 from agents.environment import environment_manifest
 from agents.host import Host
 from agents.simulate import host_environments
-from cli._app import CheckFailed
+from cli._app import CheckFailed, UserError
 from fleet.address import digest
 from fleet.manifest_errors import EnvironmentMismatch
 from fleet.phases import PARKED
@@ -20,7 +20,10 @@ def refused_resume(folder: Path) -> dict[str, str]:
     refusal's rule and both addresses (a host that resumed would be a failed check)."""
     host = Host("demo-env", folder)
     try:
-        first, other = host_environments(host)[:2]
+        environments = host_environments(host)
+        if len(environments) < 2:
+            raise UserError("the demo needs two sample environments (FLEET_DEVCONTAINERS)")
+        first, other = environments[:2]
         run = host.open_run(digest(b"fleet-demo/unit/environment"), digest(b"fleet-demo/grants"))
         if run.state.phase != PARKED:
             run.execute(uj=1000, provenance="estimated", meter="estimate:demo",

@@ -191,3 +191,38 @@ def test_simulated_hosts_park_and_resume_in_the_sample_environments(tmp_path: Pa
     used = [format_address(s.manifest) for s in segments if hasattr(s, "manifest")]
     assert len(used) >= 4 and set(used) <= samples and len(set(used)) >= 2
 
+
+
+def test_a_deployment_points_the_simulator_at_its_own_declarations(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With FLEET_DEVCONTAINERS (as the compose image sets it), a simulated host builds its
+    environments from that folder, not from the source checkout."""
+    (tmp_path / "envs" / "only").mkdir(parents=True)
+    (tmp_path / "envs" / "only" / "devcontainer.json").write_bytes(NODE.read_bytes())
+    monkeypatch.setenv("FLEET_DEVCONTAINERS", str(tmp_path / "envs"))
+    host = Host("sim2", tmp_path / "sim2")
+    try:
+        files = host_environments(host)
+    finally:
+        host.close()
+    assert [environment_manifest(f).address for f in files] == [
+        environment_manifest(NODE).address]
+    monkeypatch.setenv("FLEET_DEVCONTAINERS", str(tmp_path / "none"))
+    host = Host("sim3", tmp_path / "sim3")
+    try:
+        with pytest.raises(FileNotFoundError, match="FLEET_DEVCONTAINERS"):
+            host_environments(host)
+    finally:
+        host.close()
+
+
+def test_the_compose_image_carries_the_samples_it_points_at() -> None:
+    """compose/Dockerfile copies examples/devcontainers (admitted by its dockerignore) to
+    the folder its FLEET_DEVCONTAINERS names, so the image's simulated hosts find them."""
+    compose = EXAMPLES.parent.parent / "compose"
+    dockerfile = (compose / "Dockerfile").read_text()
+    admitted = (compose / "Dockerfile.dockerignore").read_text().splitlines()
+    assert "!examples/devcontainers" in admitted
+    assert "cp -r /src/examples/devcontainers /opt/fleet/devcontainers" in dockerfile
+    assert "ENV FLEET_DEVCONTAINERS=/opt/fleet/devcontainers" in dockerfile
+    assert len(list(EXAMPLES.glob("*/devcontainer.json"))) >= 2
