@@ -4,7 +4,8 @@
     run = host.open_run(unit_id, grants_id)
     run.execute(uj=..., provenance="measured", meter="rapl:package-0", journal_root=...)
     run.suspend(make_snapshot(transcript=...), manifest)
-    run.resume(snapshot, manifest, idle_uj=..., provenance="estimated", meter="...")
+    run.resume(snapshot, environment=devcontainer_json, idle_uj=..., provenance="estimated",
+               meter="...")    # or the manifest's 32 bytes in place of environment=
     run.close()
 
 Every call checks the segment with the pure core first (a refused segment raises its named
@@ -36,6 +37,7 @@ from agents.adoption import (
     verify_adoption,
     verify_local,
 )
+from agents.environment import Environment, resume_manifest
 from agents.outbox import DEFAULT_KEEP_ACKED_BYTES, DEFAULT_LIMIT_BYTES, DEFAULT_RESERVE, Outbox
 from fleet.address import format_address
 from fleet.builder import RecordBuilder
@@ -227,14 +229,19 @@ class HostRun:
     def suspend(self, snapshot: Snapshot, manifest: bytes) -> SealedSegment:
         return self._emit(lambda: self.builder.suspend(snapshot, manifest))
 
-    def resume(self, snapshot: Snapshot, manifest: bytes, *, idle_uj: int, provenance: str,
-               meter: str) -> SealedSegment:
-        """Resume the parked run with the recorded snapshot and manifest, after verifying the
-        run's record (once per process: :meth:`Host.verified_state`)."""
+    def resume(self, snapshot: Snapshot, manifest: bytes | None = None, *, idle_uj: int,
+               provenance: str, meter: str,
+               environment: Environment | None = None) -> SealedSegment:
+        """Resume the parked run with the recorded snapshot, after verifying the run's record
+        (once per process: :meth:`Host.verified_state`). With ``environment`` (the
+        devcontainer.json or manifest file it resumes in, or a Manifest) its manifest address
+        must be the park's, else EnvironmentMismatch and nothing is sealed (precondition 2,
+        agents.environment)."""
         if not self.verified:
             self.builder.state = self.host.verified_state(self)
             self.verified = True
-        return self._emit(lambda: self.builder.resume(snapshot, manifest, idle_uj, provenance,
+        address = resume_manifest(self.builder.state, manifest, environment)
+        return self._emit(lambda: self.builder.resume(snapshot, address, idle_uj, provenance,
                                                       meter))
 
     def close(self) -> SealedSegment:

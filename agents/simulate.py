@@ -1,9 +1,11 @@
 """A traffic generator: simulated hosts recording runs and streaming them to JetStream.
 
-Each simulated host has its own folder (key, outbox, run states). A run follows a plan fixed
-by the host's salt and the run's number: accounted executes, parks of both forms with their
-idle energy, resumes, and a close. Because each plan step is one segment and the host keeps
-its state, a simulator killed at any point picks up every run at the step it reached.
+Each simulated host has its own folder (key, outbox, run states, and a signed manifest of
+each sample environment in examples/devcontainers). A run follows a plan fixed by the host's
+salt and the run's number: accounted executes, parks of both forms with their idle energy,
+resumes (each checked against the park's environment, precondition 2), and a close.
+Because each plan step is one segment and the host keeps its state, a simulator killed at
+any point picks up every run at the step it reached.
 """
 
 from __future__ import annotations
@@ -23,17 +25,21 @@ from typing import Any
 
 from agents.adoption import RecordSource
 from agents.energy import IntervalMeter, image_park_idle, transcript_park_idle
+from agents.environment import environment_manifest
 from agents.host import Host, HostRun
 from agents.publisher import Publisher
 from agents.refusals import RefusalWatcher
 from fleet.address import digest
-from fleet.note import Verifier
+from fleet.manifest import manifest_of_text, sign
+from fleet.note import Verifier, signer_from_seed
 from fleet.segment import CallAccount, Snapshot, make_snapshot
 from fleet.subjects import run_token
 from plumbing.files import write_atomically
 from plumbing.nats_connect import connect
 
-MANIFEST = digest(b"fleet-sim/manifest/python3.11")
+# The sample declarations a simulated host's runs park and resume in: a source checkout's
+# examples/ (not part of an installed wheel), or the folder FLEET_DEVCONTAINERS names.
+SAMPLES = Path(__file__).resolve().parent.parent / "examples" / "devcontainers"
 
 
 @dataclass(frozen=True)
@@ -76,6 +82,27 @@ def snapshot_for(run: HostRun, form: str) -> Snapshot:
     return make_snapshot(fs_root=digest(b"fs" + tag), mem_image=digest(b"mem" + tag))
 
 
+def host_environments(host: Host) -> list[Path]:
+    """One manifest file per sample declaration, built once into the host's folder and
+    signed with the host's key under its name: the environments its runs live in."""
+    samples = Path(os.environ.get("FLEET_DEVCONTAINERS") or SAMPLES)
+    declarations = sorted(samples.glob("*/devcontainer.json"))
+    if not declarations:
+        raise FileNotFoundError(f"no */devcontainer.json under {samples} (set "
+                                "FLEET_DEVCONTAINERS to a folder of sample environments)")
+    folder = host.dir / "environments"
+    folder.mkdir(exist_ok=True)
+    signer = signer_from_seed(host.name, bytes(host.key))
+    out = []
+    for declaration in declarations:
+        path = folder / f"{declaration.parent.name}.manifest.json"
+        if not path.exists():
+            signed = sign(manifest_of_text(declaration.read_bytes()), signer)
+            write_atomically(path, signed.file_text().encode("utf-8"))
+        out.append(path)
+    return out
+
+
 def work(rounds: int) -> bytes:
     h = b""
     for i in range(rounds):
@@ -83,8 +110,9 @@ def work(rounds: int) -> bytes:
     return h
 
 
-def advance(run: HostRun, steps: list[Step], number: int) -> bool:
-    """Record the run's next planned step; False when the plan is done."""
+def advance(run: HostRun, steps: list[Step], number: int, environment: Path) -> bool:
+    """Record the run's next planned step (parks and resumes in ``environment``, a manifest
+    file: the resume checks it against the park); False when the plan is done."""
     i = run.state.index
     if i >= len(steps):
         return False
@@ -110,14 +138,15 @@ def advance(run: HostRun, steps: list[Step], number: int) -> bool:
         run.execute(uj=r.uj, provenance=r.provenance, meter=r.meter,
                     journal_root=digest(journal), calls=calls)
     elif step.kind == "suspended":
-        run.suspend(snapshot_for(run, step.form), MANIFEST)
+        run.suspend(snapshot_for(run, step.form), environment_manifest(environment).digest)
     elif step.kind == "resumed":
         snap = run.state.parked
         assert snap is not None
         seconds = 3600.0 * (1 + i % 5)
         idle = (transcript_park_idle(64_000, seconds) if step.form == "transcript"
                 else image_park_idle(20 * 10**9, seconds, memory_bytes=2 * 10**9))
-        run.resume(snap, MANIFEST, idle_uj=idle.uj, provenance=idle.provenance, meter=idle.meter)
+        run.resume(snap, environment=environment, idle_uj=idle.uj, provenance=idle.provenance,
+                   meter=idle.meter)
     else:
         run.close()
     return True
@@ -181,6 +210,7 @@ def record_runs(host: Host, runs: int, migration: Migration | None = None) -> in
     """Record every planned step of ``runs`` runs on ``host`` (a migrating run only up to its
     first park, then offered to the other hosts); returns segments written."""
     s = salt(host.dir)
+    environments = host_environments(host)
     active: list[tuple[HostRun, list[Step], int]] = []
     moving: set[int] = set()
     parking = 0
@@ -202,7 +232,7 @@ def record_runs(host: Host, runs: int, migration: Migration | None = None) -> in
                 assert migration is not None
                 migration.offer(host.name, run, s, number)
                 continue
-            if advance(run, steps, number):
+            if advance(run, steps, number, environments[number % len(environments)]):
                 written += 1
                 still.append((run, steps, number))
         active = still
@@ -214,6 +244,7 @@ def adopt_offers(host: Host, migration: Migration, deadline_s: float = 120.0) ->
     (retrying while the ledger has not yet logged its park) and finish its plan. Returns
     (runs adopted, segments written)."""
     adopted = written = 0
+    environments = host_environments(host)
     end = time.monotonic() + deadline_s
     while time.monotonic() < end:
         offer = migration.claim(host.name)
@@ -223,8 +254,12 @@ def adopt_offers(host: Host, migration: Migration, deadline_s: float = 120.0) ->
             time.sleep(0.1)
             continue
         run = _adopt(host, migration, offer["run"], end)
-        steps = plan(random.Random(bytes.fromhex(offer["salt"]) + b"%d" % offer["number"]))
-        while advance(run, steps, offer["number"]):
+        number = offer["number"]
+        steps = plan(random.Random(bytes.fromhex(offer["salt"]) + b"%d" % number))
+        # The same declaration the offering host parked in (every host signs the same
+        # samples, in the same order: the same manifest addresses).
+        environment = environments[number % len(environments)]
+        while advance(run, steps, number, environment):
             written += 1
         adopted += 1
     return adopted, written

@@ -30,6 +30,7 @@ async def _wait_folded(ledger: Any, js: Any, timeout: float) -> None:
 
 
 async def _demo(workdir: Path, hosts: int, runs: int) -> dict[str, Any]:
+    from cli._env_demo import refused_resume
     from cli._sim_procs import spawn_simulators
     from cli._wiring import make_ledger
     from fleet.checkpoint import open_checkpoint
@@ -114,6 +115,7 @@ async def _demo(workdir: Path, hosts: int, runs: int) -> dict[str, Any]:
                                "moved_holders": views.holders(ledger.store, moved[0]),
                                "moved_record_segments": mreport.segments}
             cp = open_checkpoint(ledger.store.last_checkpoint()[2], [vkey])  # type: ignore[index]
+            environment = refused_resume(workdir / "environment-check")
         finally:
             stop.set()
             await task
@@ -127,6 +129,7 @@ async def _demo(workdir: Path, hosts: int, runs: int) -> dict[str, Any]:
         "record_segments": report.segments, "origin": ledger.origin,
         "wait_proofs": dict(sorted(verdicts.items())),
         "moved_runs": len(moved), **moved_proof,
+        "environment_refusal": environment,
         "seconds": round(time.monotonic() - started, 2),
     }
 
@@ -171,3 +174,6 @@ def demo(hosts: int, runs: int, keep: Path | None, as_json: bool) -> None:
                    f"{summary['moved_proved_run']} ({spans}): verified offline")
     proofs = ", ".join(f"{n} {v}" for v, n in summary["wait_proofs"].items())
     click.echo(f"  wait proofs across the fleet's runs: {proofs}")
+    env = summary["environment_refusal"]
+    click.echo(f"  a run parked in the {env['parked_in']} environment, offered "
+               f"{env['offered_in']} to resume in: {env['rule']} on the host, nothing sealed")

@@ -388,6 +388,8 @@ def test_demo_json_reports_a_consistent_pipeline(tmp_path: Path) -> None:
     assert len(doc["root"]) == 64
     offline = cli_json("status", "--data", str(tmp_path / "demo" / "ledger"), "--json")
     assert (offline["tree_size"], offline["root"]) == (doc["tree_size"], doc["root"])
+    env = doc["environment_refusal"]
+    assert env["rule"] == "EnvironmentMismatch" and env["recorded"] != env["offered"]
 
 
 def test_nkey_users_run_the_pipeline(tmp_path: Path) -> None:
