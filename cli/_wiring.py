@@ -15,8 +15,12 @@ from anchors.base import AnchorConfig
 from anchors.factory import build_anchor
 from anchors.runner import AnchorRunner
 from anchors.store import AnchorStore
+from ledger.http import HttpServers, Readiness, start_servers
+from ledger.log_reader import LogReader
+from ledger.metrics import StoreCollector
 from ledger.service import Ledger, LedgerConfig
 from ledger.store import DB_NAME, open_db
+from plumbing import sqlite
 from plumbing.anchoring import AnchorTask, CheckpointSource, Publish
 
 
@@ -41,3 +45,28 @@ def make_ledger(config: LedgerConfig, anchors: Sequence[AnchorConfig] = ()) -> L
     except BaseException:
         receipts.close()
         raise
+
+
+async def start_ledger_http(ledger: Ledger, log: tuple[str, int] | None,
+                            ops: tuple[str, int] | None, max_unsigned_s: float = 30.0
+                            ) -> HttpServers | None:
+    """The ledger's HTTP servers (:mod:`ledger.http`) in its loop, reading through their
+    own read-only connections (the anchors' receipts too); None when neither is asked."""
+    if log is None and ops is None:
+        return None
+    from ledger.explorer import add_explorer
+
+    db = ledger.config.data_dir / DB_NAME
+    reader = LogReader(ledger.config.data_dir,
+                       receipts=AnchorStore(sqlite.connect(db, read_only=True)))
+    registry = ledger.metrics.registry
+    registry.register(StoreCollector(
+        reader.store, reader.receipts, ledger.metrics,
+        lag=lambda: max(0, ledger.stream_last_seq - reader.store.watermark())))
+    readiness = Readiness(
+        connected=lambda: ledger.nc is not None and ledger.nc.is_connected,
+        healthy=lambda: (ledger.healthy, ledger.health_detail),
+        unsigned_age=ledger.metrics.unsigned_age, max_unsigned_s=max_unsigned_s)
+    return await start_servers(reader, log, ops, registry=registry, fold=ledger.metrics,
+                               readiness=readiness,
+                               extra_routes=lambda app: add_explorer(app, reader))
