@@ -21,6 +21,8 @@ deleted) or restored from an older backup must start from the same enrollments t
 the same tree: on opening, the store takes every host from ``hosts.json`` (the file wins
 over an older database row) and keeps database rows the file lacks.
 
+A segment's ``at`` is when the batch that folded it was written (the audit's park
+durations; a store rebuilt from the stream dates its segments at the rebuild).
 A segment's ``rowid`` is its leaf index + 1: the log's entries (the leaves, rebuilt from
 ``run``, ``idx`` and ``head``) are read by leaf range without a second index
 (:mod:`ledger.log_reader`).
@@ -111,10 +113,17 @@ class LedgerStore:
             for statement in _SCHEMA:
                 self.conn.execute(statement)
             self.tree = TreeStore(self.conn)
+            self._add_segment_times()
             self._merge_hosts_file()
 
     def close(self) -> None:
         self.conn.close()
+
+    def _add_segment_times(self) -> None:
+        """Stores from before segments had a fold time get the column (NULL in old rows)."""
+        columns = {row[1] for row in self.conn.execute("PRAGMA table_info(segments)")}
+        if "at" not in columns:
+            self.conn.execute("ALTER TABLE segments ADD COLUMN at REAL")
 
     def transaction(self) -> AbstractContextManager[sqlite3.Connection]:
         return immediate(self.conn)
@@ -320,8 +329,8 @@ class LedgerStore:
         # rowid = leaf index + 1 (what SQLite assigned anyway, segments are never deleted),
         # so the log's entries are read by leaf index through the table's own b-tree.
         db.executemany("INSERT INTO segments (rowid, run, idx, head, kind, leaf_index,"
-                       " stream_seq, payload) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                       [(row[4] + 1, *row) for row in segment_rows])
+                       " stream_seq, payload, at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                       [(row[4] + 1, *row, now) for row in segment_rows])
         db.executemany(
             "INSERT INTO runs (run, host, segments, head, phase, state, first_seq, last_seq)"
             " VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT(run) DO UPDATE SET"

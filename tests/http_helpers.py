@@ -70,29 +70,34 @@ def http_get(url: str, headers: dict[str, str] | None = None
         return exc.code, {k.lower(): v for k, v in exc.headers.items()}, exc.read()
 
 
-def enroll_h1(data: Path) -> None:
+def enroll_h1(data: Path, *more: str) -> None:
+    """Enroll host h1 (and ``more`` hosts) with their test keys."""
     store = LedgerStore(data)
     try:
-        store.enroll("h1", encode_key(bytes(host_key("h1").verify_key)))
+        for name in ("h1", *more):
+            store.enroll(name, encode_key(bytes(host_key(name).verify_key)))
     finally:
         store.close()
+
+
+def publish(url: str, messages: list[tuple[str, bytes]]) -> None:
+    """Publish (subject, data) messages to the stream, in order."""
+    async def go() -> None:
+        nc = await nats.connect(url)
+        try:
+            js = nc.jetstream()
+            for subject, data in messages:
+                await js.publish(subject, data)
+        finally:
+            await nc.close()
+
+    asyncio.run(go())
 
 
 def publish_runs(url: str, plans: list[str], tag: str) -> list[str]:
     """Publish genuine runs of host h1 (one per plan); their run ids."""
     runs = [sealed_run("h1", f"{tag}-{n}", plan) for n, plan in enumerate(plans)]
-
-    async def go() -> None:
-        nc = await nats.connect(url)
-        try:
-            js = nc.jetstream()
-            for run in runs:
-                for subject, data in run.messages:
-                    await js.publish(subject, data)
-        finally:
-            await nc.close()
-
-    asyncio.run(go())
+    publish(url, [m for run in runs for m in run.messages])
     return [format_address(r.run) for r in runs]
 
 

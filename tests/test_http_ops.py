@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import json
 
+from http_helpers import enroll_h1, http_get, publish_runs, serving
 from prometheus_client.parser import text_string_to_metric_families
 
-from http_helpers import enroll_h1, http_get, publish_runs, serving
 from pipeline_helpers import wait_for
 
 
