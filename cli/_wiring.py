@@ -15,7 +15,7 @@ from anchors.base import AnchorConfig
 from anchors.factory import build_anchor
 from anchors.runner import AnchorRunner
 from anchors.store import AnchorStore
-from ledger.http import HttpServers, Readiness, start_servers
+from ledger.http import HttpServers, Readiness, Throttle, start_servers
 from ledger.log_reader import LogReader
 from ledger.metrics import StoreCollector
 from ledger.service import Ledger, LedgerConfig
@@ -48,10 +48,11 @@ def make_ledger(config: LedgerConfig, anchors: Sequence[AnchorConfig] = ()) -> L
 
 
 async def start_ledger_http(ledger: Ledger, log: tuple[str, int] | None,
-                            ops: tuple[str, int] | None, max_unsigned_s: float = 30.0
-                            ) -> HttpServers | None:
+                            ops: tuple[str, int] | None, max_unsigned_s: float = 30.0,
+                            busy_rate: float | None = 200.0) -> HttpServers | None:
     """The ledger's HTTP servers (:mod:`ledger.http`) in its loop, reading through their
-    own read-only connections (the anchors' receipts too); None when neither is asked."""
+    own read-only connections (the anchors' receipts too); None when neither is asked.
+    ``busy_rate``: log requests a second while the fold has a backlog (None: no limit)."""
     if log is None and ops is None:
         return None
     from ledger.explorer import add_explorer
@@ -69,4 +70,6 @@ async def start_ledger_http(ledger: Ledger, log: tuple[str, int] | None,
         unsigned_age=ledger.metrics.unsigned_age, max_unsigned_s=max_unsigned_s)
     return await start_servers(reader, log, ops, registry=registry, fold=ledger.metrics,
                                readiness=readiness,
+                               throttle=None if busy_rate is None else Throttle(
+                                   busy_rate, lambda: ledger.backlogged),
                                extra_routes=lambda app: add_explorer(app, reader))

@@ -153,7 +153,7 @@ class Explorer:
                      f"<span class=v-{r['verdict']}>{r['verdict']}"
                      + (f" (segment {r['segment']})" if r["segment"] else "") + "</span>")
                     for r in shown[:limit]]
-        body = (f"<h1>Fleet log</h1><h2>Checkpoints</h2>"
+        body = ("<h1>Fleet log</h1><h2>Checkpoints</h2>"
                 + _table(("size", "root", "signed (UTC)"), cp_rows, "checkpoints")
                 + f"<h2>Runs <small>({len(shown)} of {len(runs)})</small></h2>"
                 f"<form class=filters method=get action=/ui/>{selects}"

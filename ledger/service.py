@@ -120,6 +120,7 @@ class Ledger:
         self.store_lock = asyncio.Lock()
         self._committer = ThreadPoolExecutor(1, thread_name_prefix="ledger-commit")
         self.metrics = FoldMetrics(new_registry())  # /metrics (ledger.http) reads them
+        self.backlogged = False  # the last fetch was a full batch: the HTTP log yields to it
         self._batch_started = 0.0
         self.nc: Client | None = None
         self.js: JetStreamContext | None = None
@@ -421,6 +422,7 @@ class Ledger:
             except (TimeoutError, FetchTimeoutError, nats.errors.TimeoutError):
                 msgs = []
             unacked.append(msgs)
+            self.backlogged = len(msgs) >= self.config.batch
             new = None
             if msgs:
                 new = (msgs, self.prepare([(m.seq, m.subject, m.data) for m in msgs],
