@@ -21,6 +21,7 @@ class HttpSettings:
     log: tuple[str, int] | None = None
     ops: tuple[str, int] | None = None
     max_unsigned_s: float = 30.0
+    busy_rate: float | None = 200.0  # log requests/s while the fold has a backlog
 
 
 def parse_address(value: str | None, option: str) -> tuple[str, int] | None:
@@ -49,6 +50,9 @@ def http_options(log_default: str | None, ops_default: str | None) -> Callable[[
             click.option("--ready-max-unsigned", type=click.FloatRange(0.1), default=30.0,
                          show_default=True, help="/readyz fails once a committed leaf has "
                          "waited this many seconds for a signed checkpoint."),
+            click.option("--http-busy-rate", type=click.FloatRange(0), default=200.0,
+                         show_default=True, help="Log requests a second while the fold has a "
+                         "backlog (the fold comes first); 0: no limit."),
             click.option("--log-format", type=click.Choice(["text", "json"]), default="text",
                          show_default=True, help="Log lines as text or one JSON object each."),
         ]):
@@ -58,6 +62,7 @@ def http_options(log_default: str | None, ops_default: str | None) -> Callable[[
 
 
 def http_settings(http_address: str | None, ops_address: str | None,
-                  ready_max_unsigned: float) -> HttpSettings:
+                  ready_max_unsigned: float, http_busy_rate: float = 200.0) -> HttpSettings:
     return HttpSettings(parse_address(http_address, "--http"),
-                        parse_address(ops_address, "--ops"), ready_max_unsigned)
+                        parse_address(ops_address, "--ops"), ready_max_unsigned,
+                        http_busy_rate or None)

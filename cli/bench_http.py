@@ -4,11 +4,11 @@ run, and the tiles they were served (:mod:`cli._bench_http_run`)."""
 from __future__ import annotations
 
 import asyncio
-import json
 
 import click
 
 from cli._app import CheckFailed, bench
+from cli._common import emit_result
 
 
 @bench.command("http")
@@ -28,8 +28,4 @@ def bench_http(segments: int, clients: int, repeats: int, as_json: bool) -> None
         result = asyncio.run(run_bench(segments, clients, repeats))
     except BenchError as exc:
         raise CheckFailed(f"bench http: {exc}") from None
-    if as_json:
-        click.echo(json.dumps(result))
-        return
-    for k, v in result.items():
-        click.echo(f"{k}: {v}")
+    emit_result(result, as_json)

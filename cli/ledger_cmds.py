@@ -37,7 +37,8 @@ async def serve_until_signal(config: Any, on_ready: Any = None, anchors: Any = (
     try:
         await ledger.start()
         if http is not None:
-            servers = await start_ledger_http(ledger, http.log, http.ops, http.max_unsigned_s)
+            servers = await start_ledger_http(ledger, http.log, http.ops, http.max_unsigned_s,
+                                              http.busy_rate)
             for kind, (host, port) in (servers.addresses if servers else {}).items():
                 click.echo(f"{kind} http: http://{host}:{port}/", err=True)
         if on_ready is not None:
@@ -88,14 +89,14 @@ def ledger() -> None:
 def ledger_serve(url: str, data: Path, nkey: Path | None, name: str, origin: str | None,
                  replicas: int, checkpoint_every: int, checkpoint_ms: int,
                  dedup_window: float, http_address: str | None, ops_address: str | None,
-                 ready_max_unsigned: float, log_format: str,
+                 ready_max_unsigned: float, http_busy_rate: float, log_format: str,
                  anchors_file: Path | None = None) -> None:
     """The ledger and its API, against an existing NATS server or cluster."""
     from cli.anchor_cmds import load_anchors_option
     from plumbing import logs
 
     logs.configure(log_format)
-    http = http_settings(http_address, ops_address, ready_max_unsigned)
+    http = http_settings(http_address, ops_address, ready_max_unsigned, http_busy_rate)
     servers = split_servers(url)
     config = _ledger_config(data, servers, name=name, origin=origin, nkey=nkey,
                             replicas=replicas, checkpoint_every=checkpoint_every,
@@ -134,7 +135,8 @@ def ledger_serve(url: str, data: Path, nkey: Path | None, name: str, origin: str
 def up(data: Path, url: str | None, nats_port: int, sim_hosts: int, runs: int, name: str,
        origin: str | None, replicas: int, checkpoint_every: int, checkpoint_ms: int,
        dedup_window: float, http_address: str | None, ops_address: str | None,
-       ready_max_unsigned: float, log_format: str, anchors_file: Path | None = None) -> None:
+       ready_max_unsigned: float, http_busy_rate: float, log_format: str,
+       anchors_file: Path | None = None) -> None:
     """Start a local nats-server (JetStream, in DATA/nats), the ledger, its API and its
     HTTP servers (the log and explorer on --http, metrics on --ops)."""
     from cli.anchor_cmds import load_anchors_option
@@ -142,7 +144,7 @@ def up(data: Path, url: str | None, nats_port: int, sim_hosts: int, runs: int, n
 
     if log_format == "json":
         logs.configure(log_format)
-    http = http_settings(http_address, ops_address, ready_max_unsigned)
+    http = http_settings(http_address, ops_address, ready_max_unsigned, http_busy_rate)
     from plumbing.nats_connect import NatsUnreachable
     from plumbing.natsd import NatsServer, NatsServerError
 
