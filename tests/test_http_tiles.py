@@ -20,6 +20,7 @@ from fleet.cosignature import (
 )
 from fleet.cosignature import parse_signature_lines as cosig_lines
 from fleet.note import parse_note, parse_verifier_key
+from ledger.keys import load_or_create_signer
 
 from pipeline_helpers import api, wait_for
 
@@ -166,3 +167,34 @@ def test_status_codes_and_cache_headers(big_ledger):
     for present in ["tile/0/000.p/1", "tile/0/000.p/255", "tile/1/000.p/1", "tile/0/257.p/44",
                     "tile/entries/000.p/1", "tile/entries/257.p/44"]:
         assert http_get(f"{base}/{present}")[0] == 200, present
+
+
+def test_the_checkpoint_carries_the_witness_cosignatures(nats_server, tmp_path):
+    """With a witness anchoring the ledger's checkpoints, GET /checkpoint is the newest
+    checkpoint with the log's signature and, once gathered, the witness's cosignature for
+    exactly that size (checked against the witness's key)."""
+    data = tmp_path / "ledger"
+    enroll_h1(data)
+    vkey = load_or_create_signer(data, "fleet-ledger.local/ledger").verifier()
+    wsigner = generate_witness_signer("witness.test/w1")
+    with RunningWitness(Witness(wsigner, [vkey], tmp_path / "w")) as witness:
+        anchors = tmp_path / "anchors.toml"
+        anchors.write_text(f'[[witness]]\nname = "w1"\nurl = "{witness.url}"\n'
+                           f'vkey = "{wsigner.key().text()}"\n')
+        with serving(nats_server.url, data, "--checkpoint-ms", "100", "--anchors",
+                     str(anchors)) as served:
+            publish_runs(nats_server.url, ["eee"], "cosigned")
+            client = TileClient(served.log_url)
+
+            def cosigned() -> str | None:
+                status, _, body = client.get("checkpoint")
+                note = body.decode()
+                done = note.count("\u2014 ") == 2 and note.split("\n")[1] == "3"
+                return note if status == 200 and done else None
+
+            note = wait_for(cosigned, 30, "a cosigned checkpoint")
+            cp = client.checkpoint(served.vkey)  # the log's signature, by the C2SP client
+    assert cp.size == 3 and note.startswith(cp.note.split("\n\n")[0])
+    text, sigs = parse_note(note)
+    assert [s.name for s in sigs] == ["fleet-ledger.local/ledger", "witness.test/w1"]
+    assert verify_cosignature_lines(text, sigs, [wsigner.key()])
