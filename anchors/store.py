@@ -86,8 +86,10 @@ class AnchorStore:
         """Per anchor, by name: kind, last anchored size and time, last error."""
         if not self._has_tables():
             return []
-        rows = self.conn.execute("SELECT anchor, kind, anchored_size, anchored_at, error,"
-                                 " error_at, failures FROM anchor_state ORDER BY anchor")
+        rows = self.conn.execute(
+            "SELECT anchor, kind, anchored_size, anchored_at, error, error_at, failures,"
+            " (SELECT COUNT(*) FROM anchor_receipts r WHERE r.anchor = s.anchor)"
+            " FROM anchor_state s ORDER BY anchor")
         return [AnchorState(*row) for row in rows]
 
     def receipts_covering(self, size: int) -> list[Receipt]:

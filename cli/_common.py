@@ -46,6 +46,15 @@ def emit_json(doc: Any) -> None:
     click.echo(json.dumps(doc, indent=None, sort_keys=False))
 
 
+def emit_result(doc: dict[str, Any], as_json: bool) -> None:
+    """A benchmark's result: one JSON line, or ``key: value`` lines for a person."""
+    if as_json:
+        click.echo(json.dumps(doc))
+        return
+    for k, v in doc.items():
+        click.echo(f"{k}: {v}")
+
+
 _ERASE = "\r\033[K"  # back to the line's start, clear to its end
 _shown: list[bool] = []
 

@@ -23,9 +23,13 @@ from fleet.note import Verifier, parse_verifier_key
 from fleet.record_file import join_pages
 from fleet.wire import decode_record, encode_record
 from ledger.client import call
+from ledger.http import HttpServers, Readiness, Throttle, start_servers
+from ledger.log_reader import LogReader
+from ledger.metrics import StoreCollector
 from ledger.nats_config import inbox_prefix
 from ledger.service import Ledger, LedgerConfig
 from ledger.store import DB_NAME, open_db
+from plumbing import sqlite
 from plumbing.anchoring import AnchorTask, CheckpointSource, Publish
 
 
@@ -99,3 +103,29 @@ def ledger_keys(text_or_path: str) -> list[Verifier]:
     path = Path(text_or_path)
     text = path.read_text().strip() if path.exists() else text_or_path.strip()
     return [parse_verifier_key(text)]
+async def start_ledger_http(ledger: Ledger, log: tuple[str, int] | None,
+                            ops: tuple[str, int] | None, max_unsigned_s: float = 30.0,
+                            busy_rate: float | None = 200.0) -> HttpServers | None:
+    """The ledger's HTTP servers (:mod:`ledger.http`) in its loop, reading through their
+    own read-only connections (the anchors' receipts too); None when neither is asked.
+    ``busy_rate``: log requests a second while the fold has a backlog (None: no limit)."""
+    if log is None and ops is None:
+        return None
+    from ledger.explorer import add_explorer
+
+    db = ledger.config.data_dir / DB_NAME
+    reader = LogReader(ledger.config.data_dir,
+                       receipts=AnchorStore(sqlite.connect(db, read_only=True)))
+    registry = ledger.metrics.registry
+    registry.register(StoreCollector(
+        reader.store, reader.receipts, ledger.metrics,
+        lag=lambda: max(0, ledger.stream_last_seq - reader.store.watermark())))
+    readiness = Readiness(
+        connected=lambda: ledger.nc is not None and ledger.nc.is_connected,
+        healthy=lambda: (ledger.healthy, ledger.health_detail),
+        unsigned_age=ledger.metrics.unsigned_age, max_unsigned_s=max_unsigned_s)
+    return await start_servers(reader, log, ops, registry=registry, fold=ledger.metrics,
+                               readiness=readiness,
+                               throttle=None if busy_rate is None else Throttle(
+                                   busy_rate, lambda: ledger.backlogged),
+                               extra_routes=lambda app: add_explorer(app, reader))

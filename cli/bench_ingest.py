@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import asyncio
-import json
 
 import click
 
 from cli._app import CheckFailed, bench
+from cli._common import emit_result
 
 
 @bench.command("ingest")
@@ -30,8 +30,4 @@ def bench_ingest(segments: int, rate: float, e2e_segments: int, repeats: int,
         result = asyncio.run(run_bench(segments, rate, e2e_segments, repeats))
     except BenchError as exc:
         raise CheckFailed(f"bench ingest: {exc}") from None
-    if as_json:
-        click.echo(json.dumps(result))
-        return
-    for k, v in result.items():
-        click.echo(f"{k}: {v}")
+    emit_result(result, as_json)

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import logging
 import signal
 from pathlib import Path
 from typing import Any
@@ -14,6 +13,7 @@ import click
 
 from cli._app import CheckFailed, UserError, cli
 from cli._common import api, emit_json, nats_options, split_servers
+from cli._http import HttpSettings, http_options, http_settings
 
 
 def _ledger_config(data: Path, servers: list[str], **kw: Any) -> Any:
@@ -22,22 +22,31 @@ def _ledger_config(data: Path, servers: list[str], **kw: Any) -> Any:
     return LedgerConfig(data_dir=data, servers=servers, **kw)
 
 
-async def serve_until_signal(config: Any, on_ready: Any = None, anchors: Any = ()) -> None:
-    """Run a ledger (anchoring with ``anchors``) until SIGINT/SIGTERM, then stop it
-    cleanly."""
-    from cli._wiring import make_ledger
+async def serve_until_signal(config: Any, on_ready: Any = None, anchors: Any = (),
+                             http: HttpSettings | None = None) -> None:
+    """Run a ledger (anchoring with ``anchors``, serving ``http``) until SIGINT/SIGTERM,
+    then stop it cleanly."""
+    from cli._wiring import make_ledger, start_ledger_http
 
     ledger = make_ledger(config, anchors)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
+    servers = None
     try:
         await ledger.start()
+        if http is not None:
+            servers = await start_ledger_http(ledger, http.log, http.ops, http.max_unsigned_s,
+                                              http.busy_rate)
+            for kind, (host, port) in (servers.addresses if servers else {}).items():
+                click.echo(f"{kind} http: http://{host}:{port}/", err=True)
         if on_ready is not None:
             on_ready(ledger)
         await ledger.run(stop)
     finally:
+        if servers is not None:
+            await servers.close()
         await ledger.close()
 
 
@@ -76,13 +85,18 @@ def ledger() -> None:
 @click.option("--nkey", type=click.Path(dir_okay=False, path_type=Path),
               help="NATS nkey seed file of the ledger user.")
 @ledger_options
+@http_options(None, None)
 def ledger_serve(url: str, data: Path, nkey: Path | None, name: str, origin: str | None,
                  replicas: int, checkpoint_every: int, checkpoint_ms: int,
-                 dedup_window: float, anchors_file: Path | None = None) -> None:
+                 dedup_window: float, http_address: str | None, ops_address: str | None,
+                 ready_max_unsigned: float, http_busy_rate: float, log_format: str,
+                 anchors_file: Path | None = None) -> None:
     """The ledger and its API, against an existing NATS server or cluster."""
     from cli.anchor_cmds import load_anchors_option
+    from plumbing import logs
 
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    logs.configure(log_format)
+    http = http_settings(http_address, ops_address, ready_max_unsigned, http_busy_rate)
     servers = split_servers(url)
     config = _ledger_config(data, servers, name=name, origin=origin, nkey=nkey,
                             replicas=replicas, checkpoint_every=checkpoint_every,
@@ -95,7 +109,7 @@ def ledger_serve(url: str, data: Path, nkey: Path | None, name: str, origin: str
     from plumbing.nats_connect import NatsUnreachable
 
     try:
-        asyncio.run(serve_until_signal(config, ready, anchors))
+        asyncio.run(serve_until_signal(config, ready, anchors, http))
     except NatsUnreachable as exc:
         raise UserError(str(exc)) from None
     except OSError as exc:
@@ -117,11 +131,20 @@ def ledger_serve(url: str, data: Path, nkey: Path | None, name: str, origin: str
 @click.option("--runs", type=click.IntRange(1), default=5, show_default=True,
               help="Runs per simulated host.")
 @ledger_options
+@http_options("127.0.0.1:8200", "127.0.0.1:8201")
 def up(data: Path, url: str | None, nats_port: int, sim_hosts: int, runs: int, name: str,
        origin: str | None, replicas: int, checkpoint_every: int, checkpoint_ms: int,
-       dedup_window: float, anchors_file: Path | None = None) -> None:
-    """Start a local nats-server (JetStream, in DATA/nats), the ledger and its API."""
+       dedup_window: float, http_address: str | None, ops_address: str | None,
+       ready_max_unsigned: float, http_busy_rate: float, log_format: str,
+       anchors_file: Path | None = None) -> None:
+    """Start a local nats-server (JetStream, in DATA/nats), the ledger, its API and its
+    HTTP servers (the log and explorer on --http, metrics on --ops)."""
     from cli.anchor_cmds import load_anchors_option
+    from plumbing import logs
+
+    if log_format == "json":
+        logs.configure(log_format)
+    http = http_settings(http_address, ops_address, ready_max_unsigned, http_busy_rate)
     from plumbing.nats_connect import NatsUnreachable
     from plumbing.natsd import NatsServer, NatsServerError
 
@@ -150,7 +173,7 @@ def up(data: Path, url: str | None, nats_port: int, sim_hosts: int, runs: int, n
             click.echo("up; Ctrl-C stops everything", err=True)
 
         try:
-            asyncio.run(serve_until_signal(config, ready, anchors))
+            asyncio.run(serve_until_signal(config, ready, anchors, http))
         finally:
             for proc in sims:
                 with contextlib.suppress(Exception):
@@ -160,6 +183,8 @@ def up(data: Path, url: str | None, nats_port: int, sim_hosts: int, runs: int, n
         raise UserError(f"cannot start nats-server: {_server_failure(str(exc))}") from None
     except NatsUnreachable as exc:
         raise UserError(str(exc)) from None
+    except OSError as exc:  # an HTTP address in use, an unwritable data folder
+        raise UserError(f"cannot start the ledger: {exc}") from None
     finally:
         if server is not None:
             server.close()

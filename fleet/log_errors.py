@@ -25,6 +25,7 @@ __all__ = [
     "MalformedLeaf",
     "MalformedNote",
     "MalformedProof",
+    "MalformedTilePath",
     "MissingCosignatures",
     "MissingNode",
     "NoteError",
@@ -80,6 +81,13 @@ class MissingNode(LogError):
 
 class MalformedLeaf(LogError):
     """Leaf bytes of the wrong length, domain tag or with an index out of range."""
+
+
+# -- tiles ----------------------------------------------------------------------------------
+
+
+class MalformedTilePath(LogError):
+    """A tile or entry-bundle path not in the c2sp.org/tlog-tiles form, or a bundle cut short."""
 
 
 # -- signed notes -------------------------------------------------------------------------

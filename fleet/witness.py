@@ -38,8 +38,9 @@ from dataclasses import dataclass
 from fleet.checkpoint import Checkpoint, parse_checkpoint
 from fleet.cosignature import WitnessSigner
 from fleet.log_errors import LogError, NoteError, ProofError
-from fleet.merkle import HASH_SIZE, verify_consistency
-from fleet.note import Verifier, b64decode_strict, open_note, parse_note
+from fleet.merkle import verify_consistency
+from fleet.note import Verifier, open_note, parse_note
+from fleet.tlog_proof import hash_lines
 
 __all__ = [
     "MAX_PROOF_LINES",
@@ -93,12 +94,7 @@ def parse_request(body: bytes) -> AddCheckpoint:
         raise MalformedRequest(f"first line {lines[0][:30]!r} is not 'old <size>'")
     if len(lines) - 1 > MAX_PROOF_LINES:
         raise MalformedRequest(f"more than {MAX_PROOF_LINES} consistency proof lines")
-    proof = []
-    for line in lines[1:]:
-        item = b64decode_strict(line, "a consistency proof line", MalformedRequest)
-        if len(item) != HASH_SIZE:
-            raise MalformedRequest(f"a consistency proof hash is {len(item)} bytes")
-        proof.append(item)
+    proof = hash_lines(lines[1:], "a consistency proof line", MalformedRequest)
     return AddCheckpoint(int(match.group(1)), tuple(proof), note)
 
 

@@ -10,10 +10,12 @@ error header (code and one-line description) that the CLI prints as is.
     fleet.api.runs         {}                          -> {"runs": [...]}
     fleet.api.export       {"run"}                     -> the run's record file
     fleet.api.rejections   {"limit"?, "host"?}         -> {"rejections": [...]}
+    fleet.api.audit        {"since"?, "cheap_factor"?} -> the audit (fleet.audit)
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
@@ -26,6 +28,8 @@ from nats.micro.service import Service
 from fleet.errors import FleetError
 from fleet.subjects import API_QUEUE, API_SERVICE, api_subject
 from ledger import views
+from ledger.audit_rows import audit_store
+from ledger.store import ReadOnlyStore
 
 if TYPE_CHECKING:
     from ledger.service import Ledger
@@ -62,11 +66,12 @@ class LedgerApi:
         endpoints: dict[str, Handler] = {
             "status": self.status, "checkpoint": self.checkpoint, "prove": self.prove,
             "consistency": self.consistency, "run": self.run, "runs": self.runs,
-            "export": self.export, "rejections": self.rejections,
+            "export": self.export, "rejections": self.rejections, "audit": self.audit,
         }
         for name, handler in endpoints.items():
             await self.service.add_endpoint(name=name, subject=api_subject(name),
-                                            handler=self._wrap(handler, name != "status"))
+                                            handler=self._wrap(handler,
+                                                               name not in ("status", "audit")))
 
     async def stop(self) -> None:
         if self.service is not None:
@@ -147,3 +152,20 @@ class LedgerApi:
         limit = _field(body, "limit", int, required=False) or 100
         host = _field(body, "host", str, required=False)
         return {"rejections": self.ledger.store.rejections(limit, host)}
+
+    async def audit(self, body: dict[str, Any]) -> Any:
+        since = body.get("since")
+        factor = body.get("cheap_factor", 0.1)
+        for name, value in (("since", since), ("cheap_factor", factor)):
+            if value is not None and (not isinstance(value, int | float)
+                                      or isinstance(value, bool)):
+                raise BadRequest(f"{name!r} must be a number")
+        return await asyncio.to_thread(self._audit, since, factor)
+
+    def _audit(self, since: float | None, factor: float) -> Any:
+        """In a thread, on a read-only connection of its own: the fold never waits for it."""
+        store = ReadOnlyStore(self.ledger.config.data_dir)
+        try:
+            return audit_store(store, since, factor)
+        finally:
+            store.close()

@@ -37,6 +37,7 @@ from fleet.subjects import CHECKPOINTS, STREAM, rejection_subject
 from fleet.wire import EnvelopeWire, envelope_wire, identity
 from ledger.api import LedgerApi
 from ledger.keys import load_or_create_signer
+from ledger.metrics import FoldMetrics, new_registry
 from ledger.pull import Delivery, PullerState, ack_all, nak, open_puller
 from ledger.seal_worker import SealTicket, SealWorker
 from ledger.store import CheckpointReader, HostsChanged, Incoming, LedgerStore
@@ -118,6 +119,9 @@ class Ledger:
         # see a batch that is not committed (nor sign a checkpoint over one).
         self.store_lock = asyncio.Lock()
         self._committer = ThreadPoolExecutor(1, thread_name_prefix="ledger-commit")
+        self.metrics = FoldMetrics(new_registry())  # /metrics (ledger.http) reads them
+        self.backlogged = False  # the last fetch was a full batch: the HTTP log yields to it
+        self._batch_started = 0.0
         self.nc: Client | None = None
         self.js: JetStreamContext | None = None
         self.api: LedgerApi | None = None
@@ -301,6 +305,7 @@ class Ledger:
         note = check_consistent_then_sign(previous, new, proof, self.signer)
         self.store.add_checkpoint(size, new.root, note)
         self._last_checkpoint_at = time.monotonic()
+        self.metrics.signed(size)
         return note
 
     def checkpoint_covering(self, leaf_index: int) -> tuple[int, bytes, str]:
@@ -417,6 +422,7 @@ class Ledger:
             except (TimeoutError, FetchTimeoutError, nats.errors.TimeoutError):
                 msgs = []
             unacked.append(msgs)
+            self.backlogged = len(msgs) >= self.config.batch
             new = None
             if msgs:
                 new = (msgs, self.prepare([(m.seq, m.subject, m.data) for m in msgs],
@@ -446,6 +452,7 @@ class Ledger:
         """Decide and write a batch, then start its commit on the commit thread. The store
         lock is held until :meth:`_settle`, so API reads never see an uncommitted batch."""
         await self.store_lock.acquire()
+        self._batch_started = time.monotonic()
         try:
             batch, _, changed = self.decide_and_write(prepared)
             done: asyncio.Future[None] | None = None
@@ -472,6 +479,8 @@ class Ledger:
             if done is not None:
                 # Shielded: a cancelled wait must not release the lock mid-commit.
                 await asyncio.shield(done)
+                self.metrics.batch_committed(self._batch_started, self.store.tree.size(),
+                                             msgs[0].reply)
             self._install(changed)
         finally:
             self.store_lock.release()

@@ -20,6 +20,12 @@ every enroll and revoke before the database commits. The fold's decisions depend
 deleted) or restored from an older backup must start from the same enrollments to reach
 the same tree: on opening, the store takes every host from ``hosts.json`` (the file wins
 over an older database row) and keeps database rows the file lacks.
+
+A segment's ``at`` is when the batch that folded it was written (the audit's park
+durations; a store rebuilt from the stream dates its segments at the rebuild).
+A segment's ``rowid`` is its leaf index + 1: the log's entries (the leaves, rebuilt from
+``run``, ``idx`` and ``head``) are read by leaf range without a second index
+(:mod:`ledger.log_reader`).
 """
 
 from __future__ import annotations
@@ -107,10 +113,17 @@ class LedgerStore:
             for statement in _SCHEMA:
                 self.conn.execute(statement)
             self.tree = TreeStore(self.conn)
+            self._add_segment_times()
             self._merge_hosts_file()
 
     def close(self) -> None:
         self.conn.close()
+
+    def _add_segment_times(self) -> None:
+        """Stores from before segments had a fold time get the column (NULL in old rows)."""
+        columns = {row[1] for row in self.conn.execute("PRAGMA table_info(segments)")}
+        if "at" not in columns:
+            self.conn.execute("ALTER TABLE segments ADD COLUMN at REAL")
 
     def transaction(self) -> AbstractContextManager[sqlite3.Connection]:
         return immediate(self.conn)
@@ -313,8 +326,11 @@ class LedgerStore:
                 refusals.append((item.stream_seq, item.subject, d.host,
                                  None if d.run is None else id_text(d.run), d.index,
                                  d.rule, d.detail, item.payload, now))
-        db.executemany("INSERT INTO segments (run, idx, head, kind, leaf_index, stream_seq,"
-                       " payload) VALUES (?, ?, ?, ?, ?, ?, ?)", segment_rows)
+        # rowid = leaf index + 1 (what SQLite assigned anyway, segments are never deleted),
+        # so the log's entries are read by leaf index through the table's own b-tree.
+        db.executemany("INSERT INTO segments (rowid, run, idx, head, kind, leaf_index,"
+                       " stream_seq, payload, at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                       [(row[4] + 1, *row, now) for row in segment_rows])
         db.executemany(
             "INSERT INTO runs (run, host, segments, head, phase, state, first_seq, last_seq)"
             " VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT(run) DO UPDATE SET host = excluded.host,"
@@ -423,3 +439,18 @@ class CheckpointReader:
 
     def consistency_proof(self, old_size: int, new_size: int | None = None) -> list[bytes]:
         return self.tree.consistency_proof(old_size, new_size)
+
+
+class ReadOnlyStore(LedgerStore):
+    """The store's reads (:class:`LedgerStore`'s read methods, ``tree``) on a connection of
+    its own opened read-only: for the ledger's HTTP server and other readers beside the
+    fold. In WAL mode it never waits on the fold's write lock nor sees a batch before its
+    commit; the schema and ``hosts.json`` are the writer's business, never touched here."""
+
+    def __init__(self, data_dir: Path | str) -> None:
+        self.dir = Path(data_dir)
+        self.path = self.dir / DB_NAME
+        if not self.path.exists():
+            raise StoreError(f"{self.dir}: no ledger store here ({DB_NAME} is missing)")
+        self.conn = sqlite.connect(self.path, read_only=True)
+        self.tree = TreeStore(self.conn, create=False)

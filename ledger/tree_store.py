@@ -80,10 +80,12 @@ class TreeStore:
     :meth:`consistency_proof`.
     """
 
-    def __init__(self, conn: sqlite3.Connection) -> None:
+    def __init__(self, conn: sqlite3.Connection, create: bool = True) -> None:
+        """``create=False``: the tables exist already (a read-only connection)."""
         self.conn = conn
-        for statement in _SCHEMA:
-            conn.execute(statement)
+        if create:
+            for statement in _SCHEMA:
+                conn.execute(statement)
         self._size = -1
         self._compact: dict[int, bytes] = {}
         self._sync()
@@ -181,6 +183,21 @@ class TreeStore:
                 raise MissingNode(f"node {level}/{index} is missing from the store")
             out[(level, index)] = item
         return out
+
+    def node_row(self, level: int, first: int, count: int, size: int) -> bytes:
+        """The hashes of nodes ``(level, first) .. (level, first + count - 1)``, concatenated,
+        each complete at tree ``size`` (else :class:`MissingNode`): a tlog tile is one such
+        row, read from its strips without hashing."""
+        if count <= 0 or first < 0 or first + count > size >> level:
+            raise MissingNode(f"nodes {level}/{first}+{count} are not complete at size {size}")
+        first_strip, last_strip = _strip_id(level, first), _strip_id(level, first + count - 1)
+        rows = self.conn.execute("SELECT hashes FROM tree_nodes WHERE id BETWEEN ? AND ?"
+                                 " ORDER BY id", (first_strip, last_strip)).fetchall()
+        offset = (first % STRIP) * HASH_SIZE
+        row = b"".join(bytes(r[0]) for r in rows)[offset:offset + count * HASH_SIZE]
+        if len(rows) != last_strip - first_strip + 1 or len(row) != count * HASH_SIZE:
+            raise MissingNode(f"nodes {level}/{first}+{count} are missing from the store")
+        return row
 
     def _prove(self, make_plan: Callable[[int], Plan], size: int | None) -> list[bytes]:
         current = self._sync()

@@ -50,6 +50,7 @@ class AnchorState:
     error: str | None
     error_at: float | None
     failures: int
+    receipts: int = 0  # receipts stored (checkpoints anchored), for the metrics
 
 
 class ReceiptStore(Protocol):

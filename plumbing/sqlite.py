@@ -12,6 +12,9 @@ the caller names:
 - ``busy_timeout_s``: how long a statement waits for another connection's write lock.
 - ``wal_autocheckpoint``: WAL pages after which a commit on this connection copies the WAL
   into the database (SQLite's default, 1000, when None).
+- ``read_only``: the file is opened ``mode=ro`` (it must exist and already be in WAL mode,
+  as every file opened here is): a reader that can never take the write lock, e.g. the
+  ledger's HTTP server beside its fold.
 
 Connections may be used from any thread (``check_same_thread=False``); callers that do
 serialise their use themselves (a lock, or one thread at a time).
@@ -24,8 +27,13 @@ from pathlib import Path
 
 
 def connect(path: str | Path, *, autocommit: bool = True, busy_timeout_s: float = 5.0,
-            wal_autocheckpoint: int | None = None) -> sqlite3.Connection:
+            wal_autocheckpoint: int | None = None, read_only: bool = False
+            ) -> sqlite3.Connection:
     """A connection to the SQLite file ``path`` (see the module docstring)."""
+    if read_only:
+        uri = Path(path).resolve().as_uri() + "?mode=ro"
+        return sqlite3.connect(uri, uri=True, isolation_level=None, timeout=busy_timeout_s,
+                               check_same_thread=False)
     conn = sqlite3.connect(str(path), isolation_level=None if autocommit else "",
                            timeout=busy_timeout_s, check_same_thread=False)
     conn.execute("PRAGMA journal_mode=WAL")

@@ -47,6 +47,7 @@ from pipeline_helpers import (
 )
 
 pytestmark = pytest.mark.timeout(120)
+FREE_HTTP = ("--http", "127.0.0.1:0", "--ops", "127.0.0.1:0")  # not the fixed default ports
 
 
 @dataclass
@@ -346,7 +347,7 @@ def test_up_serves_then_sigint_stops_it_and_its_nats_server(tmp_path: Path) -> N
     url = f"nats://127.0.0.1:{port}"
     log = tmp_path / "up.log"
     up = spawn("up", "--data", str(tmp_path / "d"), "--nats-port", str(port), "--simulate",
-               "1", "--runs", "2", "--checkpoint-ms", "200", log=log)
+               "1", "--runs", "2", "--checkpoint-ms", "200", *FREE_HTTP, log=log)
     try:
         wait_for(lambda: b"up; Ctrl-C" in log.read_bytes() or up.poll() is not None, 30,
                  "fleet up to be ready")
@@ -489,7 +490,8 @@ def test_up_on_a_busy_port_fails_with_one_line(tmp_path):
         s.listen()
         port = s.getsockname()[1]
         out = subprocess.run([FLEET_BIN, "up", "--data", str(tmp_path / "d"), "--nats-port",
-                              str(port)], capture_output=True, text=True, timeout=60)
+                              str(port), *FREE_HTTP], capture_output=True, text=True,
+                             timeout=60)
     assert out.returncode == 2
     lines = out.stderr.strip().splitlines()
     assert len(lines) == 1 and "address already in use" in lines[0], out.stderr
@@ -504,7 +506,8 @@ def test_up_sigkilled_takes_its_nats_server_with_it(tmp_path):
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     up = subprocess.Popen([FLEET_BIN, "up", "--data", str(tmp_path / "d"), "--nats-port",
-                           str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                           str(port), *FREE_HTTP], stdout=subprocess.DEVNULL,
+                          stderr=subprocess.DEVNULL)
     try:
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:

@@ -1,0 +1,119 @@
+"""``fleet audit``: the fleet-wide view of the record's honesty claims (:mod:`fleet.audit`)."""
+
+from __future__ import annotations
+
+import re
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import click
+
+from cli._app import UserError, cli
+from cli._common import api, emit_json, nats_options
+
+_SPAN = re.compile(r"([0-9]+(?:\.[0-9]+)?)([smhdw])\Z")
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+
+
+def parse_since(value: str, now: float) -> float:
+    """A duration back from now (``90s``, ``30m``, ``6h``, ``2d``, ``1w``), an ISO 8601
+    time (UTC unless it says), or Unix seconds; as Unix seconds."""
+    span = _SPAN.match(value.strip())
+    if span:
+        return now - float(span.group(1)) * _UNITS[span.group(2)]
+    try:
+        return float(value)
+    except ValueError:
+        pass
+    try:
+        when = datetime.fromisoformat(value)
+    except ValueError:
+        raise UserError(f"--since {value!r} is not a duration (30m, 6h, 2d), an ISO time or"
+                        " Unix seconds") from None
+    if when.tzinfo is None:
+
+        when = when.replace(tzinfo=UTC)
+    return when.timestamp()
+
+
+def _uj(value: int) -> str:
+    """Microjoules, readably."""
+    for unit, scale in (("kJ", 10**9), ("J", 10**6), ("mJ", 10**3)):
+        if abs(value) >= scale:
+            return f"{value / scale:.2f} {unit}"
+    return f"{value} uJ"
+
+
+def _when(ts: float | None) -> str:
+    return "-" if ts is None else time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(ts))
+
+
+def show(doc: dict[str, Any]) -> None:
+    """The audit as text tables."""
+    window = "" if doc["since"] is None else f" since {_when(doc['since'])} UTC"
+    click.echo(f"{doc['runs']} runs{window}")
+    click.echo("\nwait proofs")
+    for verdict, count in doc["verdicts"].items():
+        click.echo(f"  {verdict:<12} {count:>6}")
+    for row in doc["blocked_or_malformed"]:
+        click.echo(f"  {row['verdict']:<12} {row['run']}  host {row['host']}  segment "
+                   f"{row['segment']}")
+    click.echo("\nenergy by host        active measured  active estimated   idle measured"
+               "  idle estimated  parks")
+    for h in doc["hosts"]:
+        a, i = h["active_uj"], h["idle_uj"]
+        click.echo(f"  {h['host']:<18} {_uj(a['measured']):>16} {_uj(a['estimated']):>17}"
+                   f" {_uj(i['measured']):>15} {_uj(i['estimated']):>15} {h['parks']:>6}")
+    click.echo("\nparks by form       parks      idle energy   hours parked   idle per hour"
+               "  estimated")
+    for p in doc["parks"]:
+        rate = "-" if p["idle_uj_per_hour"] is None else _uj(int(p["idle_uj_per_hour"]))
+        click.echo(f"  {p['form']:<16} {p['parks']:>6} {_uj(p['idle_uj']):>16}"
+                   f" {p['hours_parked']:>14.4f} {rate:>15} {p['estimated']:>10}")
+    click.echo(f"\nparked now: {len(doc['parked'])}")
+    for p in doc["parked"]:
+        dur = "-" if p["parked_s"] is None else f"{p['parked_s']:.0f}s"
+        click.echo(f"  {p['run']}  host {p['host']}  {p['form']}  since {_when(p['since'])}"
+                   f"  ({dur})")
+    click.echo(f"\nsuspicious hosts: {len(doc['suspicious_hosts'])}")
+    for s in doc["suspicious_hosts"]:
+        for reason in s["reasons"]:
+            click.echo(f"  {s['host']}: {reason}")
+
+
+@cli.command("audit")
+@click.option("--since", help="Only runs active (and parks ended) since then: 30m, 6h, 2d, "
+              "an ISO time, or Unix seconds.")
+@click.option("--cheap-factor", type=click.FloatRange(0, 1, min_open=True), default=0.1,
+              show_default=True, help="Flag a host whose parks of a form cost less than this "
+              "share of the other hosts' idle energy per hour.")
+@click.option("--data", type=click.Path(file_okay=False, path_type=Path),
+              help="Read a ledger's data folder offline instead of asking it over NATS.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@nats_options
+def audit_command(since: str | None, cheap_factor: float, data: Path | None, as_json: bool,
+                  url: str, nkey: Path | None) -> None:
+    """Runs by wait-proof verdict, energy per host, parks by form, runs still parked and
+    hosts whose parks look too cheap or are all estimated."""
+    now = time.time()
+    since_ts = None if since is None else parse_since(since, now)
+    if data is not None:
+        from cli.ledger_cmds import _offline_store
+        from ledger.audit_rows import audit_store
+
+        store = _offline_store(data)
+        try:
+            doc = audit_store(store, since_ts, cheap_factor, now)
+        finally:
+            store.close()
+    else:
+        body: dict[str, Any] = {"cheap_factor": cheap_factor}
+        if since_ts is not None:
+            body["since"] = since_ts
+        doc = api(url, "audit", body, nkey=nkey)
+    if as_json:
+        emit_json(doc)
+    else:
+        show(doc)

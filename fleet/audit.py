@@ -1,0 +1,189 @@
+"""The fleet-wide view of the record's honesty claims (``fleet audit``), over plain rows.
+
+The shell reads one :class:`AuditRun` per run from the ledger (its wait-proof verdict, its
+energy split, its parks decoded from the folded segments, when each was folded) and
+:func:`audit` answers:
+
+- **verdicts**: runs by wait-proof verdict, and for ``Blocked`` and ``Malformed`` the run
+  and the segment that decided it;
+- **hosts**: per host, energy of executed intervals (active) and of parks (idle), each
+  split measured / estimated;
+- **parks**: per form (``image``, ``image+memory``, ``transcript``), how many, their idle
+  energy, the hours parked and the idle energy per hour parked. Hours come from when the
+  ledger folded the suspend and the resume; a park whose two segments were folded in one
+  batch has no measurable duration and is counted, but not in the per-hour figure;
+- **parked**: runs parked now, since when and for how long;
+- **suspicious**: hosts whose parks of one form cost less than ``cheap_factor`` of the
+  idle energy per hour the *other* hosts' parks of that form cost, and hosts whose parks
+  (or executed intervals) are all estimated, never measured.
+
+``since`` (Unix time) keeps runs active since then and parks that ended (or are still
+open) since then. Nothing here does I/O: the same rows give the same answer.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = ["FORMS", "VERDICTS", "AuditPark", "AuditRun", "audit"]
+
+VERDICTS = ("NonBlocking", "Blocked", "Malformed", "Unproved")
+FORMS = ("image", "image+memory", "transcript")
+_HOUR = 3600.0
+
+
+@dataclass(frozen=True)
+class AuditPark:
+    """One park: the suspend's segment index and form; the resume's idle energy (None
+    while still parked) and when each was folded (None: unknown)."""
+
+    segment: int
+    form: str
+    suspended_at: float | None
+    resumed_at: float | None = None
+    idle_uj: int | None = None
+    provenance: str | None = None
+
+    def hours(self) -> float | None:
+        if self.suspended_at is None or self.resumed_at is None:
+            return None
+        seconds = self.resumed_at - self.suspended_at
+        return seconds / _HOUR if seconds > 0 else None
+
+
+@dataclass(frozen=True)
+class AuditRun:
+    run: str
+    host: str
+    phase: str
+    verdict: str
+    verdict_segment: int | None
+    receipts_uj: dict[str, int]  # executed intervals, by provenance
+    idle_uj: dict[str, int]  # parks, by provenance
+    first_at: float | None
+    last_at: float | None
+    parks: Sequence[AuditPark] = field(default_factory=tuple)
+
+
+def _active_since(run: AuditRun, since: float | None) -> bool:
+    return since is None or (run.last_at is not None and run.last_at >= since)
+
+
+def _park_since(park: AuditPark, since: float | None) -> bool:
+    """A park ended since ``since``, or is still open."""
+    if since is None or park.idle_uj is None:
+        return True
+    return park.resumed_at is not None and park.resumed_at >= since
+
+
+def _rate(uj: int, hours: float) -> float | None:
+    return round(uj / hours, 3) if hours > 0 else None
+
+
+def audit(runs: Iterable[AuditRun], now: float, since: float | None = None,
+          cheap_factor: float = 0.1) -> dict[str, Any]:
+    """The audit of ``runs`` at ``now`` (see the module docstring)."""
+    runs = [r for r in runs if _active_since(r, since)]
+    verdicts = {v: 0 for v in VERDICTS}
+    decided: list[dict[str, Any]] = []
+    unproved: list[dict[str, str]] = []
+    hosts: dict[str, dict[str, Any]] = {}
+    closed: list[tuple[str, AuditPark]] = []
+    parked: list[dict[str, Any]] = []
+    for r in runs:
+        verdicts[r.verdict] = verdicts.get(r.verdict, 0) + 1
+        if r.verdict in ("Blocked", "Malformed"):
+            decided.append({"run": r.run, "host": r.host, "verdict": r.verdict,
+                            "segment": r.verdict_segment})
+        elif r.verdict == "Unproved":
+            unproved.append({"run": r.run, "host": r.host})
+        h = hosts.setdefault(r.host, {
+            "host": r.host, "runs": 0, "active_uj": {"measured": 0, "estimated": 0},
+            "idle_uj": {"measured": 0, "estimated": 0}, "parks": 0})
+        h["runs"] += 1
+        for p in ("measured", "estimated"):
+            h["active_uj"][p] += r.receipts_uj.get(p, 0)
+            h["idle_uj"][p] += r.idle_uj.get(p, 0)
+        for park in r.parks:
+            if not _park_since(park, since):
+                continue
+            if park.idle_uj is None:
+                parked.append({
+                    "run": r.run, "host": r.host, "form": park.form, "segment": park.segment,
+                    "since": park.suspended_at,
+                    "parked_s": None if park.suspended_at is None
+                    else round(max(0.0, now - park.suspended_at), 3)})
+            else:
+                h["parks"] += 1
+                closed.append((r.host, park))
+    return {
+        "now": now,
+        "since": since,
+        "runs": len(runs),
+        "verdicts": verdicts,
+        "blocked_or_malformed": decided,
+        "unproved": unproved,
+        "hosts": sorted(hosts.values(), key=lambda h: h["host"]),
+        "parks": _by_form(closed),
+        "parked": sorted(parked, key=lambda p: (p["since"] is None, p["since"] or 0)),
+        "suspicious_hosts": _suspicious(runs, closed, cheap_factor),
+        "cheap_factor": cheap_factor,
+    }
+
+
+def _sums(parks: Iterable[AuditPark]) -> tuple[int, int, float, int, int]:
+    """(count, idle uJ, hours measured, uJ of the parks with hours, estimated count)."""
+    count = uj = timed_uj = estimated = 0
+    hours = 0.0
+    for p in parks:
+        count += 1
+        uj += p.idle_uj or 0
+        estimated += p.provenance == "estimated"
+        h = p.hours()
+        if h is not None:
+            hours += h
+            timed_uj += p.idle_uj or 0
+    return count, uj, hours, timed_uj, estimated
+
+
+def _by_form(closed: Sequence[tuple[str, AuditPark]]) -> list[dict[str, Any]]:
+    out = []
+    for form in FORMS:
+        count, uj, hours, timed_uj, estimated = _sums(p for _, p in closed if p.form == form)
+        if not count:
+            continue
+        out.append({"form": form, "parks": count, "idle_uj": uj,
+                    "hours_parked": round(hours, 6), "idle_uj_per_hour": _rate(timed_uj, hours),
+                    "estimated": estimated, "measured": count - estimated})
+    return out
+
+
+def _suspicious(runs: Sequence[AuditRun], closed: Sequence[tuple[str, AuditPark]],
+                cheap_factor: float) -> list[dict[str, Any]]:
+    reasons: dict[str, list[str]] = defaultdict(list)
+    by_host: dict[str, list[AuditPark]] = defaultdict(list)
+    for host, park in closed:
+        by_host[host].append(park)
+    for host, parks in sorted(by_host.items()):
+        for form in FORMS:
+            _, _, hours, uj, _ = _sums(p for p in parks if p.form == form)
+            _, _, other_hours, other_uj, _ = _sums(
+                p for h, p in closed if h != host and p.form == form)
+            mine, others = _rate(uj, hours), _rate(other_uj, other_hours)
+            if mine is not None and others and mine < cheap_factor * others:
+                reasons[host].append(
+                    f"{form} parks cost {mine:.0f} uJ/h, under {cheap_factor:g} of the other "
+                    f"hosts' {others:.0f} uJ/h")
+        if all(p.provenance == "estimated" for p in parks):
+            reasons[host].append(f"all {len(parks)} parks' idle energy is estimated")
+    active: dict[str, dict[str, int]] = defaultdict(lambda: {"measured": 0, "estimated": 0})
+    for r in runs:
+        for p in ("measured", "estimated"):
+            active[r.host][p] += r.receipts_uj.get(p, 0)
+    for host, split in sorted(active.items()):
+        if split["estimated"] and not split["measured"]:
+            reasons[host].append("all executed intervals' energy is estimated")
+    return [{"host": h, "reasons": reasons[h]} for h in sorted(reasons)]

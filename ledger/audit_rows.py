@@ -1,0 +1,66 @@
+"""The rows :func:`fleet.audit.audit` reads, from the ledger's store: each run's verdict and
+energy from its state, its parks decoded from its folded suspend and resume segments, and
+when the ledger folded them."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import msgspec
+
+from fleet.audit import AuditPark, AuditRun, audit
+from fleet.run_codec import state_from_json
+from fleet.wait_proof import verdict_json
+from fleet.wire import ResumedWire, SnapshotWire, SuspendedWire, envelope_wire
+from ledger.store import LedgerStore
+
+
+def _form(snapshot: SnapshotWire) -> str:
+    if snapshot.transcript is not None:
+        return "transcript"
+    return "image+memory" if snapshot.mem_image is not None else "image"
+
+
+def _parks(rows: list[tuple[int, str, float | None, bytes]]) -> list[AuditPark]:
+    """A run's parks from its suspend and resume segments (in index order)."""
+    parks: list[AuditPark] = []
+    for idx, _kind, at, payload in rows:
+        wire = envelope_wire(bytes(payload))
+        seg = None if wire is None else wire.segment
+        if isinstance(seg, SuspendedWire):
+            parks.append(AuditPark(idx, _form(seg.snapshot), at))
+        elif isinstance(seg, ResumedWire) and parks and parks[-1].idle_uj is None:
+            open_park = parks[-1]
+            parks[-1] = AuditPark(open_park.segment, open_park.form, open_park.suspended_at,
+                                  at, seg.idle_uj, seg.idle_provenance)
+    return parks
+
+
+def audit_runs(store: LedgerStore) -> list[AuditRun]:
+    """Every run of the store as an :class:`AuditRun`."""
+    conn = store.conn
+    times = {run: (first, last) for run, first, last in conn.execute(
+        "SELECT run, MIN(at), MAX(at) FROM segments GROUP BY run")}
+    park_rows: dict[str, list[tuple[int, str, float | None, bytes]]] = {}
+    for run, idx, kind, at, payload in conn.execute(
+            "SELECT run, idx, kind, at, payload FROM segments WHERE kind IN"
+            " ('suspended', 'resumed') ORDER BY run, idx"):
+        park_rows.setdefault(run, []).append((idx, kind, at, payload))
+    out = []
+    for run, host, phase, state_blob in conn.execute(
+            "SELECT run, host, phase, state FROM runs ORDER BY first_seq"):
+        state = state_from_json(msgspec.json.decode(state_blob))
+        verdict = verdict_json(state.wait_proof())
+        first, last = times.get(run, (None, None))
+        out.append(AuditRun(run, host, phase, str(verdict["verdict"]),
+                            verdict.get("segment"),  # type: ignore[arg-type]
+                            dict(state.energy.receipts), dict(state.energy.idle), first, last,
+                            tuple(_parks(park_rows.get(run, [])))))
+    return out
+
+
+def audit_store(store: LedgerStore, since: float | None = None,
+                cheap_factor: float = 0.1, now: float | None = None) -> dict[str, Any]:
+    """The audit of the ledger's store (:func:`fleet.audit.audit`)."""
+    return audit(audit_runs(store), time.time() if now is None else now, since, cheap_factor)

@@ -1,0 +1,255 @@
+"""The run explorer (``/ui/`` on the log port): server-rendered HTML, no build step.
+
+- ``/ui/``: the newest checkpoints, and the runs with filters (host, verdict, phase);
+- ``/ui/run/<run>``: one run's chain as a timeline (executed, parked, resumed intervals,
+  energy, the host of each segment and where it changes), each segment linking to
+- ``/ui/proof/<run>/<index>``: the segment's inclusion proof path to the newest signed
+  checkpoint, step by step, and a few lines of JavaScript that recompute it in the browser
+  (WebCrypto SHA-256, RFC 9162 section 2.1.3.2) and say whether it reaches the
+  checkpoint's root. The checkpoint's signature is for ``fleet verify-proof`` to check.
+
+Everything is read through the log reader's read-only connection, like the tiles.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import time
+from collections.abc import Iterable
+from typing import Any
+from urllib.parse import quote, urlencode
+
+import msgspec
+from aiohttp import web
+
+from fleet.address import parse_address
+from fleet.checkpoint import parse_checkpoint
+from fleet.leaf import encode_leaf
+from fleet.merkle import leaf_hash
+from fleet.note import parse_note
+from fleet.run_codec import state_from_json
+from fleet.wait_proof import verdict_json
+from fleet.wire import ExecutedWire, ResumedWire, SuspendedWire, envelope_wire
+from ledger.log_reader import LogReader
+
+_STYLE = """
+body{font:14px/1.4 system-ui,sans-serif;margin:1.5em;color:#1d2430;background:#fafbfc}
+h1{font-size:1.4em}h2{font-size:1.1em;margin-top:1.5em}
+table{border-collapse:collapse;margin:.5em 0}td,th{padding:.25em .7em;text-align:left;
+border-bottom:1px solid #dde2ea}th{background:#eef1f6}code{font-size:12px}
+a{color:#1f5fbf;text-decoration:none}a:hover{text-decoration:underline}
+.v-NonBlocking{color:#17803d}.v-Blocked,.v-Malformed{color:#b3261e;font-weight:600}
+.v-Unproved{color:#8a6d00}
+ol.timeline{list-style:none;padding:0;display:flex;flex-wrap:wrap;gap:4px}
+ol.timeline li{padding:.4em .6em;border-radius:4px;min-width:7em;font-size:12px}
+.kind-executed{background:#d8ecff}.kind-suspended{background:#ffe7c2}
+.kind-resumed{background:#e1f5d8}.kind-closed{background:#e4e4e4}
+.host-change{outline:2px solid #b3261e}
+form.filters{display:flex;gap:.6em;align-items:end}form.filters label{display:block}
+#verdict{font-weight:600;padding:.4em .7em;display:inline-block;border-radius:4px}
+#verdict.ok{background:#d5f3dc;color:#17803d}#verdict.bad{background:#fbd9d6;color:#b3261e}
+nav a{margin-right:1em}
+"""
+
+_VERIFY_JS = """
+const hex = s => new Uint8Array(s.match(/../g).map(b => parseInt(b, 16)));
+const toHex = a => Array.from(a, b => b.toString(16).padStart(2, '0')).join('');
+async function sha(...parts) {
+  const n = parts.reduce((k, p) => k + p.length, 0), buf = new Uint8Array(n);
+  let o = 0; for (const p of parts) { buf.set(p, o); o += p.length; }
+  return new Uint8Array(await crypto.subtle.digest('SHA-256', buf));
+}
+async function verify() {
+  const d = document.getElementById('proof').dataset, out = document.getElementById('verdict');
+  try {
+    let fn = BigInt(d.index), sn = BigInt(d.size) - 1n;
+    let r = await sha(new Uint8Array([0]), hex(d.leaf));
+    const steps = document.querySelectorAll('#path tr[data-hash]');
+    for (const row of steps) {
+      const p = hex(row.dataset.hash);
+      if (sn === 0n) throw new Error('proof too long');
+      if ((fn & 1n) === 1n || fn === sn) {
+        r = await sha(new Uint8Array([1]), p, r);
+        if ((fn & 1n) === 0n) { while ((fn & 1n) === 0n && fn !== 0n) { fn >>= 1n; sn >>= 1n; } }
+      } else {
+        r = await sha(new Uint8Array([1]), r, p);
+      }
+      row.querySelector('.computed').textContent = toHex(r);
+      fn >>= 1n; sn >>= 1n;
+    }
+    const ok = sn === 0n && toHex(r) === d.root;
+    out.textContent = ok ? 'verified in your browser: the path reaches the checkpoint root'
+                         : 'NOT verified: the path does not reach the checkpoint root';
+    out.className = ok ? 'ok' : 'bad';
+  } catch (e) { out.textContent = 'NOT verified: ' + e.message; out.className = 'bad'; }
+}
+verify();
+"""
+
+
+def _page(title: str, body: str) -> web.Response:
+    doc = (f"<!doctype html><html lang=en><head><meta charset=utf-8><title>{html.escape(title)}"
+           f"</title><style>{_STYLE}</style></head><body><nav><a href=/ui/>fleet explorer</a>"
+           f"<a href=/checkpoint>checkpoint</a></nav>{body}</body></html>")
+    return web.Response(text=doc, content_type="text/html", charset="utf-8",
+                        headers={"Cache-Control": "no-store"})
+
+
+def _e(value: object) -> str:
+    return html.escape(str(value))
+
+
+def _when(ts: float | None) -> str:
+    return "-" if ts is None else time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(ts))
+
+
+def _uj(value: int) -> str:
+    for unit, scale in (("kJ", 10**9), ("J", 10**6), ("mJ", 10**3)):
+        if value >= scale:
+            return f"{value / scale:.2f} {unit}"
+    return f"{value} uJ"
+
+
+def _table(headers: Iterable[str], rows: Iterable[Iterable[str]], ident: str) -> str:
+    head = "".join(f"<th>{h}</th>" for h in headers)
+    body = "".join("<tr>" + "".join(f"<td>{c}</td>" for c in row) + "</tr>" for row in rows)
+    return f"<table id={ident}><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
+class Explorer:
+    """The explorer's handlers over a :class:`LogReader`."""
+
+    def __init__(self, reader: LogReader) -> None:
+        self.reader = reader
+
+    def _runs(self) -> list[dict[str, Any]]:
+        rows = self.reader.store.conn.execute(
+            "SELECT run, host, segments, phase, state FROM runs ORDER BY first_seq DESC")
+        out = []
+        for run, host, segments, phase, state in rows:
+            verdict = verdict_json(state_from_json(msgspec.json.decode(state)).wait_proof())
+            out.append({"run": run, "host": host, "segments": segments, "phase": phase,
+                        "verdict": verdict["verdict"], "segment": verdict.get("segment")})
+        return out
+
+    async def index(self, request: web.Request) -> web.Response:
+        q = request.query
+        wanted = {k: q.get(k, "") for k in ("host", "verdict", "phase")}
+        limit = int(q["limit"]) if q.get("limit", "").isdigit() else 500
+        checkpoints = self.reader.store.conn.execute(
+            "SELECT size, root, at FROM checkpoints ORDER BY size DESC LIMIT 10").fetchall()
+        runs = self._runs()
+        options = {k: sorted({str(r[k]) for r in runs}) for k in wanted}
+        shown = [r for r in runs if all(not v or str(r[k]) == v for k, v in wanted.items())]
+        selects = "".join(
+            f"<label>{k}<select name={k}><option value=''>any</option>" + "".join(
+                f"<option{' selected' if v == wanted[k] else ''}>{_e(v)}</option>"
+                for v in vals) + "</select></label>" for k, vals in options.items())
+        cp_rows = [(str(size), f"<code>{bytes(root).hex()[:16]}…</code>", _when(at))
+                   for size, root, at in checkpoints]
+        run_rows = [(f"<a class=run href='/ui/run/{quote(r['run'])}'><code>{_e(r['run'])}"
+                     "</code></a>", _e(r["host"]), str(r["segments"]), _e(r["phase"]),
+                     f"<span class=v-{r['verdict']}>{r['verdict']}"
+                     + (f" (segment {r['segment']})" if r["segment"] else "") + "</span>")
+                    for r in shown[:limit]]
+        body = ("<h1>Fleet log</h1><h2>Checkpoints</h2>"
+                + _table(("size", "root", "signed (UTC)"), cp_rows, "checkpoints")
+                + f"<h2>Runs <small>({len(shown)} of {len(runs)})</small></h2>"
+                f"<form class=filters method=get action=/ui/>{selects}"
+                "<button type=submit>filter</button></form>"
+                + _table(("run", "host", "segments", "phase", "wait proof"), run_rows, "runs"))
+        return _page("fleet explorer", body)
+
+    async def run(self, request: web.Request) -> web.Response:
+        run = request.match_info["run"]
+        store = self.reader.store
+        row = store.run_row(run)
+        if row is None:
+            raise web.HTTPNotFound(text=f"no run {run}\n")
+        state = state_from_json(row["state"])
+        verdict = verdict_json(state.wait_proof())
+        energy = state.energy.as_json()
+        items, host = [], None
+        segs = store.conn.execute("SELECT idx, kind, at, payload, leaf_index FROM segments"
+                                  " WHERE run = ? ORDER BY idx", (run,)).fetchall()
+        for idx, kind, at, payload, leaf_index in segs:
+            wire = envelope_wire(bytes(payload))
+            seg_host = None if wire is None else wire.host
+            seg = None if wire is None else wire.segment
+            detail = ""
+            if isinstance(seg, ExecutedWire):
+                rec = seg.attestation_object.receipt
+                detail = f"{_uj(rec.uj)} {rec.provenance}"
+            elif isinstance(seg, SuspendedWire):
+                detail = "transcript" if seg.snapshot.transcript else (
+                    "image+memory" if seg.snapshot.mem_image else "image")
+            elif isinstance(seg, ResumedWire):
+                detail = f"idle {_uj(seg.idle_uj)} {seg.idle_provenance}"
+            change = host is not None and seg_host != host
+            host = seg_host
+            items.append(
+                f"<li class='segment kind-{kind}{' host-change' if change else ''}'"
+                f" data-index={idx}><b>#{idx} {kind}</b><br>{_e(detail)}<br>"
+                f"host {_e(seg_host)}<br>{_when(at)}<br>"
+                f"<a class=proof href='/ui/proof/{quote(run)}/{idx}'>leaf {leaf_index}</a></li>")
+        summary = _table(("host", "phase", "segments", "wait proof", "energy", "idle"), [(
+            _e(row["host"]), _e(row["phase"]), str(row["segments"]),
+            f"<span class=v-{verdict['verdict']}>{verdict['verdict']}</span>"
+            + (f" (segment {verdict['segment']})" if "segment" in verdict else ""),
+            f"{_uj(energy['total_uj'])} (measured {_uj(energy['by_provenance_uj']['measured'])})",
+            _uj(sum(energy["idle_uj"].values())))], "summary")
+        body = (f"<h1>Run <code>{_e(run)}</code></h1>{summary}<h2>Timeline</h2>"
+                f"<ol class=timeline id=timeline>{''.join(items)}</ol>")
+        return _page(f"run {run}", body)
+
+    async def proof(self, request: web.Request) -> web.Response:
+        run, index_text = request.match_info["run"], request.match_info["index"]
+        if not index_text.isdigit():
+            raise web.HTTPBadRequest(text="a segment index is a decimal\n")
+        index = int(index_text)
+        latest = self.reader.latest()
+        found = self.reader.store.segment(run, index)
+        if latest is None or found is None or found[1] >= latest[0]:
+            raise web.HTTPNotFound(text="no such segment in the newest checkpoint\n")
+        size, note = latest
+        head, leaf_index = found
+        leaf = encode_leaf(parse_address(run), index, parse_address(head))
+        proof = self.reader.store.tree.inclusion_proof(leaf_index, size)
+        root = parse_checkpoint(parse_note(note)[0]).root
+        steps, fn, sn = [], leaf_index, size - 1
+        for n, sibling in enumerate(proof):
+            side = "left" if fn & 1 or fn == sn else "right"
+            if side == "left" and not fn & 1:
+                while not fn & 1 and fn:
+                    fn, sn = fn >> 1, sn >> 1
+            fn, sn = fn >> 1, sn >> 1
+            steps.append(f"<tr data-hash={sibling.hex()}><td>{n + 1}</td><td>{side}</td>"
+                         f"<td><code>{sibling.hex()}</code></td><td><code class=computed>"
+                         "</code></td></tr>")
+        body = (
+            f"<h1>Inclusion of segment {index} of <code>{_e(run)}</code></h1>"
+            f"<div id=proof data-leaf={leaf.hex()} data-index={leaf_index} data-size={size}"
+            f" data-root={root.hex()}>"
+            f"<p>leaf {leaf_index} of {size}; leaf hash <code>{leaf_hash(leaf).hex()}</code></p>"
+            f"<p>checkpoint root <code>{root.hex()}</code></p></div>"
+            "<p id=verdict>verifying…</p>"
+            "<table id=path><thead><tr><th>step</th><th>sibling side</th><th>sibling hash</th>"
+            f"<th>node computed in your browser</th></tr></thead><tbody>{''.join(steps)}"
+            f"</tbody></table><h2>Signed checkpoint</h2><pre id=checkpoint>{_e(note)}</pre>"
+            f"<p><a href='/proof/{quote(run)}/{index}'>as a c2sp.org/tlog-proof</a> · leaf"
+            f" base64 <code>{base64.b64encode(leaf).decode()}</code></p>"
+            f"<script>{_VERIFY_JS}</script>")
+        return _page(f"proof {run} #{index}", body)
+
+    async def redirect(self, request: web.Request) -> web.Response:
+        raise web.HTTPFound("/ui/?" + urlencode(request.query) if request.query else "/ui/")
+
+
+def add_explorer(app: web.Application, reader: LogReader) -> None:
+    """Mount the explorer at ``/ui/`` on ``app``."""
+    explorer = Explorer(reader)
+    app.router.add_get("/ui", explorer.redirect)
+    app.router.add_get("/ui/", explorer.index)
+    app.router.add_get("/ui/run/{run}", explorer.run)
+    app.router.add_get("/ui/proof/{run}/{index}", explorer.proof)

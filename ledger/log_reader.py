@@ -1,0 +1,137 @@
+"""The fleet log as c2sp.org/tlog-tiles resources, read from a read-only store connection.
+
+Everything here answers "up to the latest signed size": a tile or entry bundle is there
+when the newest signed checkpoint's tree holds it, and a *partial* one only when some
+signed checkpoint had exactly that partial tile (:func:`fleet.tiles.partial_sizes`), as the
+spec asks. A tile's hashes are one row of the tree store's nodes at level ``8 * L``
+(:meth:`ledger.tree_store.TreeStore.node_row`); an entry bundle's entries are the fleet
+leaves, rebuilt from the segments table (whose rowid is the leaf index + 1).
+
+The checkpoint is served with the witness cosignatures the anchors gathered for exactly
+its size (a :class:`plumbing.anchoring.ReceiptStore`, itself on a connection of its own).
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from pathlib import Path
+
+from fleet.address import parse_address
+from fleet.cosignature import add_signatures, parse_signature_lines
+from fleet.leaf import encode_leaf
+from fleet.log_errors import MissingNode
+from fleet.tiles import Tile, encode_entry_bundle, partial_sizes
+from fleet.tlog_proof import format_tlog_proof
+from ledger.store import ReadOnlyStore
+from plumbing.anchoring import ReceiptStore
+
+_CACHED_TILES = 2048  # ~16 MiB of full tiles: the hot right edge and followers' catch-up
+
+
+class LogReader:
+    """Tiles, entry bundles, checkpoints and tlog proofs of the ledger in ``data_dir``."""
+
+    def __init__(self, data_dir: Path | str, receipts: ReceiptStore | None = None) -> None:
+        self.store = ReadOnlyStore(data_dir)
+        self.receipts = receipts
+        self._signed = 0
+        self._tiles: OrderedDict[Tile, bytes] = OrderedDict()
+
+    def close(self) -> None:
+        self.store.close()
+        if self.receipts is not None:
+            self.receipts.close()
+
+    # -- checkpoints ----------------------------------------------------------------------
+
+    def latest(self) -> tuple[int, str] | None:
+        """(size, signed note) of the newest checkpoint, with the cosignatures gathered for
+        that size; None before the first."""
+        last = self.store.last_checkpoint()
+        if last is None:
+            return None
+        size, _root, note = last
+        self._signed = max(self._signed, size)
+        return size, self._cosigned(size, note)
+
+    def _cosigned(self, size: int, note: str) -> str:
+        if self.receipts is None:
+            return note
+        lines = [sig for r in self.receipts.receipts_covering(size)
+                 if r.kind == "witness" and r.size == size
+                 for sig in parse_signature_lines(r.data)]
+        return add_signatures(note, lines) if lines else note
+
+    def signed_size(self, at_least: int = 0) -> int:
+        """The latest signed size: the one last seen unless ``at_least`` is beyond it (then
+        read again: sizes only grow, so a tile within the last one seen is always there)."""
+        if at_least > self._signed:
+            last = self.store.last_checkpoint()
+            self._signed = max(self._signed, 0 if last is None else last[0])
+        return self._signed
+
+    # -- tiles ----------------------------------------------------------------------------
+
+    def tile(self, tile: Tile) -> bytes | None:
+        """A hash tile's bytes, or an entry bundle's; None when it is not there."""
+        held = self._tiles.get(tile)
+        if held is not None:
+            self._tiles.move_to_end(tile)
+            return held
+        if not self._exists(tile):
+            return None
+        try:
+            data = self._entries(tile) if tile.entries else self.store.tree.node_row(
+                tile.tree_level, tile.first, tile.width, self._signed)
+        except MissingNode:
+            return None
+        self._tiles[tile] = data
+        if len(self._tiles) > _CACHED_TILES:
+            self._tiles.popitem(last=False)
+        return data
+
+    def _exists(self, tile: Tile) -> bool:
+        end = (tile.first + tile.width) << tile.tree_level  # leaves the tile spans
+        if end > self.signed_size(end):
+            return False
+        if not tile.partial:
+            return True
+        sizes = partial_sizes(tile)
+        row = self.store.conn.execute(
+            "SELECT 1 FROM checkpoints WHERE size >= ? AND size < ? AND size <= ? LIMIT 1",
+            (sizes.start, sizes.stop, self._signed)).fetchone()
+        return row is not None
+
+    def _entries(self, tile: Tile) -> bytes:
+        first = tile.first
+        rows = self.store.conn.execute(
+            "SELECT leaf_index, run, idx, head FROM segments WHERE rowid BETWEEN ? AND ?"
+            " ORDER BY rowid", (first + 1, first + tile.width)).fetchall()
+        if [r[0] for r in rows] != list(range(first, first + tile.width)):
+            raise MissingNode(f"the store lacks leaves {first}..{first + tile.width - 1}")
+        return encode_entry_bundle(encode_leaf(parse_address(run), idx, parse_address(head))
+                                   for _, run, idx, head in rows)
+
+    # -- proofs ---------------------------------------------------------------------------
+
+    def tlog_proof(self, run: str, index: int | None) -> str | None:
+        """The c2sp.org/tlog-proof of segment ``index`` (default: the latest one in the
+        newest checkpoint) of ``run``; None when the run or segment is not in it."""
+        latest = self.latest()
+        if latest is None:
+            return None
+        size, note = latest
+        if index is None:
+            row = self.store.conn.execute(
+                "SELECT MAX(idx) FROM segments WHERE run = ? AND leaf_index < ?",
+                (run, size)).fetchone()
+            if row is None or row[0] is None:
+                return None
+            index = int(row[0])
+        found = self.store.segment(run, index)
+        if found is None or found[1] >= size:
+            return None
+        head, leaf_index = found
+        leaf = encode_leaf(parse_address(run), index, parse_address(head))
+        proof = self.store.tree.inclusion_proof(leaf_index, size)
+        return format_tlog_proof(leaf_index, proof, note, extra=leaf)

@@ -1,0 +1,43 @@
+"""``fleet bench http``, small: the keys a script reads are there and the followers were
+served real tiles; the log port yields to a backlogged fold and only then."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+
+from ledger.http import Throttle
+
+from pipeline_helpers import cli
+
+
+def test_bench_http_prints_the_contract_keys():
+    """A small run prints the fold rates quiet and loaded, their drop, tiles/s and checkpoint
+    latency under load and idle, and the followers got tiles (200s) during the fold."""
+    out = cli("bench", "http", "--segments", "2000", "--clients", "4", "--repeats", "1",
+              "--json", timeout=240)
+    doc = json.loads(out.stdout)
+    for key in ("fold_per_s_quiet", "fold_per_s_loaded", "fold_drop", "fold_drop_within_10pct",
+                "tiles_per_s", "checkpoint_p99_ms", "idle_tiles_per_s",
+                "idle_checkpoint_p99_ms", "http_codes_under_load"):
+        assert key in doc, key
+    assert doc["clients"] == 4 and doc["fold_per_s_quiet"] > 0 and doc["fold_per_s_loaded"] > 0
+    assert doc["idle_tiles_per_s"] > 0
+    assert set(doc["http_codes_under_load"]) <= {"200", "404"}
+
+
+def test_throttle_holds_requests_only_while_the_fold_is_busy():
+    """While busy, 60 requests at 200/s take about 0.25 s (after the burst of 20); while
+    not busy, they pass at once."""
+    async def admit_all(throttle: Throttle, count: int) -> float:
+        start = time.monotonic()
+        await asyncio.gather(*(throttle.admit() for _ in range(count)))
+        return time.monotonic() - start
+
+    busy = [True]
+    throttle = Throttle(200.0, lambda: busy[0])
+    took = asyncio.run(admit_all(throttle, 60))
+    assert 0.15 <= took < 2.0, took
+    busy[0] = False
+    assert asyncio.run(admit_all(throttle, 1000)) < 0.1
