@@ -12,6 +12,7 @@ from __future__ import annotations
 import errno
 import glob
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -443,16 +444,14 @@ def test_a_host_without_fanotify_permission_events_refuses_to_start_a_unit(tmp_p
         guard.spawn(["true"])
 
 
-def test_the_cli_refuses_a_system_interpreter_on_the_root_filesystem(unitfs, tmp_path):
-    """``fleet exec run`` marking ``/`` too refuses the system's own /bin/dash bytes (under
-    any name) while bash and everything else runs, and exits with the unit's status; the
-    journal it leaves shows the denial and verifies."""
-    dash = Path(os.path.realpath("/bin/dash"))
-    if not dash.exists():
-        pytest.skip("no /bin/dash on this machine")
-    policy = _write_policy(denylist(dash, label="dash"), tmp_path / "policy.json")
+def test_the_cli_refuses_a_system_program_on_the_root_filesystem(unitfs, tmp_path):
+    """``fleet exec run`` marking ``/`` too refuses the system's own ``env`` bytes while
+    bash and everything else runs, and exits with the unit's status; the journal it leaves
+    shows the denials and its roots verify."""
+    env = Path(os.path.realpath(shutil.which("env") or "/usr/bin/env"))
+    policy = _write_policy(denylist(env, label="env"), tmp_path / "policy.json")
     journal = tmp_path / "exec.db"
-    script = "/bin/dash -c 'echo RAN-dash'; echo rc=$?; echo RAN-bash; exit 3"
+    script = f"{env} echo RAN-env; echo rc=$?; echo RAN-bash; exit 3"
     done = subprocess.run([sys.executable, "-m", "cli", "exec", "run", "--policy", str(policy),
                            "--journal", str(journal), "--mark", "/", "--mark", str(unitfs),
                            "--report", str(tmp_path / "report.json"), "--", "bash", "-c",
@@ -466,9 +465,9 @@ def test_the_cli_refuses_a_system_interpreter_on_the_root_filesystem(unitfs, tmp
     doc = json.loads(shown.stdout)
     got = [(d["access"], d["verdict"], d["label"], d["bytes"]) for i in doc["intervals"]
            for d in i["decisions"]]
-    # bash's exec is refused, then its look at the file to say why (an open) too.
-    assert got[0] == ("exec", "deny", "dash", addr(dash))
-    assert {g[1:] for g in got} == {("deny", "dash", addr(dash))}
+    # bash's exec is refused, then its look into the file to say why (an open) too.
+    assert got[0] == ("exec", "deny", "env", addr(env))
+    assert {g[1:] for g in got} == {("deny", "env", addr(env))}
     assert all(i["root_matches"] for i in doc["intervals"])
     report = json.loads((tmp_path / "report.json").read_text())
     assert report["exit"] == 3 and report["stats"]["denied"] == len(got)
