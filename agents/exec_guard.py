@@ -341,8 +341,26 @@ class ExecGuard:
             self.stats.outside += 1
             self._answer(ev.fd, True)
             os.close(ev.fd)
-        else:
+        elif not self._decide_quickly(ev):
             self._work.put(ev)
+
+    def _decide_quickly(self, ev: fanotify.Event) -> bool:
+        # Bytes already hashed are decided here, without a hand-over to the hashing thread;
+        # the rest (``False``) wait for it, so hashing never delays anyone else's answer.
+        try:
+            if self._use_cache:
+                st = os.fstat(ev.fd)
+                with self._lock:
+                    known = _key(st) in self._cache
+                if known or not stat.S_ISREG(st.st_mode):
+                    self._decide(ev)
+                    return True
+            return False
+        except BaseException:
+            self._answer(ev.fd, False)
+            with contextlib.suppress(OSError):
+                os.close(ev.fd)
+            return True
 
     def _drain_on_close(self) -> None:
         # Closing: the unit is dead; answer whatever is still queued in the kernel.
@@ -412,7 +430,7 @@ class ExecGuard:
     def _content(self, fd: int, st: os.stat_result) -> tuple[bytes, bool]:
         """BLAKE3 of the file's bytes through ``fd`` (cached by inode and times), and whether
         they held still while being read."""
-        key = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+        key = _key(st)
         if self._use_cache:
             with self._lock:
                 held = self._cache.get(key)
@@ -423,9 +441,7 @@ class ExecGuard:
         for _ in range(3):
             content = _hash_fd(fd)
             self.stats.hashed += 1
-            after = os.fstat(fd)
-            now = (after.st_dev, after.st_ino, after.st_size, after.st_mtime_ns,
-                   after.st_ctime_ns)
+            now = _key(os.fstat(fd))
             if now == key:
                 if self._use_cache:
                     with self._lock:
@@ -477,6 +493,11 @@ class ExecGuard:
             holds = kept
         for hold in holds:
             os.close(hold[0])
+
+
+def _key(st: os.stat_result) -> tuple[int, ...]:
+    """What identifies a file's bytes in the cache: any write changes size or the times."""
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
 
 
 def _exe_of(pid: int) -> tuple[int, int] | None:

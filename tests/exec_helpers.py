@@ -7,15 +7,11 @@ machine) a missing capability fails them instead, so CI cannot pass by skipping.
 
 from __future__ import annotations
 
-import contextlib
-import ctypes
-import ctypes.util
 import json
 import os
 import shutil
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +19,7 @@ import pytest
 
 from agents import fanotify
 from agents.exec_guard import ExecGuard
+from agents.scratch_fs import tmpfs as tmpfs
 from agents.unit_cgroup import CgroupUnavailable, cgroup2_mount
 
 PROGRAMS = Path(__file__).parent / "exec_programs"
@@ -54,25 +51,6 @@ def require_guard() -> None:
     if REQUIRE:
         pytest.fail(f"FLEET_REQUIRE_EXEC_GUARD=1 but {why}")
     pytest.skip(why)
-
-
-_libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
-MNT_DETACH = 2
-
-
-@contextlib.contextmanager
-def tmpfs(where: Path) -> Iterator[Path]:
-    """A fresh tmpfs mounted at ``where`` (a filesystem only the test's units use, so marking
-    it touches no one else), detached afterwards."""
-    where.mkdir(parents=True, exist_ok=True)
-    if _libc.mount(b"fleet-exec-test", os.fsencode(where), b"tmpfs", 0,
-                   b"size=64m,mode=0755") != 0:
-        err = ctypes.get_errno()
-        raise OSError(err, f"mount tmpfs at {where}: {os.strerror(err)}")
-    try:
-        yield where
-    finally:
-        _libc.umount2(os.fsencode(where), MNT_DETACH)
 
 
 def build_programs(out: Path) -> dict[str, Path]:

@@ -472,3 +472,20 @@ def test_the_cli_refuses_a_system_program_on_the_root_filesystem(unitfs, tmp_pat
     report = json.loads((tmp_path / "report.json").read_text())
     assert report["exit"] == 3 and report["stats"]["denied"] == len(got)
     assert report["root"] == doc["intervals"][-1]["root"]
+
+
+def test_bench_exec_compares_guarded_execs_with_a_baseline_of_the_same_run(programs):
+    """``fleet bench exec --json`` reports exec latency without the guard and with it (cached
+    and cold) and for an outsider on the guarded filesystem, with ratios to the baseline."""
+    import json
+
+    done = subprocess.run([sys.executable, "-m", "cli", "bench", "exec", "--execs", "10",
+                           "--rounds", "1", "--binary", str(programs["benign"]), "--json"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout)
+    for key in ("baseline_exec_us", "guarded_cached_exec_us", "guarded_cold_exec_us",
+                "outside_unit_exec_us"):
+        assert 0 < result[key]["p50"] <= result[key]["p90"], key
+    assert result["cached_over_baseline_ratio"] > 0 and result["cold_over_baseline_ratio"] > 0
+    assert result["binary_bytes"] == programs["benign"].stat().st_size
