@@ -463,8 +463,8 @@ class ExecGuard:
                 if (content, access) in self._journaled:
                     return
                 self._journaled.add((content, access))
-        try:
-            path = os.readlink(f"/proc/self/fd/{fd}")
+        try:  # bytes, so a name that is not UTF-8 is journaled as \xNN escapes
+            path = os.readlink(b"/proc/self/fd/%d" % fd).decode("utf-8", "backslashreplace")
         except OSError:
             path = ""
         self.journal.append(access=access, verdict=ALLOW if allow else DENY,

@@ -85,8 +85,13 @@ class JournalEntry:
 
 
 def clip_path(path: str) -> str:
-    """``path`` cut to at most ``MAX_PATH`` UTF-8 bytes at a character boundary."""
-    raw = path.encode("utf-8", "backslashreplace")
+    """``path`` as UTF-8 (bytes that are not UTF-8, escaped as ``\\xNN``), cut to at most
+    ``MAX_PATH`` bytes at a character boundary."""
+    try:
+        raw = path.encode("utf-8", "surrogateescape")
+    except UnicodeEncodeError:
+        raw = path.encode("utf-8", "backslashreplace")
+    raw = raw.decode("utf-8", "backslashreplace").encode("utf-8")
     if len(raw) <= MAX_PATH:
         return raw.decode("utf-8")
     return raw[:MAX_PATH].decode("utf-8", "ignore")

@@ -233,3 +233,17 @@ def test_reachable_filesystems_leave_out_pseudo_filesystems(tmp_path):
         "26 22 0:30 / /sys/fs/cgroup/unified rw - cgroup2 cgroup2 rw\n"
         "27 22 0:40 / /mnt/with\\040space rw - tmpfs x rw\n")
     assert reachable_filesystems(str(info)) == ["/", "/dev/shm", "/mnt/with space"]
+
+
+def test_journaled_paths_are_utf8_cut_at_a_character_boundary():
+    """A path that is not UTF-8 is journaled with \\xNN escapes; a long one is cut to 1024
+    bytes without splitting a character, so every entry encodes."""
+    import os
+
+    from fleet.exec_journal import MAX_PATH, clip_path
+
+    assert clip_path(os.fsdecode(b"/u/\xff\xfe/x")) == "/u/\\xff\\xfe/x"
+    long = clip_path("/é" * 600)
+    assert len(long.encode()) <= MAX_PATH and long.endswith("/")
+    e = JournalEntry(1, 0, "open", "deny", "policy", digest(b"a"), digest(b"p"), "l", long)
+    assert entry_bytes(e).endswith(long.encode())
