@@ -245,11 +245,33 @@ def exec_run(policy_file: Path, journal: Path, run_id: str | None, marks: tuple[
     sys.exit(code)
 
 
+def match_record(journal: dict[str, Any], record: dict[str, Any]) -> list[dict[str, Any]]:
+    """For each executed segment of a (verified) record file: the exec-journal interval whose
+    root is its attestation's journal root, with that interval's counts (``interval``:
+    ``None`` when no interval has that root, e.g. a root folded with a replay journal's)."""
+    roots = {i["root"]: i for i in journal["intervals"]}
+    out = []
+    for number, seg in enumerate(record["segments"], 1):
+        if seg.get("kind") != "executed":
+            continue
+        root = seg["attestation_object"]["journal_root"]
+        hit = roots.get(root)
+        out.append({"segment": number, "journal_root": root,
+                    "interval": hit["interval"] if hit else None,
+                    "entries": hit["entries"] if hit else None,
+                    "denied": hit["denied"] if hit else None})
+    return out
+
+
 @exec_group.command("journal")
 @click.argument("journal_file", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--record", "record_file", type=click.Path(dir_okay=False, path_type=Path),
+              help="A run record file (fleet run export): verify it and show which executed "
+                   "segment commits to which interval of the journal.")
 @click.option("--all", "show_all", is_flag=True, help="List allows too, not only denials.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
-def exec_journal(journal_file: Path, show_all: bool, as_json: bool) -> None:
+def exec_journal(journal_file: Path, record_file: Path | None, show_all: bool,
+                 as_json: bool) -> None:
     """Show an exec journal: each interval's root (recomputed) and its decisions."""
     from agents.exec_journal_store import read_journal
 
@@ -257,6 +279,8 @@ def exec_journal(journal_file: Path, show_all: bool, as_json: bool) -> None:
         raise UserError(f"{journal_file}: no such file")
     doc = read_journal(journal_file)
     bad = [i["interval"] for i in doc["intervals"] if i.get("root_matches") is False]
+    if record_file is not None:
+        doc["record"] = _audit_record(doc, record_file)
     if as_json:
         emit_json(doc)
     else:
@@ -271,9 +295,29 @@ def exec_journal(journal_file: Path, show_all: bool, as_json: bool) -> None:
                     click.echo(f"    {d['verdict']:<5} {d['access']:<4} {d['bytes']} "
                                f"{d['label']}  {d['path']}"
                                + ("  (unpinned)" if d["cause"] == "unpinned" else ""))
+        for m in doc.get("record", []):
+            where = (f"interval {m['interval']} ({m['denied']} denied)" if m["interval"]
+                     else "no interval of this journal")
+            click.echo(f"  segment {m['segment']}: journal root {m['journal_root']} = {where}")
     if bad:
         raise CheckFailed(f"{journal_file}: stored roots of intervals {bad} do not match "
                           "their entries")
+
+
+def _audit_record(journal: dict[str, Any], record_file: Path) -> list[dict[str, Any]]:
+    from fleet.errors import FleetError
+    from fleet.verify import verify_record
+    from fleet.wire import decode_record
+
+    try:
+        data = record_file.read_bytes()
+    except FileNotFoundError:
+        raise UserError(f"{record_file}: no such file") from None
+    try:
+        verify_record(decode_record(data))
+    except FleetError as exc:
+        raise CheckFailed(f"{record_file}: invalid: {exc.rule}: {exc}") from None
+    return match_record(journal, json.loads(data))
 
 
 @exec_group.command("probe")

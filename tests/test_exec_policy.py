@@ -247,3 +247,40 @@ def test_journaled_paths_are_utf8_cut_at_a_character_boundary():
     assert len(long.encode()) <= MAX_PATH and long.endswith("/")
     e = JournalEntry(1, 0, "open", "deny", "policy", digest(b"a"), digest(b"p"), "l", long)
     assert entry_bytes(e).endswith(long.encode())
+
+
+def test_a_record_commits_to_its_exec_journal_intervals(tmp_path):
+    """The root of a sealed journal interval, used as an executed segment's journal root,
+    shows in ``fleet exec journal --record`` against that segment (with the interval's
+    denials); a segment whose root is no interval's is shown as such; a tampered record is
+    refused (exit 1) before anything is matched."""
+    from nacl.signing import SigningKey
+
+    from fleet.builder import RecordBuilder
+    from fleet.wire import encode_record
+
+    path = tmp_path / "exec.db"
+    j = ExecJournal(path)
+    j.append(access="exec", verdict="deny", cause="policy", content=digest(b"nc"),
+             policy=digest(b"policy"), label="netcat", path="/u/nc")
+    _, root, _ = j.seal_interval()
+    j.close()
+    b = RecordBuilder(SigningKey(bytes(32)), digest(b"unit"), digest(b"grants"))
+    b.execute(uj=10, provenance="measured", meter="rapl", journal_root=root)
+    b.execute(uj=10, provenance="measured", meter="rapl", journal_root=digest(b"other"))
+    record = tmp_path / "record.json"
+    record.write_bytes(encode_record(b.to_record()))
+    code, text = _fleet("exec", "journal", str(path), "--record", str(record), "--json")
+    assert code == 0, text
+    assert json.loads(text)["record"] == [
+        {"segment": 1, "journal_root": format_address(root), "interval": 1, "entries": 1,
+         "denied": 1},
+        {"segment": 2, "journal_root": format_address(digest(b"other")), "interval": None,
+         "entries": None, "denied": None}]
+    code, text = _fleet("exec", "journal", str(path), "--record", str(record))
+    assert "segment 1: journal root" in text and "interval 1 (1 denied)" in text
+    doc = json.loads(record.read_text())
+    doc["segments"][0]["attestation_object"]["journal_root"] = format_address(digest(b"x"))
+    record.write_text(json.dumps(doc))
+    code, text = _fleet("exec", "journal", str(path), "--record", str(record))
+    assert code == 1 and "invalid" in text
