@@ -406,7 +406,7 @@ def test_allowed_programs_run_normally(programs, unitfs, tmp_path):
 def test_allow_listed_mode_runs_and_reads_only_listed_bytes(programs, unitfs, tmp_path):
     """Under an allowlist only listed bytes run or are read on a marked filesystem: listed
     ones work (their first allow journaled once per access kind), unlisted programs and
-    data are refused."""
+    data are refused, and so is a new (empty, unlisted) file."""
     benign = install(programs["benign"], unitfs / "benign")
     denied = install(programs["denied"], unitfs / "denied")
     data = unitfs / "data.txt"
@@ -417,13 +417,15 @@ def test_allow_listed_mode_runs_and_reads_only_listed_bytes(programs, unitfs, tm
                                    (digest(data.read_bytes()), "allow", "data")])
     with guarded(policy, unitfs, tmp_path) as guard:
         r = drive(guard, [{"run": [str(benign)]}, {"run": [str(benign)]},
-                          {"run": [str(denied)]}, {"read": str(data)}, {"read": str(other)}])
+                          {"run": [str(denied)]}, {"read": str(data)}, {"read": str(other)},
+                          {"write": str(unitfs / "new.txt")}])
     assert r[0]["out"] == r[1]["out"] == "RAN-benign\n"
     assert r[2] == {"errno": EPERM} and r[4] == {"errno": EPERM}
+    assert r[5] == {"errno": EPERM}  # a new file is empty bytes, unlisted too
     assert r[3] == {"read": len("listed data\n")}
     assert [(d["access"], d["verdict"], d["label"]) for d in decisions(tmp_path)] == [
         ("exec", "allow", "benign"), ("open", "allow", "benign"), ("exec", "deny", "default"),
-        ("open", "allow", "data"), ("open", "deny", "default")]
+        ("open", "allow", "data"), ("open", "deny", "default"), ("open", "deny", "default")]
 
 
 def test_a_host_without_fanotify_permission_events_refuses_to_start_a_unit(tmp_path):
