@@ -3,8 +3,9 @@
 Steps: {"run": argv} runs a program (result: rc and output, or the errno of a refused exec);
 {"fexec": path} execs an O_PATH descriptor of path (execveat(fd, "", AT_EMPTY_PATH));
 {"procfd": path} execs /proc/self/fd/N of an O_PATH descriptor; {"read": path} opens and
-reads a file; {"write": path} creates and writes one; {"memfd": true} calls memfd_create; {"tmpfile_exec": dir, "bytes": file}
-writes the bytes of file into an O_TMPFILE in dir and execs its descriptor;
+reads a file; {"write": path} creates and writes one; {"memfd": true} calls memfd_create;
+{"tmpfile_exec": dir, "bytes": file} writes the bytes of file into an O_TMPFILE in dir and
+execs its descriptor;
 {"memfd_exec": file} copies file's bytes into a memfd and execs it; {"loop": paths,
 "count": n} runs the paths in turn n times and counts what each run printed (or its errno);
 {"syscall": name} tries unshare(CLONE_NEWUSER) / mount of a tmpfs.
