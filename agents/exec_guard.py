@@ -1,0 +1,534 @@
+"""The exec guard: a root supervisor that lets a unit execute or open only the file bytes its
+policy allows, whatever the file is called, wherever it lies and whatever runs it.
+
+    policy = build_policy("allow", [(digest(evil_bytes), "deny", "evil")])
+    with ExecGuard(policy, marks=["/srv/unit"], journal=ExecJournal(host_dir / "exec.db")
+                   ) as guard:
+        proc = guard.spawn(["python3", "job.py"])
+        proc.wait()
+        root = guard.seal_interval()     # the interval's exec journal root
+
+How it decides. The guard marks every filesystem the unit can reach (``marks``; by default
+every mounted one that can hold files, :func:`reachable_filesystems`) for fanotify's
+``FAN_OPEN_EXEC_PERM`` and ``FAN_OPEN_PERM``. The kernel then holds every exec and every
+open of a file there until the guard answers. An event from a process outside the unit's
+cgroup (or from the guard's own process) is allowed at once, without reading anything. For
+the unit's, the guard hashes the file through the descriptor the kernel opened for the
+event, never its path, and answers with the policy's verdict for those bytes. So the same
+bytes are refused under any name, link, copy or move; and since opens are judged too, so
+are ``python x.py``, ``sh x``, ``env python x``, ``ld.so ./x``, ``dlopen`` and ``cp``.
+
+Caching. A hash is kept under the file's (device, inode, size, mtime, ctime): any write
+changes size or the times (the kernel gives fine-grained times to a file whose times were
+just read), so an edited inode is hashed again. The cache is flushed when the policy
+changes (:meth:`ExecGuard.update_policy`).
+
+Exec races. Between the guard's read and the kernel's refusal of writers during exec
+there is a window. The guard closes it with a read lease on the event's file, taken before
+hashing and held until the process runs the new image (or 50 ms): a writer who arrives
+meanwhile waits for the lease, and by then the kernel refuses it (``ETXTBSY``). A file that
+someone holds open for writing cannot be leased and is refused unverified (cause
+``unpinned``), as are bytes that change while being hashed.
+
+The unit. :meth:`ExecGuard.spawn` starts it in its own cgroup v2 group, with
+``PR_SET_PDEATHSIG=SIGKILL`` and the seccomp filter of :mod:`agents.seccomp_filter`
+(no ``memfd_create``, no mounts, no namespaces). A watchdog process kills the group if the
+supervisor dies (:mod:`agents.unit_cgroup`). A host without fanotify permission events,
+cgroup v2 or the filter refuses to start it (:class:`~fleet.exec_errors.ExecGuardUnavailable`).
+
+Evidence. Every denial, and in allow-listed mode the first allow of each content address
+per access kind and interval, goes to the exec journal with the bytes' and the policy's
+addresses (:mod:`agents.exec_journal_store`, :mod:`fleet.exec_journal`).
+
+The hosting process. The guard answers its own process's events from a thread, so the
+process must never block holding Python's GIL on a file of a marked filesystem: a
+program that may import C extensions lazily from a marked filesystem should run the
+guard in a process of its own (``fleet exec run``), as the CLI does.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import ctypes
+import ctypes.util
+import errno
+import fcntl
+import os
+import queue
+import select
+import signal
+import stat
+import subprocess
+import threading
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from typing import Any
+
+from blake3 import blake3
+
+from agents import fanotify
+from agents.exec_journal_store import ExecJournal
+from agents.seccomp_filter import Filter, SeccompUnavailable
+from agents.unit_cgroup import CgroupUnavailable, UnitGroup, Watchdog
+from fleet.address import format_address
+from fleet.exec_errors import ExecGuardUnavailable
+from fleet.exec_journal import DEFAULT_LABEL
+from fleet.exec_policy import ALLOW, DENY, ExecPolicy
+
+__all__ = ["ExecGuard", "GuardStats", "reachable_filesystems"]
+
+# Filesystem types that hold no files a unit could run or read code from.
+PSEUDO_FS = frozenset({
+    "proc", "sysfs", "cgroup", "cgroup2", "devpts", "mqueue", "debugfs", "tracefs",
+    "securityfs", "pstore", "bpf", "configfs", "fusectl", "autofs", "binfmt_misc",
+    "rpc_pipefs", "nsfs", "efivarfs", "selinuxfs", "hugetlbfs"})
+LEASE_HOLD_S = 0.05
+_CHUNK = 1 << 20
+_CACHE_LIMIT = 1 << 16
+PR_SET_PDEATHSIG = 1
+
+
+def reachable_filesystems(mountinfo: str = "/proc/self/mountinfo") -> list[str]:
+    """One mount point per filesystem that can hold files (pseudo filesystems left out),
+    as this process (and so a unit it starts) sees them."""
+    seen: dict[str, str] = {}
+    with open(mountinfo) as f:
+        for line in f:
+            left, _, right = line.partition(" - ")
+            parts = left.split(" ")
+            fstype = right.split(" ", 1)[0]
+            if fstype in PSEUDO_FS or parts[2] in seen:
+                continue
+            seen[parts[2]] = parts[4].replace("\\040", " ")
+    return sorted(seen.values())
+
+
+@dataclass
+class GuardStats:
+    """Counts since the guard started."""
+
+    events: int = 0
+    outside: int = 0
+    unit: int = 0
+    hashed: int = 0
+    cache_hits: int = 0
+    allowed: int = 0
+    denied: int = 0
+    unpinned: int = 0
+    leases: int = 0
+    by_access: dict[str, int] = field(default_factory=lambda: {"exec": 0, "open": 0})
+
+    def to_json(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+class ExecGuard:
+    """Supervises one unit (any number of processes in one cgroup) under one policy at a
+    time. Use as a context manager, or call :meth:`start` and :meth:`close`."""
+
+    def __init__(self, policy: ExecPolicy, *, marks: Sequence[str] | None = None,
+                 journal: ExecJournal | None = None,
+                 probe: Callable[[], str | None] = fanotify.probe,
+                 user: int | None = None, group: int | None = None,
+                 lease: bool = True, cache: bool = True) -> None:
+        self._policy = policy
+        self.marks = list(marks) if marks is not None else reachable_filesystems()
+        self.journal = journal
+        self._probe = probe
+        self._user, self._gid = user, group
+        self._lease = lease
+        self._use_cache = cache
+        self.stats = GuardStats()
+        self._lock = threading.Lock()
+        self._cache: collections.OrderedDict[tuple[int, ...], bytes] = (
+            collections.OrderedDict())
+        self._journaled: set[tuple[bytes, str]] = set()
+        self._fan = -1
+        self._group: UnitGroup | None = None
+        self._watchdog: Watchdog | None = None
+        self._threads: list[threading.Thread] = []
+        self._work: queue.Queue[fanotify.Event | None] = queue.Queue()
+        self._holds: queue.Queue[tuple[int, int, tuple[int, int], tuple[int, int] | None]
+                                 | None] = queue.Queue()
+        self._spawns: queue.Queue[tuple[list[str], dict[str, Any], Future[Any]] | None] = (
+            queue.Queue())
+        self._wake_r, self._wake_w = -1, -1
+        self._procs: list[subprocess.Popen[Any]] = []
+        self._pid = os.getpid()
+        self._started = False
+
+    @property
+    def policy(self) -> ExecPolicy:
+        return self._policy
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    def start(self) -> ExecGuard:
+        """Check the host can enforce, create the unit's group, mark, start answering."""
+        why = self._probe()
+        if why is not None:
+            raise ExecGuardUnavailable(
+                f"fanotify permission events are unavailable on this host ({why}): refusing "
+                f"to start a unit under {self._policy.mode} policy "
+                f"{format_address(self._policy.address)} rather than run it unprotected")
+        try:
+            self._filter = Filter()
+        except SeccompUnavailable as exc:
+            raise ExecGuardUnavailable(f"no seccomp filter for the unit: {exc.strerror}"
+                                       ) from None
+        try:
+            self._group = UnitGroup()
+        except CgroupUnavailable as exc:
+            raise ExecGuardUnavailable(
+                f"the unit needs a cgroup v2 group to be killed if the supervisor dies: "
+                f"{exc.strerror}") from None
+        try:
+            self._fan = fanotify.init()
+            for path in self.marks:
+                fanotify.mark_filesystem(self._fan, path)
+        except fanotify.FanotifyError as exc:
+            self._abort()
+            raise ExecGuardUnavailable(f"cannot mark the unit's filesystems: {exc.strerror}"
+                                       ) from None
+        self._watchdog = Watchdog(self._group, self._fan)
+        self._wake_r, self._wake_w = os.pipe()
+        for name, target in (("exec-guard-events", self._event_loop),
+                             ("exec-guard-decide", self._decide_loop),
+                             ("exec-guard-leases", self._lease_loop),
+                             ("exec-guard-spawn", self._spawn_loop)):
+            t = threading.Thread(target=target, name=name, daemon=True)
+            t.start()
+            self._threads.append(t)
+        self._started = True
+        return self
+
+    def __enter__(self) -> ExecGuard:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Kill whatever is left of the unit, then stop answering and drop the marks."""
+        if not self._started:
+            return
+        self._started = False
+        assert self._group is not None and self._watchdog is not None
+        self._group.kill()
+        self._group.wait_empty(10.0)
+        for proc in self._procs:
+            with contextlib.suppress(Exception):
+                proc.wait(timeout=5.0)
+        self._spawns.put(None)
+        self._work.put(None)
+        self._holds.put(None)
+        # The watchdog lets go of its copy of the group first, so that closing ours below
+        # really drops the marks (an unread group would block every open on them).
+        self._watchdog.stand_down()
+        os.write(self._wake_w, b"x")
+        for t in self._threads:
+            t.join(timeout=10.0)
+        os.close(self._fan)
+        os.close(self._wake_r)
+        os.close(self._wake_w)
+        self._group.remove()
+        if self.journal is not None:
+            self.journal.flush()
+
+    def _abort(self) -> None:
+        if self._fan >= 0:
+            os.close(self._fan)
+            self._fan = -1
+        if self._group is not None:
+            self._group.remove()
+
+    # -- the unit ----------------------------------------------------------------------------
+
+    def spawn(self, argv: Sequence[str], **popen: Any) -> subprocess.Popen[Any]:
+        """Start a process of the unit (``subprocess.Popen`` keywords pass through, but
+        ``preexec_fn`` is the guard's). Every process it starts belongs to the unit."""
+        if not self._started:
+            raise RuntimeError("the guard is not started")
+        done: Future[subprocess.Popen[Any]] = Future()
+        self._spawns.put((list(argv), popen, done))
+        return done.result()
+
+    def _spawn_loop(self) -> None:
+        # One long-lived thread starts every unit process: PR_SET_PDEATHSIG fires when the
+        # *thread* that forked the child ends, so it must be one that lives as long as we do.
+        while (item := self._spawns.get()) is not None:
+            argv, popen, done = item
+            try:
+                proc = subprocess.Popen(argv, preexec_fn=self._child_setup(), **popen)
+                self._procs.append(proc)
+                done.set_result(proc)
+            except BaseException as exc:
+                done.set_exception(exc)
+
+    def _child_setup(self) -> Callable[[], None]:
+        group, filt, parent = self._group, self._filter, os.getpid()
+        uid, gid, kill = self._user, self._gid, int(signal.SIGKILL)
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
+        prctl = libc.prctl
+        assert group is not None
+
+        def setup() -> None:  # in the child, between fork and exec
+            group.join_self()
+            prctl(PR_SET_PDEATHSIG, kill, 0, 0, 0)
+            if os.getppid() != parent:
+                os._exit(137)  # the supervisor is already gone
+            if gid is not None:
+                os.setgroups([])
+                os.setresgid(gid, gid, gid)
+            if uid is not None:
+                os.setresuid(uid, uid, uid)
+            filt.install()
+
+        return setup
+
+    # -- policy, journal ---------------------------------------------------------------------
+
+    def update_policy(self, policy: ExecPolicy) -> None:
+        """Decide by ``policy`` from now on; every cached hash is dropped."""
+        with self._lock:
+            self._policy = policy
+            self._cache.clear()
+            self._journaled.clear()
+
+    def seal_interval(self) -> bytes:
+        """End the journal's interval; its root (what the interval's attestation commits to)."""
+        if self.journal is None:
+            raise RuntimeError("this guard keeps no journal")
+        with self._lock:
+            self._journaled.clear()
+            return self.journal.seal_interval()[1]
+
+    # -- answering events --------------------------------------------------------------------
+
+    def _event_loop(self) -> None:
+        # Never blocks on anything but poll, opens nothing on a marked filesystem, and
+        # answers every event it does not hand on: an unanswered event blocks its process.
+        poller = select.poll()
+        poller.register(self._fan, select.POLLIN)
+        poller.register(self._wake_r, select.POLLIN)
+        while True:
+            ready = {fd for fd, _ in poller.poll()}
+            if self._wake_r in ready:
+                self._drain_on_close()
+                return
+            try:
+                buf = os.read(self._fan, 1 << 16)
+            except BlockingIOError:
+                continue
+            for ev in fanotify.parse(buf):
+                self._dispatch(ev)
+
+    def _dispatch(self, ev: fanotify.Event) -> None:
+        self.stats.events += 1
+        if ev.fd < 0:
+            return
+        if not ev.mask & fanotify.PERM_EVENTS:
+            os.close(ev.fd)
+            return
+        try:
+            outside = ev.pid == self._pid or not self._group.contains(ev.pid)  # type: ignore[union-attr]
+        except Exception:
+            outside = False
+        if outside:
+            self.stats.outside += 1
+            self._answer(ev.fd, True)
+            os.close(ev.fd)
+        elif not self._decide_quickly(ev):
+            self._work.put(ev)
+
+    def _decide_quickly(self, ev: fanotify.Event) -> bool:
+        # Bytes already hashed are decided here, without a hand-over to the hashing thread;
+        # the rest (``False``) wait for it, so hashing never delays anyone else's answer.
+        try:
+            if self._use_cache:
+                st = os.fstat(ev.fd)
+                with self._lock:
+                    known = _key(st) in self._cache
+                if known or not stat.S_ISREG(st.st_mode):
+                    self._decide(ev)
+                    return True
+            return False
+        except BaseException:
+            self._answer(ev.fd, False)
+            with contextlib.suppress(OSError):
+                os.close(ev.fd)
+            return True
+
+    def _drain_on_close(self) -> None:
+        # Closing: the unit is dead; answer whatever is still queued in the kernel.
+        with contextlib.suppress(BlockingIOError, OSError):
+            for ev in fanotify.parse(os.read(self._fan, 1 << 16)):
+                if ev.fd >= 0:
+                    self._answer(ev.fd, ev.pid == self._pid)
+                    os.close(ev.fd)
+
+    def _answer(self, fd: int, allow: bool) -> None:
+        with contextlib.suppress(OSError):  # the event may be gone with its process
+            fanotify.respond(self._fan, fd, allow)
+
+    def _decide_loop(self) -> None:
+        while (ev := self._work.get()) is not None:
+            try:
+                self._decide(ev)
+            except BaseException:  # fail closed, and never leave an event unanswered
+                self._answer(ev.fd, False)
+                with contextlib.suppress(OSError):
+                    os.close(ev.fd)
+        # Closing: refuse what is still queued (its processes are dead or dying).
+        while True:
+            try:
+                ev = self._work.get_nowait()
+            except queue.Empty:
+                return
+            if ev is not None:
+                self._answer(ev.fd, False)
+                os.close(ev.fd)
+
+    def _decide(self, ev: fanotify.Event) -> None:
+        fd = ev.fd
+        access = "exec" if ev.mask & fanotify.FAN_OPEN_EXEC_PERM else "open"
+        self.stats.unit += 1
+        self.stats.by_access[access] += 1
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):  # devices, fifos, sockets: not code, never run
+            self._answer(fd, True)
+            os.close(fd)
+            return
+        pinned, leased, old_exe = True, False, None
+        if access == "exec":
+            old_exe = _exe_of(ev.pid)
+            if self._lease:
+                leased, pinned = _take_lease(fd)
+                self.stats.leases += leased
+            st = os.fstat(fd)
+        content, stable = self._content(fd, st)
+        pinned = pinned and stable
+        with self._lock:
+            policy = self._policy
+        decision = policy.decide(content)
+        allow = decision.allowed and pinned
+        self._answer(fd, allow)
+        if allow:
+            self.stats.allowed += 1
+        else:
+            self.stats.denied += 1
+            self.stats.unpinned += not pinned
+        self._record(access, allow, pinned, content, policy, decision.label, fd)
+        if leased and allow:
+            self._holds.put((fd, ev.pid, (st.st_dev, st.st_ino), old_exe))
+        else:
+            os.close(fd)
+
+    def _content(self, fd: int, st: os.stat_result) -> tuple[bytes, bool]:
+        """BLAKE3 of the file's bytes through ``fd`` (cached by inode and times), and whether
+        they held still while being read."""
+        key = _key(st)
+        if self._use_cache:
+            with self._lock:
+                held = self._cache.get(key)
+            if held is not None:
+                self.stats.cache_hits += 1
+                return held, True
+        content = b""
+        for _ in range(3):
+            content = _hash_fd(fd)
+            self.stats.hashed += 1
+            now = _key(os.fstat(fd))
+            if now == key:
+                if self._use_cache:
+                    with self._lock:
+                        self._cache[key] = content
+                        if len(self._cache) > _CACHE_LIMIT:
+                            self._cache.popitem(last=False)
+                return content, True
+            key = now
+        return content, False
+
+    def _record(self, access: str, allow: bool, pinned: bool, content: bytes,
+                policy: ExecPolicy, label: str | None, fd: int) -> None:
+        if self.journal is None:
+            return
+        if allow:
+            if policy.default != DENY:
+                return
+            with self._lock:
+                if (content, access) in self._journaled:
+                    return
+                self._journaled.add((content, access))
+        try:  # bytes, so a name that is not UTF-8 is journaled as \xNN escapes
+            path = os.readlink(b"/proc/self/fd/%d" % fd).decode("utf-8", "backslashreplace")
+        except OSError:
+            path = ""
+        self.journal.append(access=access, verdict=ALLOW if allow else DENY,
+                            cause="policy" if pinned else "unpinned", content=content,
+                            policy=policy.address, label=label or DEFAULT_LABEL, path=path)
+
+    def _lease_loop(self) -> None:
+        holds: list[tuple[int, int, tuple[int, int], tuple[int, int] | None, float]] = []
+        while True:
+            try:
+                item = self._holds.get(timeout=0.0005) if holds else self._holds.get()
+            except queue.Empty:
+                item = ()  # type: ignore[assignment]
+            if item is None:
+                break
+            if item:
+                holds.append((*item, time.monotonic() + LEASE_HOLD_S))
+            now, kept = time.monotonic(), []
+            for hold in holds:
+                fd, pid, inode, old_exe, deadline = hold
+                exe = _exe_of(pid)
+                if exe is None or exe == inode or exe != old_exe or now > deadline:
+                    os.close(fd)  # releases the lease
+                else:
+                    kept.append(hold)
+            holds = kept
+        for hold in holds:
+            os.close(hold[0])
+
+
+def _key(st: os.stat_result) -> tuple[int, ...]:
+    """What identifies a file's bytes in the cache: any write changes size or the times."""
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
+
+def _exe_of(pid: int) -> tuple[int, int] | None:
+    try:
+        s = os.stat(f"/proc/{pid}/exe")
+    except OSError:
+        return None
+    return (s.st_dev, s.st_ino)
+
+
+def _take_lease(fd: int) -> tuple[bool, bool]:
+    """(leased, pinned): a read lease on the event's file, so no writer can get in before
+    the kernel denies writes for the exec. A file open for writing cannot be leased, and
+    is not pinned; a filesystem without leases leaves it unleased but pinned as before."""
+    try:
+        # A lease break signals the file's owner: make that SIGURG (ignored by default)
+        # and then no one, so a writer's knock never kills the supervisor.
+        fcntl.fcntl(fd, fcntl.F_SETSIG, signal.SIGURG)
+        fcntl.fcntl(fd, fcntl.F_SETLEASE, fcntl.F_RDLCK)
+        fcntl.fcntl(fd, fcntl.F_SETOWN, 0)
+    except OSError as exc:
+        if exc.errno in (errno.EAGAIN, errno.EBUSY):
+            return False, False
+        return False, True
+    return True, True
+
+
+def _hash_fd(fd: int) -> bytes:
+    h = blake3()
+    offset = 0
+    while chunk := os.pread(fd, _CHUNK, offset):
+        h.update(chunk)
+        offset += len(chunk)
+    return h.digest()

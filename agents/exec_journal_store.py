@@ -1,0 +1,165 @@
+"""The exec journal's file: a small SQLite database in the run's host folder.
+
+Tables: ``meta`` (the run it belongs to, when given), ``entries`` (interval, seq, the
+canonical bytes of :mod:`fleet.exec_journal` and their decoded fields for reading) and
+``intervals`` (each sealed interval's root and entry count). The chain is computed in
+memory as entries arrive (so :meth:`ExecJournal.root` is exact at once); rows are written
+by one writer thread in batches, so a decision never waits for an fsync.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from fleet.address import digest, format_address, parse_address
+from fleet.exec_journal import JournalChain, JournalEntry, clip_path, journal_root
+from plumbing import sqlite
+from plumbing.transactions import immediate
+
+_SCHEMA = (
+    "CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
+    "CREATE TABLE IF NOT EXISTS entries (interval INTEGER NOT NULL, seq INTEGER PRIMARY KEY,"
+    " time_ns INTEGER NOT NULL, access TEXT NOT NULL, verdict TEXT NOT NULL,"
+    " cause TEXT NOT NULL, bytes TEXT NOT NULL, policy TEXT NOT NULL, label TEXT NOT NULL,"
+    " path TEXT NOT NULL, body BLOB NOT NULL)",
+    "CREATE TABLE IF NOT EXISTS intervals (interval INTEGER PRIMARY KEY, root TEXT NOT NULL,"
+    " entries INTEGER NOT NULL, sealed_ns INTEGER NOT NULL)",
+)
+_STOP = object()
+
+
+class ExecJournal:
+    """Append-only journal of one unit's exec decisions, by interval."""
+
+    def __init__(self, path: Path | str, run: str | None = None) -> None:
+        self.path = Path(path)
+        self._db = sqlite.connect(self.path)
+        for stmt in _SCHEMA:
+            self._db.execute(stmt)
+        if run is not None:
+            self._db.execute("INSERT OR REPLACE INTO meta VALUES ('run', ?)", (run,))
+        row = self._db.execute("SELECT max(seq) FROM entries").fetchone()
+        self._seq = row[0] or 0
+        row = self._db.execute("SELECT max(interval) FROM intervals").fetchone()
+        self.interval = (row[0] or 0) + 1
+        self._chain = JournalChain()
+        for (body,) in self._db.execute("SELECT body FROM entries WHERE interval = ? ORDER BY"
+                                        " seq", (self.interval,)):
+            self._chain.root = digest(self._chain.root + body)
+            self._chain.count += 1
+        self._lock = threading.Lock()
+        self.error: Exception | None = None
+        self._rows: queue.Queue[Any] = queue.Queue()
+        self._writer = threading.Thread(target=self._write_loop, name="exec-journal",
+                                        daemon=True)
+        self._writer.start()
+
+    def append(self, *, access: str, verdict: str, cause: str, content: bytes, policy: bytes,
+               label: str, path: str) -> JournalEntry:
+        """Journal one decision in the current interval."""
+        with self._lock:
+            self._seq += 1
+            entry = JournalEntry(self._seq, time.time_ns(), access, verdict, cause, content,
+                                 policy, label, clip_path(path))
+            body = self._chain.add(entry)
+            self._rows.put((self.interval, entry, body))
+        return entry
+
+    def root(self) -> bytes:
+        """The root of the current interval's entries so far."""
+        with self._lock:
+            return self._chain.root
+
+    def seal_interval(self) -> tuple[int, bytes, int]:
+        """Close the current interval: (its number, root, entry count); a new one begins."""
+        with self._lock:
+            sealed = (self.interval, self._chain.root, self._chain.count)
+            self._rows.put(("seal", *sealed))
+            self.interval += 1
+            self._chain = JournalChain()
+        self.flush()
+        return sealed
+
+    def flush(self) -> None:
+        """Wait until every journaled entry is in the file."""
+        done = threading.Event()
+        self._rows.put(done)
+        done.wait()
+        if self.error is not None:
+            raise self.error
+
+    def close(self) -> None:
+        self.flush()
+        self._rows.put(_STOP)
+        self._writer.join()
+        self._db.close()
+
+    def _write_loop(self) -> None:
+        while True:
+            batch = [self._rows.get()]
+            while True:
+                try:
+                    batch.append(self._rows.get_nowait())
+                except queue.Empty:
+                    break
+            rows = [b for b in batch if isinstance(b, tuple)]
+            try:
+                self._write(rows)
+            except Exception as exc:  # a full disk: kept, raised by the next flush
+                self.error = exc
+            for b in batch:
+                if isinstance(b, threading.Event):
+                    b.set()
+            if any(b is _STOP for b in batch):
+                return
+
+    def _write(self, rows: list[tuple[Any, ...]]) -> None:
+        if not rows:
+            return
+        with immediate(self._db):
+            for row in rows:
+                if row[0] == "seal":
+                    self._db.execute("INSERT INTO intervals VALUES (?, ?, ?, ?)",
+                                     (row[1], format_address(row[2]), row[3], time.time_ns()))
+                    continue
+                interval, e, body = row
+                self._db.execute(
+                    "INSERT INTO entries VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    (interval, e.seq, e.time_ns, e.access, e.verdict, e.cause,
+                     format_address(e.content), format_address(e.policy), e.label, e.path,
+                     body))
+
+
+def read_journal(path: Path | str) -> dict[str, Any]:
+    """The journal file as JSON: its run, sealed intervals (root, count) and entries,
+    each interval's root recomputed from the stored canonical bytes and compared."""
+    db = sqlite.connect(path)
+    try:
+        meta = dict(db.execute("SELECT key, value FROM meta"))
+        stored = {n: (root, count) for n, root, count in
+                  db.execute("SELECT interval, root, entries FROM intervals")}
+        by_interval: dict[int, list[JournalEntry]] = {}
+        for row in db.execute("SELECT interval, seq, time_ns, access, verdict, cause, bytes,"
+                              " policy, label, path FROM entries ORDER BY seq"):
+            n, seq, t, access, verdict, cause, content, policy, label, p = row
+            by_interval.setdefault(n, []).append(JournalEntry(
+                seq, t, access, verdict, cause, parse_address(content), parse_address(policy),
+                label, p))
+    finally:
+        db.close()
+    intervals = []
+    for n in sorted(set(stored) | set(by_interval)):
+        entries = by_interval.get(n, [])
+        root = format_address(journal_root(entries))
+        item: dict[str, Any] = {
+            "interval": n, "sealed": n in stored, "root": root, "entries": len(entries),
+            "denied": sum(1 for e in entries if e.verdict == "deny"),
+            "decisions": [e.to_json() for e in entries]}
+        if n in stored:
+            item["root_matches"] = stored[n][0] == root and stored[n][1] == len(entries)
+        intervals.append(item)
+    return {"run": meta.get("run"), "intervals": intervals}

@@ -1,0 +1,83 @@
+"""``fleet exec run``'s supervisor: this process hosts the guard and nothing else.
+
+Everything it will call is imported before the marks go on, and it runs no other code
+meanwhile, so it never waits on itself for a file of a marked filesystem (the guard's
+answering thread needs the GIL; see agents.exec_guard).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from agents import fanotify
+from agents.exec_guard import ExecGuard
+from agents.exec_journal_store import ExecJournal
+from agents.seccomp_filter import SeccompUnavailable, current_arch
+from agents.unit_cgroup import CgroupUnavailable, cgroup2_mount, own_group
+from fleet.address import format_address
+from fleet.exec_policy import ExecPolicy
+
+
+def run_unit(policy: ExecPolicy, policy_file: Path, argv: list[str], *, journal: Path,
+             run_id: str | None, marks: list[str] | None, uid: int | None, gid: int | None,
+             load: Callable[[Path], ExecPolicy]) -> tuple[int, dict[str, Any]]:
+    """Run ``argv`` under ``policy`` until it ends: (exit status, summary)."""
+    store = ExecJournal(journal, run=run_id)
+    guard = ExecGuard(policy, marks=marks, journal=store, user=uid, group=gid)
+    sealed: list[dict[str, Any]] = []
+    try:
+        guard.start()
+        proc = guard.spawn(argv)
+
+        def reload(_sig: int, _frame: Any) -> None:
+            try:
+                guard.update_policy(load(policy_file))
+            except Exception as exc:  # a bad file keeps the policy in force
+                os.write(2, f"fleet exec: policy not reloaded: {exc}\n".encode())
+
+        def seal(_sig: int, _frame: Any) -> None:
+            number, root, count = store.seal_interval()
+            sealed.append({"interval": number, "root": format_address(root),
+                           "entries": count})
+
+        def forward(sig: int, _frame: Any) -> None:
+            proc.send_signal(sig)
+
+        signal.signal(signal.SIGHUP, reload)
+        signal.signal(signal.SIGUSR1, seal)
+        signal.signal(signal.SIGINT, forward)
+        signal.signal(signal.SIGTERM, forward)
+        code = proc.wait()
+    finally:
+        guard.close()
+        number, root, count = store.seal_interval()
+        store.close()
+    sealed.append({"interval": number, "root": format_address(root), "entries": count})
+    code = 128 - code if code < 0 else code
+    return code, {"exit": code, "policy": format_address(guard.policy.address),
+                  "mode": guard.policy.mode, "marks": guard.marks, "journal": str(journal),
+                  "root": sealed[-1]["root"], "intervals": sealed,
+                  "stats": guard.stats.to_json()}
+
+
+def probe_host() -> dict[str, Any]:
+    """What the guard needs, each ``None`` when present or the reason it is not."""
+    checks: dict[str, str | None] = {"fanotify": fanotify.probe()}
+    try:
+        cgroup2_mount()
+        own_group()
+        checks["cgroup2"] = None
+    except CgroupUnavailable as exc:
+        checks["cgroup2"] = exc.strerror
+    try:
+        current_arch()
+        checks["seccomp"] = None
+    except SeccompUnavailable as exc:
+        checks["seccomp"] = exc.strerror
+    checks["root"] = None if os.geteuid() == 0 else "not running as root"
+    return {"ok": all(v is None for v in checks.values()), "checks": checks}
+

@@ -1,0 +1,149 @@
+"""``fleet pool``: a host's warm pool (docs/warm-pools.md).
+
+    fleet pool warm --manifest b3:... --fs-root b3:... --volume-bytes 8589934592 -- ./prepare
+    fleet pool list
+    fleet pool claim SLOT --run b3:...
+    fleet pool evict SLOT
+"""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import click
+
+from cli._app import CheckFailed, UserError, cli
+from cli._common import emit_json
+from fleet.address import parse_address
+from fleet.errors import FleetError, MalformedAddress
+
+
+def _data(fn: Any) -> Any:
+    fn = click.option("--pool", "name", default="default", show_default=True,
+                      help="The pool's name (a host may keep several).")(fn)
+    return click.option("--data", type=click.Path(file_okay=False, path_type=Path),
+                        default=Path("."), show_default=True,
+                        help="The host folder holding pool.db.")(fn)
+
+
+def _open(data: Path, name: str) -> Any:
+    from agents.warm_pool import WarmPool
+
+    data.mkdir(parents=True, exist_ok=True)
+    try:
+        return WarmPool(data / "pool.db", name)
+    except FleetError as exc:
+        raise UserError(f"{exc.rule}: {exc}") from None
+
+
+def _address(text: str | None, what: str) -> bytes | None:
+    if text is None:
+        return None
+    try:
+        return parse_address(text)
+    except MalformedAddress:
+        raise UserError(f"{what}: not a b3: content address: {text}") from None
+
+
+def _show(doc: dict[str, Any], as_json: bool) -> None:
+    if as_json:
+        emit_json(doc)
+        return
+    for k, v in doc.items():
+        click.echo(f"{k}: {v}")
+
+
+@cli.group("pool")
+def pool_group() -> None:
+    """A host's warm pool: slots warmed ahead of demand, their energy claimed or evicted."""
+
+
+@pool_group.command("warm", context_settings={"ignore_unknown_options": True})
+@_data
+@click.option("--manifest", required=True, help="The environment manifest's address.")
+@click.option("--fs-root", required=True, help="The warmed filesystem root's address.")
+@click.option("--mem-image", help="A resident memory image's address, if one is kept.")
+@click.option("--volume-bytes", type=click.IntRange(1), required=True,
+              help="The retained volume's provisioned size.")
+@click.option("--memory-bytes", type=click.IntRange(0), default=0,
+              help="The resident memory image's size.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@click.argument("warmup", nargs=-1, type=click.UNPROCESSED)
+def pool_warm(data: Path, name: str, manifest: str, fs_root: str, mem_image: str | None,
+              volume_bytes: int, memory_bytes: int, as_json: bool,
+              warmup: tuple[str, ...]) -> None:
+    """Warm a slot, metering the WARMUP command (after --) if one is given."""
+    pool = _open(data, name)
+
+    def run() -> None:
+        done = subprocess.run(list(warmup), check=False)
+        if done.returncode != 0:
+            raise CheckFailed(f"the warm-up command exited with {done.returncode}")
+
+    try:
+        slot = pool.warm(_address(manifest, "--manifest"),  # type: ignore[arg-type]
+                         fs_root=_address(fs_root, "--fs-root"),  # type: ignore[arg-type]
+                         mem_image=_address(mem_image, "--mem-image"),
+                         volume_bytes=volume_bytes, memory_bytes=memory_bytes,
+                         warmup=run if warmup else None)
+    except (FleetError, ValueError) as exc:
+        raise UserError(str(exc)) from None
+    finally:
+        pool.close()
+    _show(slot.to_json(), as_json)
+
+
+@pool_group.command("list")
+@_data
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+def pool_list(data: Path, name: str, as_json: bool) -> None:
+    """Every slot of the pool with its energy so far, and the pool's overhead."""
+    pool = _open(data, name)
+    try:
+        slots = [{**s.to_json(), "accrued_uj": pool.accrued(s.id).total_uj}
+                 for s in pool.slots()]
+        doc = {"pool": name, "slots": slots, "overhead": pool.overhead()}
+    finally:
+        pool.close()
+    if as_json:
+        emit_json(doc)
+        return
+    for s in slots:
+        click.echo(f"{s['slot']}  {s['state']:<8} {s['accrued_uj']:>14} uJ"
+                   + (f"  run {s['run']}" if s["run"] else ""))
+    o = doc["overhead"]
+    click.echo(f"overhead: {o['evicted']} evicted, {o['total_uj']} uJ")
+
+
+def _end(data: Path, name: str, slot: str, as_json: bool, run: str | None) -> None:
+    pool = _open(data, name)
+    try:
+        got = pool.claim(slot, run) if run is not None else pool.evict(slot)
+    except MalformedAddress as exc:
+        raise UserError(str(exc)) from None
+    except FleetError as exc:
+        raise CheckFailed(f"{exc.rule}: {exc}") from None
+    finally:
+        pool.close()
+    _show(got.to_json(), as_json)
+
+
+@pool_group.command("claim")
+@click.argument("slot")
+@_data
+@click.option("--run", "run_id", required=True, help="The run that starts from the slot.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+def pool_claim(slot: str, data: Path, name: str, run_id: str, as_json: bool) -> None:
+    """Claim a warm slot for a run: prints the energy its record is to carry."""
+    _end(data, name, slot, as_json, run_id)
+
+
+@pool_group.command("evict")
+@click.argument("slot")
+@_data
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+def pool_evict(slot: str, data: Path, name: str, as_json: bool) -> None:
+    """Evict a warm slot: prints its energy, the pool's overhead."""
+    _end(data, name, slot, as_json, None)
