@@ -322,11 +322,17 @@ def run() -> None:
 
 @run.command("show")
 @click.argument("run_id", metavar="RUN")
+@click.option("--exec-journal", "exec_journal", type=click.Path(dir_okay=False, path_type=Path),
+              help="A host's exec journal (fleet exec run --journal): verify the run's record "
+                   "and show the exec decisions each executed segment's journal root commits to.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @nats_options
-def run_show(run_id: str, as_json: bool, url: str, nkey: Path | None) -> None:
+def run_show(run_id: str, exec_journal: Path | None, as_json: bool, url: str,
+             nkey: Path | None) -> None:
     """Phase, segments, energy totals, wait-proof verdict and holders of a run."""
     doc = api(url, "run", {"run": run_id}, nkey=nkey)
+    if exec_journal is not None:
+        doc["exec"] = _exec_evidence(run_id, exec_journal, url, nkey)
     if as_json:
         emit_json(doc)
         return
@@ -343,6 +349,46 @@ def run_show(run_id: str, as_json: bool, url: str, nkey: Path | None) -> None:
              else f"{h['host']} {h['first']}" for h in doc.get("holders", [])]
     if spans:
         click.echo("  held by " + ", ".join(spans))
+    for m in doc.get("exec", []):
+        if m["interval"] is None:
+            click.echo(f"  segment {m['segment']}: no interval of the exec journal")
+            continue
+        click.echo(f"  segment {m['segment']}: exec journal interval {m['interval']}, "
+                   f"{m['entries']} decisions, {len(m['denials'])} denied")
+        for d in m["denials"]:
+            click.echo(f"    denied {d['access']} {d['bytes']} {d['label']}  {d['path']}")
+
+
+def _exec_evidence(run_id: str, journal_file: Path, url: str, nkey: Path | None
+                   ) -> list[dict[str, Any]]:
+    """Each executed segment of the run's verified record, with the exec decisions its
+    journal root commits to (the denials listed)."""
+    import json
+
+    from agents.exec_journal_store import read_journal
+    from cli._wiring import LedgerRecordSource
+    from cli.exec_cmds import match_record
+    from fleet.errors import FleetError
+    from fleet.verify import verify_record
+    from fleet.wire import decode_record
+
+    if not journal_file.is_file():
+        raise UserError(f"{journal_file}: no such file")
+    journal = read_journal(journal_file)
+    bad = [i["interval"] for i in journal["intervals"] if i.get("root_matches") is False]
+    if bad:
+        raise CheckFailed(f"{journal_file}: stored roots of intervals {bad} do not match "
+                          "their entries")
+    data = _CliSource(LedgerRecordSource(url, nkey)).record(run_id)
+    try:
+        verify_record(decode_record(data))
+    except FleetError as exc:
+        raise CheckFailed(f"run {run_id}: its record does not verify: {exc.rule}: {exc}"
+                          ) from None
+    decisions = {i["interval"]: i["decisions"] for i in journal["intervals"]}
+    return [{**m, "denials": [d for d in decisions.get(m["interval"], [])
+                              if d["verdict"] == "deny"]}
+            for m in match_record(journal, json.loads(data))]
 
 
 @run.command("list")
