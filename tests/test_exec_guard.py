@@ -161,7 +161,7 @@ def test_a_denied_shebang_script_is_refused(programs, unitfs, tmp_path):
     with guarded(denylist(script), unitfs, tmp_path) as guard:
         r = drive(guard, [{"run": [str(script)]}])
     assert r == [{"errno": EPERM}]
-    assert decisions(tmp_path)[0]["access"] == "exec"
+    assert "exec" in {d["access"] for d in decisions(tmp_path)}
 
 
 def test_an_allowed_script_whose_interpreter_is_denied_is_refused(programs, unitfs, tmp_path):
@@ -246,11 +246,13 @@ def test_a_multi_call_binary_is_judged_as_a_whole(programs, unitfs, tmp_path):
         "RAN-multicall-multicall\n", "RAN-applet-hello\n", "RAN-applet-evil\n"]
     assert r[3] == {"errno": EPERM}
     got = [(d["access"], d["verdict"], d["bytes"], d["policy"]) for d in decisions(tmp_path)]
-    # An exec opens the file twice over (an exec event, then an open event for the same
-    # open): the first allow of each access kind is journaled, once for all three names.
-    assert got == [("exec", "allow", addr(mc), format_address(allow.address)),
-                   ("open", "allow", addr(mc), format_address(allow.address)),
-                   ("exec", "deny", addr(benign), format_address(allow.address))]
+    # An exec opens the file twice over (an exec event and an open event for the same open,
+    # decided on different threads, so journaled in either order): the first allow of each
+    # access kind is journaled, once for all three names.
+    assert sorted(got) == sorted([("exec", "allow", addr(mc), format_address(allow.address)),
+                                  ("open", "allow", addr(mc), format_address(allow.address)),
+                                  ("exec", "deny", addr(benign),
+                                   format_address(allow.address))])
 
 
 def test_a_swap_race_never_runs_denied_bytes(programs, unitfs, tmp_path):
@@ -423,9 +425,11 @@ def test_allow_listed_mode_runs_and_reads_only_listed_bytes(programs, unitfs, tm
     assert r[2] == {"errno": EPERM} and r[4] == {"errno": EPERM}
     assert r[5] == {"errno": EPERM}  # a new file is empty bytes, unlisted too
     assert r[3] == {"read": len("listed data\n")}
-    assert [(d["access"], d["verdict"], d["label"]) for d in decisions(tmp_path)] == [
+    # (An exec's exec and open events are decided on different threads: compared as a
+    # multiset, not in journal order.)
+    assert sorted((d["access"], d["verdict"], d["label"]) for d in decisions(tmp_path)) == sorted([
         ("exec", "allow", "benign"), ("open", "allow", "benign"), ("exec", "deny", "default"),
-        ("open", "allow", "data"), ("open", "deny", "default"), ("open", "deny", "default")]
+        ("open", "allow", "data"), ("open", "deny", "default"), ("open", "deny", "default")])
 
 
 def test_a_host_without_fanotify_permission_events_refuses_to_start_a_unit(tmp_path):
@@ -468,7 +472,9 @@ def test_the_cli_refuses_a_system_program_on_the_root_filesystem(unitfs, tmp_pat
     got = [(d["access"], d["verdict"], d["label"], d["bytes"]) for i in doc["intervals"]
            for d in i["decisions"]]
     # bash's exec is refused, then its look into the file to say why (an open) too.
-    assert got[0] == ("exec", "deny", "env", addr(env))
+    # The exec and the open event of one exec are decided on different threads: journaled
+    # in either order, both denials of the same bytes.
+    assert ("exec", "deny", "env", addr(env)) in got
     assert {g[1:] for g in got} == {("deny", "env", addr(env))}
     assert all(i["root_matches"] for i in doc["intervals"])
     report = json.loads((tmp_path / "report.json").read_text())
