@@ -6,8 +6,9 @@ energy split, its parks decoded from the folded segments, when each was folded) 
 
 - **verdicts**: runs by wait-proof verdict, and for ``Blocked`` and ``Malformed`` the run
   and the segment that decided it;
-- **hosts**: per host, energy of executed intervals (active) and of parks (idle), each
-  split measured / estimated;
+- **hosts**: per host, energy of executed intervals (active), of parks (idle), of the warm
+  slots its runs were claimed from (claim) and of the slots its pools evicted (overhead),
+  each split measured / estimated;
 - **parks**: per form (``image``, ``image+memory``, ``transcript``), how many, their idle
   energy, the hours parked and the idle energy per hour parked. Hours come from when the
   ledger folded the suspend and the resume; a park whose two segments were folded in one
@@ -66,6 +67,8 @@ class AuditRun:
     first_at: float | None
     last_at: float | None
     parks: Sequence[AuditPark] = field(default_factory=tuple)
+    claim_uj: dict[str, int] = field(default_factory=dict)  # warm slot claimed, by provenance
+    overhead_uj: dict[str, int] = field(default_factory=dict)  # slots evicted (a pool's run)
 
 
 def _active_since(run: AuditRun, since: float | None) -> bool:
@@ -102,11 +105,15 @@ def audit(runs: Iterable[AuditRun], now: float, since: float | None = None,
             unproved.append({"run": r.run, "host": r.host})
         h = hosts.setdefault(r.host, {
             "host": r.host, "runs": 0, "active_uj": {"measured": 0, "estimated": 0},
-            "idle_uj": {"measured": 0, "estimated": 0}, "parks": 0})
+            "idle_uj": {"measured": 0, "estimated": 0}, "parks": 0,
+            "claim_uj": {"measured": 0, "estimated": 0},
+            "overhead_uj": {"measured": 0, "estimated": 0}})
         h["runs"] += 1
         for p in ("measured", "estimated"):
             h["active_uj"][p] += r.receipts_uj.get(p, 0)
             h["idle_uj"][p] += r.idle_uj.get(p, 0)
+            h["claim_uj"][p] += r.claim_uj.get(p, 0)
+            h["overhead_uj"][p] += r.overhead_uj.get(p, 0)
         for park in r.parks:
             if not _park_since(park, since):
                 continue

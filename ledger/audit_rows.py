@@ -56,7 +56,8 @@ def audit_runs(store: LedgerStore) -> list[AuditRun]:
         out.append(AuditRun(run, host, phase, str(verdict["verdict"]),
                             verdict.get("segment"),  # type: ignore[arg-type]
                             dict(state.energy.receipts), dict(state.energy.idle), first, last,
-                            tuple(_parks(park_rows.get(run, [])))))
+                            tuple(_parks(park_rows.get(run, []))),
+                            dict(state.energy.claim), dict(state.energy.overhead)))
     return out
 
 
