@@ -88,5 +88,7 @@ def record_evictions(host: Host, pool: WarmPool) -> list[SealedSegment]:
 def evict_to_record(host: Host, pool: WarmPool, sid: str) -> tuple[SealedSegment, Accrued]:
     """Evict ``sid`` and seal its ``evicted`` segment in the pool's run."""
     got = pool.evict(sid)
-    sealed = record_evictions(host, pool)
-    return sealed[-1], got
+    slot = parse_address(sid)
+    mine = [s for s in record_evictions(host, pool)
+            if s.segment.slot == slot]  # type: ignore[union-attr]
+    return mine[0], got
