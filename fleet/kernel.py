@@ -403,7 +403,7 @@ def next_phase(phase: str, kind: str, index: int) -> str:
 
 class Position(Protocol):
     """What the rules read of a run: its phase, the park it holds, and the manifest its
-    first park fixed (``None`` before it has parked)."""
+    claim or first park fixed (``None`` before either)."""
 
     phase: str
     park: bytes | None
@@ -427,8 +427,8 @@ def executed_step(run: Position, index: int, body: bytes, claimed: bytes,
 def suspended_step(run: Position, index: int, body: bytes, snapshot: bytes,
                    manifest: bytes) -> Step:
     """A park: allowed only after the run has executed; it holds ``snapshot || manifest``.
-    The environment manifest is the one the run was created from: the first park fixes it,
-    and a later park naming another is ``ManifestMismatch``."""
+    The environment manifest is the one the run was created from: its claim or else its
+    first park fixes it, and a later park naming another is ``ManifestMismatch``."""
     nxt = next_phase(run.phase, SUSPENDED, index)
     if run.manifest is not None and manifest != run.manifest:
         raise ManifestMismatch(

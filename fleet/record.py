@@ -115,7 +115,7 @@ def segment_step(run: kernel.Position, index: int, segment: Segment,
 class RunState:
     """Where a run stands after the segments folded so far (``park``: the kernel's
     ``snapshot || manifest`` bytes while parked; ``manifest``: the environment manifest its
-    first park fixed)."""
+    claim or first park fixed)."""
 
     unit_id: bytes
     grants_id: bytes

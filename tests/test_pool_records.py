@@ -213,3 +213,34 @@ def test_an_outbox_made_before_warm_pools_takes_their_segments(tmp_path):
         new_id = box.put("r1", 1, "claimed", "s", "m2", b"\x02")
         assert box.payloads_after("r0", 0) == [b"\x00"]
     assert new_id == 3  # ids keep counting past the deleted row
+
+
+def test_cli_claim_and_evict_with_host_seal_the_record_and_mistakes_exit_2(tmp_path):
+    """``fleet pool claim --host --unit --grants`` seals segment 1 of the run and ``evict
+    --host`` segment 1 of the pool's run; a claim naming neither --run nor --host, --host
+    without the run's ids, or a --run that is not theirs exits 2 with one line."""
+    def fleet(*args: str) -> tuple[int, str]:
+        r = CliRunner().invoke(fleet_cli, ["pool", args[0], "--data", str(tmp_path),
+                                           *args[1:]])
+        return r.exit_code, r.output
+
+    warm = ["--manifest", format_address(MANIFEST), "--fs-root", format_address(ROOT),
+            "--volume-bytes", str(GIB), "--json"]
+    a, b = (json.loads(fleet("warm", *warm)[1])["slot"] for _ in range(2))
+    ids = ["--unit", format_address(digest(b"u-cli")), "--grants", format_address(GRANTS)]
+    for args in ([a], [a, "--host", "h9"], [a, "--host", "h9", *ids, "--run",
+                                            format_address(digest(b"not it"))]):
+        code, out = fleet("claim", *args)
+        assert code == 2 and len(out.strip().splitlines()) == 1, out
+    code, out = fleet("claim", a, "--host", "h9", *ids, "--json")
+    assert code == 0, out
+    doc = json.loads(out)
+    assert doc["record"]["kind"] == "claimed" and doc["record"]["segment"] == 1
+    assert sum(doc["record"]["energy"]["claim_uj"].values()) == doc["total_uj"]
+    code, out = fleet("evict", b, "--host", "h9", "--json")
+    assert code == 0, out
+    doc = json.loads(out)
+    assert doc["record"] == {"run": format_address(genesis(pool_unit("h9", "default"),
+                                                           NO_GRANTS)),
+                             "segment": 1, "kind": "evicted", "energy": doc["record"]["energy"]}
+    assert sum(doc["record"]["energy"]["overhead_uj"].values()) == doc["total_uj"]
