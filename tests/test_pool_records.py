@@ -244,3 +244,18 @@ def test_cli_claim_and_evict_with_host_seal_the_record_and_mistakes_exit_2(tmp_p
                                                            NO_GRANTS)),
                              "segment": 1, "kind": "evicted", "energy": doc["record"]["energy"]}
     assert sum(doc["record"]["energy"]["overhead_uj"].values()) == doc["total_uj"]
+
+
+def test_a_run_state_stored_before_warm_pools_reads_with_no_claim_or_overhead(site):
+    """A run state saved without claim/overhead keys (a host's runs.db or a ledger's store
+    from before) reads back with both at zero and the same total."""
+    from fleet.run_codec import state_from_json, state_to_json
+
+    host, _pool, _clock = site
+    run = host.open_run(digest(b"u-old"), GRANTS)
+    run.execute(uj=42, provenance="measured", meter="m", journal_root=digest(b"j"))
+    doc = state_to_json(run.state)
+    del doc["claim"], doc["overhead"]
+    state = state_from_json(doc)
+    assert state.energy.claim == state.energy.overhead == {"measured": 0, "estimated": 0}
+    assert state.energy.total_uj == 42
