@@ -86,6 +86,12 @@ def show(doc: dict[str, Any]) -> None:
         dur = "-" if p["parked_s"] is None else f"{p['parked_s']:.0f}s"
         click.echo(f"  {p['run']}  host {p['host']}  {p['form']}  since {_when(p['since'])}"
                    f"  ({dur})")
+    if doc["reused_slots"]:
+        click.echo(f"\nwarm slots counted more than once: {len(doc['reused_slots'])}")
+        for r in doc["reused_slots"]:
+            uses = ", ".join(f"{u['kind']} in {u['run']} (host {u['host']}, segment "
+                             f"{u['segment']})" for u in r["uses"])
+            click.echo(f"  {r['slot']}: {uses}")
     click.echo(f"\nsuspicious hosts: {len(doc['suspicious_hosts'])}")
     for s in doc["suspicious_hosts"]:
         for reason in s["reasons"]:

@@ -14,6 +14,9 @@ energy split, its parks decoded from the folded segments, when each was folded) 
   ledger folded the suspend and the resume; a park whose two segments were folded in one
   batch has no measurable duration and is counted, but not in the per-hour figure;
 - **parked**: runs parked now, since when and for how long;
+- **reused slots**: warm slots whose energy the record counts more than once (claimed by
+  two runs, or claimed and also evicted as overhead): the ledger folds runs one by one and
+  cannot refuse that, so the audit names each such slot and the runs that count it;
 - **suspicious**: hosts whose parks of one form cost less than ``cheap_factor`` of the
   idle energy per hour the *other* hosts' parks of that form cost, and hosts whose parks
   (or executed intervals) are all estimated, never measured.
@@ -69,6 +72,7 @@ class AuditRun:
     parks: Sequence[AuditPark] = field(default_factory=tuple)
     claim_uj: dict[str, int] = field(default_factory=dict)  # warm slot claimed, by provenance
     overhead_uj: dict[str, int] = field(default_factory=dict)  # slots evicted (a pool's run)
+    slots: Sequence[tuple[str, str, int]] = ()  # (slot, "claimed"|"evicted", segment)
 
 
 def _active_since(run: AuditRun, since: float | None) -> bool:
@@ -136,6 +140,7 @@ def audit(runs: Iterable[AuditRun], now: float, since: float | None = None,
         "hosts": sorted(hosts.values(), key=lambda h: h["host"]),
         "parks": _by_form(closed),
         "parked": sorted(parked, key=lambda p: (p["since"] is None, p["since"] or 0)),
+        "reused_slots": _reused_slots(runs),
         "suspicious_hosts": _suspicious(runs, closed, cheap_factor),
         "cheap_factor": cheap_factor,
     }
@@ -168,6 +173,14 @@ def _by_form(closed: Sequence[tuple[str, AuditPark]]) -> list[dict[str, Any]]:
     return out
 
 
+def _reused_slots(runs: Sequence[AuditRun]) -> list[dict[str, Any]]:
+    uses: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for r in runs:
+        for slot, kind, segment in r.slots:
+            uses[slot].append({"run": r.run, "host": r.host, "kind": kind, "segment": segment})
+    return [{"slot": slot, "uses": u} for slot, u in sorted(uses.items()) if len(u) > 1]
+
+
 def _suspicious(runs: Sequence[AuditRun], closed: Sequence[tuple[str, AuditPark]],
                 cheap_factor: float) -> list[dict[str, Any]]:
     reasons: dict[str, list[str]] = defaultdict(list)
@@ -193,4 +206,8 @@ def _suspicious(runs: Sequence[AuditRun], closed: Sequence[tuple[str, AuditPark]
     for host, split in sorted(active.items()):
         if split["estimated"] and not split["measured"]:
             reasons[host].append("all executed intervals' energy is estimated")
+    for reused in _reused_slots(runs):
+        for host in sorted({u["host"] for u in reused["uses"]}):
+            reasons[host].append(f"warm slot {reused['slot']} is counted "
+                                 f"{len(reused['uses'])} times")
     return [{"host": h, "reasons": reasons[h]} for h in sorted(reasons)]

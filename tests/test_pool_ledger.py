@@ -12,7 +12,9 @@ from pathlib import Path
 import pytest
 
 from agents.host import Host
+from agents.pool_records import claimed_segment
 from agents.publisher import Publisher
+from agents.warm_pool import WarmPool
 from fleet.address import digest, format_address
 from fleet.builder import RecordBuilder
 from fleet.kernel import NO_GRANTS, genesis, pool_unit
@@ -63,8 +65,8 @@ def test_claims_and_evictions_are_folded_shown_verified_and_proved(
         nats_server: NatsServer, tmp_path: Path) -> None:
     """A run claimed after an idle slot and a pool run of two evictions reach the ledger:
     run show and audit give the claim and overhead energy per host, both records verify
-    offline (fast and --reference), both heads prove, and a made-up zero-energy claim is
-    refused as ZeroClaimEnergy."""
+    offline (fast and --reference), both heads prove, a made-up zero-energy claim is
+    refused as ZeroClaimEnergy, and an evicted slot claimed anyway is named by the audit."""
     url, led, base = nats_server.url, tmp_path / "ledger", tmp_path / "hosts"
     data = base / "p1"
     key = host_keys(base, ["p1"])["p1"]
@@ -91,13 +93,19 @@ def test_claims_and_evictions_are_folded_shown_verified_and_proved(
         assert late.returncode == 1 and "SlotEvicted" in late.stdout + late.stderr
 
         host = Host("p1", data)
+        pool = WarmPool(data / "pool.db")
         try:
             hr = host.open_run(UNIT, GRANTS)
             hr.execute(uj=2000, provenance="measured", meter="rapl:package-0",
                        journal_root=digest(b"j1"))
             hr.close()
+            # A dishonest host claims an evicted slot behind its pool's back: the ledger
+            # folds each run alone and takes it; the audit names the slot counted twice.
+            twice = host.open_run(digest(b"pool-ledger/twice"), GRANTS)
+            twice.claim(claimed_segment(pool.slot(slots[1]), pool.accrued(slots[1])))
             asyncio.run(_publish(host, url, [_zero_claim(host)]))
         finally:
+            pool.close()
             host.close()
         wait_folded(url, led)
 
@@ -113,9 +121,17 @@ def test_claims_and_evictions_are_folded_shown_verified_and_proved(
 
         audit = cli_json("audit", "--json", "--nats", url)
         p1, = [h for h in audit["hosts"] if h["host"] == "p1"]
-        assert sum(p1["claim_uj"].values()) == claim_uj
+        assert sum(p1["claim_uj"].values()) == claim_uj + evicted[0]["total_uj"]
         assert sum(p1["overhead_uj"].values()) == overhead
-        assert "warm pools by host" in cli("audit", "--nats", url).stdout
+        reused, = audit["reused_slots"]
+        assert reused["slot"] == slots[1]
+        assert sorted((u["kind"], u["run"]) for u in reused["uses"]) == [
+            ("claimed", format_address(genesis(digest(b"pool-ledger/twice"), GRANTS))),
+            ("evicted", pool_run)]
+        assert any(slots[1] in reason for s in audit["suspicious_hosts"] if s["host"] == "p1"
+                   for reason in s["reasons"])
+        text = cli("audit", "--nats", url).stdout
+        assert "warm pools by host" in text and "counted more than once: 1" in text
 
         rules = [(r["rule"], r["index"]) for r in api(url, "rejections")["rejections"]]
         assert rules == [("ZeroClaimEnergy", 1)]
