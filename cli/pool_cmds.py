@@ -6,6 +6,7 @@
     fleet pool evict SLOT
     fleet pool claim SLOT --host NAME --unit b3:... --grants b3:...   # and seal the record
     fleet pool evict SLOT --host NAME                                 # into the pool's run
+    fleet pool record --host NAME        # seal evictions a crash left off the pool's run
 
 With ``--host`` the claim seals the run's first segment (``claimed``) and the eviction a
 segment of the pool's own run (``evicted``) with the host's key in ``--data`` (its outbox,
@@ -200,3 +201,36 @@ def pool_evict(slot: str, data: Path, name: str, host_name: str | None, as_json:
     """Evict a warm slot: prints its energy, the pool's overhead (with --host, sealed in
     the pool's own run)."""
     _end(data, name, slot, as_json, None, host_name)
+
+
+@pool_group.command("record")
+@_data
+@click.option("--host", "host_name", required=True, help="The host whose pool run it is.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+def pool_record(data: Path, name: str, host_name: str, as_json: bool) -> None:
+    """Seal every eviction not yet in the pool's own run (one a crash left between the pool
+    and the record); prints the pool run and the segments sealed."""
+    from agents import pool_records
+    from agents.host import Host
+
+    pool = _open(data, name)
+    host = None
+    try:
+        host = Host(host_name, data)
+        sealed = pool_records.record_evictions(host, pool)
+        run = pool_records.pool_run(host, name)
+        doc = {"run": run.run, "segments": run.state.index,
+               "sealed": [s.index for s in sealed], "energy": run.state.energy.as_json()}
+    except ValueError as exc:  # a host name that cannot name a host
+        raise UserError(str(exc)) from None
+    except FleetError as exc:
+        raise CheckFailed(f"{exc.rule}: {exc}") from None
+    finally:
+        pool.close()
+        if host is not None:
+            host.close()
+    if as_json:
+        emit_json(doc)
+        return
+    click.echo(f"pool run {doc['run']}: {doc['segments']} segments, sealed now "
+               f"{doc['sealed'] or 'none'}")

@@ -259,3 +259,23 @@ def test_a_run_state_stored_before_warm_pools_reads_with_no_claim_or_overhead(si
     state = state_from_json(doc)
     assert state.energy.claim == state.energy.overhead == {"measured": 0, "estimated": 0}
     assert state.energy.total_uj == 42
+
+
+def test_cli_pool_record_seals_an_eviction_a_crash_left_off_once(tmp_path):
+    """``fleet pool record --host`` seals an eviction the pool holds but the pool run does
+    not, and a second call seals nothing."""
+    pool = WarmPool(tmp_path / "pool.db")
+    sid = _warm(pool)
+    got = pool.evict(sid)  # ... and the host dies before the segment
+    pool.close()
+
+    def record() -> dict:
+        r = CliRunner().invoke(fleet_cli, ["pool", "record", "--data", str(tmp_path),
+                                           "--host", "h7", "--json"])
+        assert r.exit_code == 0, r.output
+        return json.loads(r.output)
+
+    first = record()
+    assert first["sealed"] == [1] and first["segments"] == 1
+    assert sum(first["energy"]["overhead_uj"].values()) == got.total_uj
+    assert record()["sealed"] == []
