@@ -46,7 +46,7 @@ from fleet.note import Verifier
 from fleet.record import RunState
 from fleet.run_codec import state_from_json, state_to_json
 from fleet.seal import encode_key
-from fleet.segment import CallAccount, Snapshot
+from fleet.segment import CallAccount, Claimed, Evicted, Snapshot
 from fleet.subjects import check_host_name, run_token, segment_subject
 from fleet.verify import fold_sealed, verify_state
 from fleet.wire import SealedSegment, decode_envelope, decode_record, encode_envelope
@@ -246,6 +246,14 @@ class HostRun:
 
     def close(self) -> SealedSegment:
         return self._emit(self.builder.close)
+
+    def claim(self, claimed: Claimed) -> SealedSegment:
+        """Start this (fresh) run from a warm slot: agents.pool_records."""
+        return self._emit(lambda: self.builder.claim(claimed))
+
+    def evict(self, evicted: Evicted) -> SealedSegment:
+        """Record an evicted slot in this pool's own run: agents.pool_records."""
+        return self._emit(lambda: self.builder.evict(evicted))
 
 
 __all__ = ["Host", "HostKeyError", "HostRun", "load_or_create_key"]

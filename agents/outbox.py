@@ -46,9 +46,9 @@ from typing import Final, Literal
 from plumbing import sqlite
 from plumbing.transactions import immediate
 
-Kind = Literal["executed", "suspended", "resumed", "closed"]
-KINDS: Final = ("executed", "suspended", "resumed", "closed")
-PRIORITY_KINDS: Final = frozenset({"suspended", "resumed", "closed"})
+Kind = Literal["executed", "suspended", "resumed", "closed", "claimed", "evicted"]
+KINDS: Final = ("executed", "suspended", "resumed", "closed", "claimed", "evicted")
+PRIORITY_KINDS: Final = frozenset({"suspended", "resumed", "closed", "claimed", "evicted"})
 DEFAULT_LIMIT_BYTES: Final = 64 * 1024 * 1024
 DEFAULT_RESERVE: Final = 0.10
 DEFAULT_KEEP_ACKED_BYTES: Final = 256 * 1024 * 1024
@@ -59,7 +59,8 @@ CREATE TABLE IF NOT EXISTS segments (
     id INTEGER PRIMARY KEY AUTOINCREMENT,
     run TEXT NOT NULL,
     idx INTEGER NOT NULL,
-    kind TEXT NOT NULL CHECK (kind IN ('executed', 'suspended', 'resumed', 'closed')),
+    kind TEXT NOT NULL CHECK (kind IN ('executed', 'suspended', 'resumed', 'closed',
+                                       'claimed', 'evicted')),
     subject TEXT NOT NULL,
     msg_id TEXT NOT NULL,
     payload BLOB NOT NULL,
@@ -136,6 +137,25 @@ class Stats:
     executed_budget: int
 
 
+def _widen_kinds(db: sqlite3.Connection) -> None:
+    """An outbox made before warm pools checks kinds against the first four only: rebuild
+    its table (rows, ids and state kept) under the current schema. SQLite cannot alter a
+    CHECK in place."""
+    row = db.execute("SELECT sql FROM sqlite_master WHERE type = 'table' AND name = 'segments'"
+                     ).fetchone()
+    if row is None or "'claimed'" in row[0]:
+        return
+    db.execute("ALTER TABLE segments RENAME TO segments_before_pools")
+    db.execute("DROP INDEX IF EXISTS segments_state")
+    db.execute(_SCHEMA.split(";")[0])
+    db.execute("INSERT INTO segments SELECT * FROM segments_before_pools")
+    # Ids keep counting from where the old table stopped (pruned rows included).
+    db.execute("DELETE FROM sqlite_sequence WHERE name = 'segments'")
+    db.execute("UPDATE sqlite_sequence SET name = 'segments'"
+               " WHERE name = 'segments_before_pools'")
+    db.execute("DROP TABLE segments_before_pools")
+
+
 class Outbox:
     """A durable, bounded queue of sealed segments waiting for JetStream's ack."""
 
@@ -162,6 +182,7 @@ class Outbox:
         self._listeners: list[Callable[[], None]] = []
         self._db = sqlite.connect(self.path, busy_timeout_s=5.0)
         with self._tx():
+            _widen_kinds(self._db)
             for statement in _SCHEMA.split(";"):
                 if statement.strip():
                     self._db.execute(statement)

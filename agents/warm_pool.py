@@ -28,9 +28,10 @@ claiming the same slot get one claim and one refusal.
 
 Slot ids are content addresses: ``BLAKE3("fleet.warmslot/1" || text(pool) || seq:u64 ||
 manifest[32] || snapshot)``, ``snapshot`` as in the run record (an image park's bytes), so
-an id names what was warmed and where it stands in its pool's order. How a run record
-carries a claim and a pool's record an eviction is a record form still to be added to the
-kernel (docs/warm-pools.md, "Record form: proposal").
+an id names what was warmed and where it stands in its pool's order. A claim goes on the
+record as the claiming run's first segment (``claimed``) and an eviction as a segment of the
+pool's own run (``evicted``): :mod:`agents.pool_records`, docs/warm-pools.md. Each slot row
+keeps the index of the pool-run segment that records its eviction (``recorded``).
 """
 
 from __future__ import annotations
@@ -65,7 +66,7 @@ _SCHEMA = (
     " volume_bytes INTEGER NOT NULL, memory_bytes INTEGER NOT NULL,"
     " warm_uj INTEGER NOT NULL, warm_provenance TEXT NOT NULL, warm_meter TEXT NOT NULL,"
     " warm_at REAL NOT NULL, ready_at REAL NOT NULL, state TEXT NOT NULL, ended_at REAL,"
-    " run TEXT, idle_uj INTEGER, idle_provenance TEXT, idle_meter TEXT)",
+    " run TEXT, idle_uj INTEGER, idle_provenance TEXT, idle_meter TEXT, recorded INTEGER)",
     "CREATE UNIQUE INDEX IF NOT EXISTS slots_seq ON slots (pool, seq)",
 )
 _COLUMNS = ("id, pool, seq, manifest, fs_root, mem_image, volume_bytes, memory_bytes, warm_uj,"
@@ -156,6 +157,9 @@ class WarmPool:
         self._db = sqlite.connect(path)
         for stmt in _SCHEMA:
             self._db.execute(stmt)
+        columns = {r[1] for r in self._db.execute("PRAGMA table_info(slots)")}
+        if "recorded" not in columns:  # a pool made before evictions went on the record
+            self._db.execute("ALTER TABLE slots ADD COLUMN recorded INTEGER")
 
     def close(self) -> None:
         self._db.close()
@@ -229,6 +233,21 @@ class WarmPool:
                 by[k] += v
         return {"pool": self.name, "evicted": len(ended),
                 "total_uj": sum(a.total_uj for a in ended), "by_provenance_uj": by}
+
+    def evictions_to_record(self, upto: int) -> list[Slot]:
+        """Evicted slots whose eviction is not yet a segment of the pool's run (which has
+        ``upto`` segments): never recorded, or meant for a segment past its end."""
+        rows = self._db.execute(
+            f"SELECT {_COLUMNS} FROM slots WHERE pool = ? AND state = ? AND"
+            " (recorded IS NULL OR recorded > ?) ORDER BY ended_at, seq",
+            (self.name, EVICTED, upto)).fetchall()
+        return [_slot(r) for r in rows]
+
+    def mark_recorded(self, sid: str, index: int) -> None:
+        """Note that segment ``index`` of the pool's run records slot ``sid``'s eviction."""
+        with immediate(self._db):
+            self._db.execute("UPDATE slots SET recorded = ? WHERE id = ? AND pool = ?",
+                             (index, sid, self.name))
 
     # -- ending a slot ------------------------------------------------------------------------
 

@@ -66,6 +66,15 @@ def show(doc: dict[str, Any]) -> None:
         a, i = h["active_uj"], h["idle_uj"]
         click.echo(f"  {h['host']:<18} {_uj(a['measured']):>16} {_uj(a['estimated']):>17}"
                    f" {_uj(i['measured']):>15} {_uj(i['estimated']):>15} {h['parks']:>6}")
+    pooled = [h for h in doc["hosts"]
+               if any(h["claim_uj"].values()) or any(h["overhead_uj"].values())]
+    if pooled:
+        click.echo("\nwarm pools by host   claim measured   claim estimated  overhead measured"
+                   "  overhead estimated")
+        for h in pooled:
+            c, o = h["claim_uj"], h["overhead_uj"]
+            click.echo(f"  {h['host']:<18} {_uj(c['measured']):>14} {_uj(c['estimated']):>17}"
+                       f" {_uj(o['measured']):>18} {_uj(o['estimated']):>19}")
     click.echo("\nparks by form       parks      idle energy   hours parked   idle per hour"
                "  estimated")
     for p in doc["parks"]:
@@ -77,6 +86,12 @@ def show(doc: dict[str, Any]) -> None:
         dur = "-" if p["parked_s"] is None else f"{p['parked_s']:.0f}s"
         click.echo(f"  {p['run']}  host {p['host']}  {p['form']}  since {_when(p['since'])}"
                    f"  ({dur})")
+    if doc["reused_slots"]:
+        click.echo(f"\nwarm slots counted more than once: {len(doc['reused_slots'])}")
+        for r in doc["reused_slots"]:
+            uses = ", ".join(f"{u['kind']} in {u['run']} (host {u['host']}, segment "
+                             f"{u['segment']})" for u in r["uses"])
+            click.echo(f"  {r['slot']}: {uses}")
     click.echo(f"\nsuspicious hosts: {len(doc['suspicious_hosts'])}")
     for s in doc["suspicious_hosts"]:
         for reason in s["reasons"]:

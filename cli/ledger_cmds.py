@@ -339,9 +339,11 @@ def run_show(run_id: str, exec_journal: Path | None, as_json: bool, url: str,
     e = doc["energy"]
     click.echo(f"run {doc['run']} on {doc['host']}")
     click.echo(f"  {doc['segments']} segments, phase {doc['phase']}, head {doc['head']}")
+    pools = "".join(f"; {name} {sum(e[f'{name}_uj'].values())}" for name in ("claim", "overhead")
+                    if any(e.get(f"{name}_uj", {}).values()))
     click.echo(f"  energy {e['total_uj']} uJ (measured {e['by_provenance_uj']['measured']}, "
                f"estimated {e['by_provenance_uj']['estimated']}; idle "
-               f"{sum(e['idle_uj'].values())})")
+               f"{sum(e['idle_uj'].values())}{pools})")
     wp = doc["wait_proof"]
     click.echo(f"  wait proof {wp['verdict']}"
                + (f" (segment {wp['segment']})" if "segment" in wp else ""))

@@ -4,6 +4,13 @@
     fleet pool list
     fleet pool claim SLOT --run b3:...
     fleet pool evict SLOT
+    fleet pool claim SLOT --host NAME --unit b3:... --grants b3:...   # and seal the record
+    fleet pool evict SLOT --host NAME                                 # into the pool's run
+    fleet pool record --host NAME        # seal evictions a crash left off the pool's run
+
+With ``--host`` the claim seals the run's first segment (``claimed``) and the eviction a
+segment of the pool's own run (``evicted``) with the host's key in ``--data`` (its outbox,
+drained to the ledger by the host's publisher): agents.pool_records.
 """
 
 from __future__ import annotations
@@ -16,7 +23,7 @@ import click
 
 from cli._app import CheckFailed, UserError, cli
 from cli._common import emit_json
-from fleet.address import parse_address
+from fleet.address import format_address, parse_address
 from fleet.errors import FleetError, MalformedAddress
 
 
@@ -117,33 +124,113 @@ def pool_list(data: Path, name: str, as_json: bool) -> None:
     click.echo(f"overhead: {o['evicted']} evicted, {o['total_uj']} uJ")
 
 
-def _end(data: Path, name: str, slot: str, as_json: bool, run: str | None) -> None:
+def _end(data: Path, name: str, slot: str, as_json: bool, run: str | None,
+         host_name: str | None = None, identity: tuple[bytes, bytes] | None = None) -> None:
+    from agents import pool_records
+
     pool = _open(data, name)
+    host = None
     try:
-        got = pool.claim(slot, run) if run is not None else pool.evict(slot)
+        extra: dict[str, Any] = {}
+        if host_name is not None:
+            from agents.host import Host
+
+            host = Host(host_name, data)
+            if identity is not None:
+                hr, got = pool_records.start_from_slot(host, pool, slot, *identity)
+                sealed = None
+            else:
+                sealed, got = pool_records.evict_to_record(host, pool, slot)
+                hr = pool_records.pool_run(host, name)
+            extra = {"record": {"run": hr.run, "segment": hr.state.index,
+                                "kind": "claimed" if sealed is None else "evicted",
+                                "energy": hr.state.energy.as_json()}}
+        else:
+            got = pool.claim(slot, run) if run is not None else pool.evict(slot)
     except MalformedAddress as exc:
         raise UserError(str(exc)) from None
     except FleetError as exc:
         raise CheckFailed(f"{exc.rule}: {exc}") from None
+    except ValueError as exc:  # a host name that cannot name a host
+        raise UserError(str(exc)) from None
     finally:
         pool.close()
-    _show(got.to_json(), as_json)
+        if host is not None:
+            host.close()
+    _show({**got.to_json(), **extra}, as_json)
+
+
+_HOST_HELP = ("Seal the record too, as this host (its key and outbox in --data): the claim "
+              "as the run's first segment, the eviction in the pool's own run.")
 
 
 @pool_group.command("claim")
 @click.argument("slot")
 @_data
-@click.option("--run", "run_id", required=True, help="The run that starts from the slot.")
+@click.option("--run", "run_id", help="The run that starts from the slot.")
+@click.option("--host", "host_name", help=_HOST_HELP)
+@click.option("--unit", help="With --host: the run's unit id.")
+@click.option("--grants", help="With --host: the run's grant set id.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
-def pool_claim(slot: str, data: Path, name: str, run_id: str, as_json: bool) -> None:
-    """Claim a warm slot for a run: prints the energy its record is to carry."""
-    _end(data, name, slot, as_json, run_id)
+def pool_claim(slot: str, data: Path, name: str, run_id: str | None, host_name: str | None,
+               unit: str | None, grants: str | None, as_json: bool) -> None:
+    """Claim a warm slot for a run: prints the energy its record carries (with --host,
+    sealed as the run's first segment)."""
+    if host_name is None:
+        if run_id is None:
+            raise UserError("give --run, or --host with --unit and --grants")
+        _end(data, name, slot, as_json, run_id)
+        return
+    if unit is None or grants is None:
+        raise UserError("--host needs --unit and --grants (the run's identity)")
+    ids = (_address(unit, "--unit"), _address(grants, "--grants"))
+    from fleet.kernel import genesis
+
+    run = format_address(genesis(*ids))  # type: ignore[arg-type]
+    if run_id is not None and _address(run_id, "--run") != parse_address(run):
+        raise UserError(f"--run {run_id} is not the run of --unit and --grants ({run})")
+    _end(data, name, slot, as_json, run, host_name, ids)  # type: ignore[arg-type]
 
 
 @pool_group.command("evict")
 @click.argument("slot")
 @_data
+@click.option("--host", "host_name", help=_HOST_HELP)
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
-def pool_evict(slot: str, data: Path, name: str, as_json: bool) -> None:
-    """Evict a warm slot: prints its energy, the pool's overhead."""
-    _end(data, name, slot, as_json, None)
+def pool_evict(slot: str, data: Path, name: str, host_name: str | None, as_json: bool) -> None:
+    """Evict a warm slot: prints its energy, the pool's overhead (with --host, sealed in
+    the pool's own run)."""
+    _end(data, name, slot, as_json, None, host_name)
+
+
+@pool_group.command("record")
+@_data
+@click.option("--host", "host_name", required=True, help="The host whose pool run it is.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+def pool_record(data: Path, name: str, host_name: str, as_json: bool) -> None:
+    """Seal every eviction not yet in the pool's own run (one a crash left between the pool
+    and the record); prints the pool run and the segments sealed."""
+    from agents import pool_records
+    from agents.host import Host
+
+    pool = _open(data, name)
+    host = None
+    try:
+        host = Host(host_name, data)
+        sealed = pool_records.record_evictions(host, pool)
+        run = pool_records.pool_run(host, name)
+        doc = {"run": run.run, "segments": run.state.index,
+               "sealed": [s.index for s in sealed], "energy": run.state.energy.as_json()}
+    except ValueError as exc:  # a host name that cannot name a host
+        raise UserError(str(exc)) from None
+    except FleetError as exc:
+        raise CheckFailed(f"{exc.rule}: {exc}") from None
+    finally:
+        pool.close()
+        if host is not None:
+            host.close()
+    if as_json:
+        emit_json(doc)
+        return
+    click.echo(f"pool run {doc['run']}: {doc['segments']} segments, sealed now "
+               f"{doc['sealed'] or 'none'}")

@@ -73,9 +73,11 @@ def verify(record_file: str, host_key: str | None, as_json: bool, reference: boo
     click.echo(f"valid: run {report.run}")
     click.echo(f"  segments {report.segments}, phase {report.phase}, head {report.head}")
     click.echo(f"  sealed: {'yes' if report.sealed else 'no host key; chain only'}")
+    pools = "".join(f" + {name} {sum(split.values())}" for name, split in
+                    (("claim", e.claim), ("overhead", e.overhead)) if any(split.values()))
     click.echo(
         f"  energy {e.total_uj} uJ = receipts {sum(e.receipts.values())} + idle "
-        f"{sum(e.idle.values())} (measured {e.by_provenance()['measured']}, "
+        f"{sum(e.idle.values())}{pools} (measured {e.by_provenance()['measured']}, "
         f"estimated {e.by_provenance()['estimated']})"
     )
     click.echo(

@@ -6,13 +6,17 @@ energy split, its parks decoded from the folded segments, when each was folded) 
 
 - **verdicts**: runs by wait-proof verdict, and for ``Blocked`` and ``Malformed`` the run
   and the segment that decided it;
-- **hosts**: per host, energy of executed intervals (active) and of parks (idle), each
-  split measured / estimated;
+- **hosts**: per host, energy of executed intervals (active), of parks (idle), of the warm
+  slots its runs were claimed from (claim) and of the slots its pools evicted (overhead),
+  each split measured / estimated;
 - **parks**: per form (``image``, ``image+memory``, ``transcript``), how many, their idle
   energy, the hours parked and the idle energy per hour parked. Hours come from when the
   ledger folded the suspend and the resume; a park whose two segments were folded in one
   batch has no measurable duration and is counted, but not in the per-hour figure;
 - **parked**: runs parked now, since when and for how long;
+- **reused slots**: warm slots whose energy the record counts more than once (claimed by
+  two runs, or claimed and also evicted as overhead): the ledger folds runs one by one and
+  cannot refuse that, so the audit names each such slot and the runs that count it;
 - **suspicious**: hosts whose parks of one form cost less than ``cheap_factor`` of the
   idle energy per hour the *other* hosts' parks of that form cost, and hosts whose parks
   (or executed intervals) are all estimated, never measured.
@@ -66,6 +70,9 @@ class AuditRun:
     first_at: float | None
     last_at: float | None
     parks: Sequence[AuditPark] = field(default_factory=tuple)
+    claim_uj: dict[str, int] = field(default_factory=dict)  # warm slot claimed, by provenance
+    overhead_uj: dict[str, int] = field(default_factory=dict)  # slots evicted (a pool's run)
+    slots: Sequence[tuple[str, str, int]] = ()  # (slot, "claimed"|"evicted", segment)
 
 
 def _active_since(run: AuditRun, since: float | None) -> bool:
@@ -102,11 +109,15 @@ def audit(runs: Iterable[AuditRun], now: float, since: float | None = None,
             unproved.append({"run": r.run, "host": r.host})
         h = hosts.setdefault(r.host, {
             "host": r.host, "runs": 0, "active_uj": {"measured": 0, "estimated": 0},
-            "idle_uj": {"measured": 0, "estimated": 0}, "parks": 0})
+            "idle_uj": {"measured": 0, "estimated": 0}, "parks": 0,
+            "claim_uj": {"measured": 0, "estimated": 0},
+            "overhead_uj": {"measured": 0, "estimated": 0}})
         h["runs"] += 1
         for p in ("measured", "estimated"):
             h["active_uj"][p] += r.receipts_uj.get(p, 0)
             h["idle_uj"][p] += r.idle_uj.get(p, 0)
+            h["claim_uj"][p] += r.claim_uj.get(p, 0)
+            h["overhead_uj"][p] += r.overhead_uj.get(p, 0)
         for park in r.parks:
             if not _park_since(park, since):
                 continue
@@ -129,6 +140,7 @@ def audit(runs: Iterable[AuditRun], now: float, since: float | None = None,
         "hosts": sorted(hosts.values(), key=lambda h: h["host"]),
         "parks": _by_form(closed),
         "parked": sorted(parked, key=lambda p: (p["since"] is None, p["since"] or 0)),
+        "reused_slots": _reused_slots(runs),
         "suspicious_hosts": _suspicious(runs, closed, cheap_factor),
         "cheap_factor": cheap_factor,
     }
@@ -161,6 +173,14 @@ def _by_form(closed: Sequence[tuple[str, AuditPark]]) -> list[dict[str, Any]]:
     return out
 
 
+def _reused_slots(runs: Sequence[AuditRun]) -> list[dict[str, Any]]:
+    uses: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for r in runs:
+        for slot, kind, segment in r.slots:
+            uses[slot].append({"run": r.run, "host": r.host, "kind": kind, "segment": segment})
+    return [{"slot": slot, "uses": u} for slot, u in sorted(uses.items()) if len(u) > 1]
+
+
 def _suspicious(runs: Sequence[AuditRun], closed: Sequence[tuple[str, AuditPark]],
                 cheap_factor: float) -> list[dict[str, Any]]:
     reasons: dict[str, list[str]] = defaultdict(list)
@@ -186,4 +206,8 @@ def _suspicious(runs: Sequence[AuditRun], closed: Sequence[tuple[str, AuditPark]
     for host, split in sorted(active.items()):
         if split["estimated"] and not split["measured"]:
             reasons[host].append("all executed intervals' energy is estimated")
+    for reused in _reused_slots(runs):
+        for host in sorted({u["host"] for u in reused["uses"]}):
+            reasons[host].append(f"warm slot {reused['slot']} is counted "
+                                 f"{len(reused['uses'])} times")
     return [{"host": h, "reasons": reasons[h]} for h in sorted(reasons)]

@@ -15,7 +15,9 @@ from fleet.record import RunState
 from fleet.seal import encode_key, key_id, seal
 from fleet.segment import (
     CallAccount,
+    Claimed,
     Closed,
+    Evicted,
     Segment,
     Snapshot,
     executed,
@@ -81,6 +83,14 @@ class RecordBuilder:
 
     def close(self) -> SealedSegment:
         return self._append(Closed())
+
+    def claim(self, claimed: Claimed) -> SealedSegment:
+        """Start the run from a warm slot (its first segment: docs/warm-pools.md)."""
+        return self._append(claimed)
+
+    def evict(self, evicted: Evicted) -> SealedSegment:
+        """Record an evicted slot's energy in a pool's own run."""
+        return self._append(evicted)
 
     def to_record(self) -> RecordWire:
         return RecordWire(

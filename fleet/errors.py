@@ -46,7 +46,9 @@ __all__ = [
     "UnknownHost",
     "ValueOutOfRange",
     "WireError",
+    "ZeroClaimEnergy",
     "ZeroIdleEnergy",
+    "ZeroOverheadEnergy",
 ]
 
 
@@ -113,6 +115,14 @@ class ValueOutOfRange(WireError):
 
 class ZeroIdleEnergy(RuleError):
     """A resumed segment claiming that a park drew no energy."""
+
+
+class ZeroClaimEnergy(RuleError):
+    """A claimed segment saying its warm slot's warm-up or idle drew no energy."""
+
+
+class ZeroOverheadEnergy(RuleError):
+    """An evicted segment saying the evicted slot's warm-up or idle drew no energy."""
 
 
 class PhaseViolation(RuleError):

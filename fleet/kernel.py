@@ -2,13 +2,15 @@
 
 This module is the record's one statement of:
 
-* **canonical bytes** of the four segment kinds, of both park forms and of attestations
+* **canonical bytes** of the six segment kinds, of both park forms and of attestations
   (``snapshot_bytes``, ``attestation_bytes``, ``executed_bytes``, ``suspended_bytes``,
-  ``resumed_bytes``, ``CLOSED_BYTES``), each input checked before anything is hashed;
+  ``resumed_bytes``, ``CLOSED_BYTES``, ``claimed_bytes``, ``evicted_bytes``), each input
+  checked before anything is hashed;
 * **the rules** a segment must meet against the run it extends (:func:`next_phase`,
   :func:`executed_step`, :func:`suspended_step`, :func:`resumed_step`,
-  :func:`closed_step`) and against the host that sealed it (:func:`check_holder`), each
-  raising its named refusal and changing nothing;
+  :func:`closed_step`, :func:`claimed_step`, :func:`evicted_step`) and against the host
+  that sealed it (:func:`check_holder`), each raising its named refusal and changing
+  nothing;
 * **the state change** a segment makes once accepted (:func:`apply`).
 
 Everything here takes plain values (bytes, ints, strings, sequences of call ids): no
@@ -21,7 +23,7 @@ verify`` (fast or ``--reference``) and the ledger's fold decide alike.
 A *park* is held as plain bytes, ``snapshot_bytes || manifest[32]``; a *step* is the value
 :func:`apply` needs (a tuple, one per segment on the hot path)::
 
-    (body, phase, park, receipt, idle, executed, calls)
+    (body, phase, park, receipt, idle, executed, calls, pool)
 
     body      canonical bytes; the head after the segment is BLAKE3(previous head || body)
     phase     the phase after it
@@ -31,6 +33,9 @@ A *park* is held as plain bytes, ``snapshot_bytes || manifest[32]``; a *step* is
     executed  whether it is an executed interval (it then feeds the wait proof)
     calls     an executed interval's call account (None: unaccounted); anything with
               ``dispatched`` and ``resolved`` sequences of call ids
+    pool      a warm slot's energy: ``(source, manifest, ((provenance, uj), ...))``,
+              source ``claim`` (a claimed segment; ``manifest`` becomes the run's) or
+              ``overhead`` (an evicted segment; ``manifest`` None), else None
 
 ``docs/spec/run-record.md`` is the normative text of these layouts and rules.
 """
@@ -52,7 +57,9 @@ from fleet.errors import (
     RecordClosed,
     SnapshotMismatch,
     ValueOutOfRange,
+    ZeroClaimEnergy,
     ZeroIdleEnergy,
+    ZeroOverheadEnergy,
 )
 from fleet.phases import CLOSED as PHASE_CLOSED
 from fleet.phases import PARKED as PHASE_PARKED
@@ -64,9 +71,12 @@ if TYPE_CHECKING:
 __all__ = [
     "ACCOUNT_PRESENT",
     "ATTESTATION_DOMAIN",
+    "CLAIM",
+    "CLAIMED",
     "CLOSED",
     "CLOSED_BYTES",
     "DIGEST",
+    "EVICTED",
     "EXECUTED",
     "FORM_IMAGE",
     "FORM_IMAGE_WITH_MEMORY",
@@ -77,10 +87,15 @@ __all__ = [
     "MAX_CALL_ID",
     "MAX_TEXT",
     "MAX_U64",
+    "NO_GRANTS",
+    "OVERHEAD",
+    "POOL_DOMAIN",
     "PROVENANCES",
     "RESUMED",
     "SUSPENDED",
+    "TAG_CLAIMED",
     "TAG_CLOSED",
+    "TAG_EVICTED",
     "TAG_EXECUTED",
     "TAG_RESUMED",
     "TAG_SUSPENDED",
@@ -93,14 +108,19 @@ __all__ = [
     "check_holder",
     "check_provenance",
     "check_u64",
+    "claimed_bytes",
+    "claimed_step",
     "closed_step",
     "encode_ids",
     "encode_text",
+    "evicted_bytes",
+    "evicted_step",
     "executed_bytes",
     "executed_step",
     "genesis",
     "next_phase",
     "park_parts",
+    "pool_unit",
     "resumed_bytes",
     "resumed_step",
     "snapshot_bytes",
@@ -114,12 +134,20 @@ EXECUTED: Final = "executed"
 SUSPENDED: Final = "suspended"
 RESUMED: Final = "resumed"
 CLOSED: Final = "closed"
-KINDS: Final = (EXECUTED, SUSPENDED, RESUMED, CLOSED)
+CLAIMED: Final = "claimed"
+EVICTED: Final = "evicted"
+KINDS: Final = (EXECUTED, SUSPENDED, RESUMED, CLOSED, CLAIMED, EVICTED)
 
 TAG_EXECUTED: Final = 0x01
 TAG_SUSPENDED: Final = 0x02
 TAG_RESUMED: Final = 0x03
 TAG_CLOSED: Final = 0x04
+TAG_CLAIMED: Final = 0x05
+TAG_EVICTED: Final = 0x06
+
+# The energy sources a warm slot's energy is counted under (beside receipts and idle).
+CLAIM: Final = "claim"
+OVERHEAD: Final = "overhead"
 
 FORM_IMAGE: Final = 0x00
 FORM_IMAGE_WITH_MEMORY: Final = 0x01
@@ -135,6 +163,9 @@ MAX_CALLS: Final = 4096
 
 GENESIS_DOMAIN: Final = b"sandbox.runrecord/1"
 ATTESTATION_DOMAIN: Final = b"fleet.attestation/1"
+POOL_DOMAIN: Final = b"fleet.warmpool/1"
+# A pool's own run is held under no grant set: its grants id is 32 zero bytes.
+NO_GRANTS: Final = bytes(DIGEST)
 
 _U32 = struct.Struct(">I")
 _U16 = struct.Struct(">H")
@@ -145,6 +176,8 @@ _ENERGY = struct.Struct(">QB")
 _B_EXECUTED = bytes((TAG_EXECUTED,))
 _B_SUSPENDED = bytes((TAG_SUSPENDED,))
 _B_RESUMED = bytes((TAG_RESUMED,))
+_B_CLAIMED = bytes((TAG_CLAIMED,))
+_B_EVICTED = bytes((TAG_EVICTED,))
 _B_ACCOUNT = bytes((ACCOUNT_PRESENT,))
 _B_IMAGE = bytes((FORM_IMAGE,))
 _B_IMAGE_MEM = bytes((FORM_IMAGE_WITH_MEMORY,))
@@ -163,7 +196,7 @@ class Calls(Protocol):
 
 
 Step = tuple[bytes, str, bytes | None, tuple[str, int] | None, tuple[str, int] | None, bool,
-             Any]
+             Any, tuple[str, bytes | None, tuple[tuple[str, int], ...]] | None]
 
 # -- field checks ---------------------------------------------------------------------------
 
@@ -320,6 +353,41 @@ def resumed_bytes(snapshot: bytes, manifest: bytes, idle_uj: int, provenance: st
             + _energy(idle_uj, provenance, "idle_uj") + encode_text(meter, "meter"))
 
 
+def pool_unit(host: str, pool: str) -> bytes:
+    """``BLAKE3(POOL_DOMAIN || text(host) || text(pool))``: the unit of a pool's own run
+    (its run id is :func:`genesis` of this unit and :data:`NO_GRANTS`)."""
+    return digest(POOL_DOMAIN + encode_text(host, "host") + encode_text(pool, "pool name"))
+
+
+def _slot_energy(warm_uj: int, warm_provenance: str, warm_meter: str, idle_uj: int,
+                 idle_provenance: str, idle_meter: str) -> bytes:
+    """``warm_uj:u64 || warm_provenance:u8 || text(warm_meter) || idle_uj:u64 ||
+    idle_provenance:u8 || text(idle_meter)``: a warm slot's energy, warm-up then idle."""
+    return (_energy(warm_uj, warm_provenance, "warm_uj") + encode_text(warm_meter, "warm_meter")
+            + _energy(idle_uj, idle_provenance, "idle_uj") + encode_text(idle_meter, "idle_meter"))
+
+
+def claimed_bytes(slot: bytes, snapshot: bytes, manifest: bytes, warm_uj: int,
+                  warm_provenance: str, warm_meter: str, idle_uj: int, idle_provenance: str,
+                  idle_meter: str) -> bytes:
+    """``0x05 || slot[32] || snapshot || manifest[32] || slot energy``; the snapshot is an
+    image park's (a transcript retains no sandbox to start from: ``MalformedSnapshot``)."""
+    if snapshot[DIGEST:DIGEST + 1] == _B_TRANSCRIPT:
+        raise MalformedSnapshot("a warm slot is an image park: a transcript holds no sandbox")
+    return (_B_CLAIMED + check_digest(slot, "slot") + snapshot
+            + check_digest(manifest, "manifest")
+            + _slot_energy(warm_uj, warm_provenance, warm_meter, idle_uj, idle_provenance,
+                           idle_meter))
+
+
+def evicted_bytes(slot: bytes, warm_uj: int, warm_provenance: str, warm_meter: str,
+                  idle_uj: int, idle_provenance: str, idle_meter: str) -> bytes:
+    """``0x06 || slot[32] || slot energy``."""
+    return (_B_EVICTED + check_digest(slot, "slot")
+            + _slot_energy(warm_uj, warm_provenance, warm_meter, idle_uj, idle_provenance,
+                           idle_meter))
+
+
 # -- the rules ------------------------------------------------------------------------------
 
 
@@ -335,7 +403,7 @@ def next_phase(phase: str, kind: str, index: int) -> str:
 
 class Position(Protocol):
     """What the rules read of a run: its phase, the park it holds, and the manifest its
-    first park fixed (``None`` before it has parked)."""
+    claim or first park fixed (``None`` before either)."""
 
     phase: str
     park: bytes | None
@@ -353,20 +421,20 @@ def executed_step(run: Position, index: int, body: bytes, claimed: bytes,
     if attested != claimed:
         raise AttestationMismatch(
             "the attestation object does not hash to the recorded address", segment=index)
-    return body, nxt, run.park, (provenance, uj), None, True, calls
+    return body, nxt, run.park, (provenance, uj), None, True, calls, None
 
 
 def suspended_step(run: Position, index: int, body: bytes, snapshot: bytes,
                    manifest: bytes) -> Step:
     """A park: allowed only after the run has executed; it holds ``snapshot || manifest``.
-    The environment manifest is the one the run was created from: the first park fixes it,
-    and a later park naming another is ``ManifestMismatch``."""
+    The environment manifest is the one the run was created from: its claim or else its
+    first park fixes it, and a later park naming another is ``ManifestMismatch``."""
     nxt = next_phase(run.phase, SUSPENDED, index)
     if run.manifest is not None and manifest != run.manifest:
         raise ManifestMismatch(
             "the park names another environment manifest than the run's first park",
             segment=index)
-    return body, nxt, snapshot + manifest, None, None, False, None
+    return body, nxt, snapshot + manifest, None, None, False, None, None
 
 
 def resumed_step(run: Position, index: int, body: bytes, snapshot: bytes,
@@ -386,12 +454,41 @@ def resumed_step(run: Position, index: int, body: bytes, snapshot: bytes,
         raise ZeroIdleEnergy(
             "a park is never free: idle_uj must be the energy its retained state drew",
             segment=index)
-    return body, nxt, None, None, (provenance, idle_uj), False, None
+    return body, nxt, None, None, (provenance, idle_uj), False, None, None
 
 
 def closed_step(run: Position, index: int) -> Step:
     """A close: allowed in any phase but closed; the park (if any) stays on the record."""
-    return CLOSED_BYTES, next_phase(run.phase, CLOSED, index), run.park, None, None, False, None
+    return (CLOSED_BYTES, next_phase(run.phase, CLOSED, index), run.park, None, None, False,
+            None, None)
+
+
+def claimed_step(run: Position, index: int, body: bytes, manifest: bytes, warm_uj: int,
+                 warm_provenance: str, idle_uj: int, idle_provenance: str) -> Step:
+    """A claim: only as a run's first segment; its warm-up and idle are each at least
+    1 µJ (a fast start is never free), counted as the run's ``claim`` energy; the slot's
+    manifest is the run's (a later park naming another is ``ManifestMismatch``)."""
+    return _slot_step(run, index, body, CLAIMED, manifest, (warm_provenance, warm_uj),
+                      (idle_provenance, idle_uj))
+
+
+def evicted_step(run: Position, index: int, body: bytes, warm_uj: int, warm_provenance: str,
+                 idle_uj: int, idle_provenance: str) -> Step:
+    """An eviction: only in a pool's own run (fresh or already holding evictions); its
+    warm-up and idle are each at least 1 µJ, counted as the run's ``overhead`` energy."""
+    return _slot_step(run, index, body, EVICTED, None, (warm_provenance, warm_uj),
+                      (idle_provenance, idle_uj))
+
+
+def _slot_step(run: Position, index: int, body: bytes, kind: str, manifest: bytes | None,
+               warm: tuple[str, int], idle: tuple[str, int]) -> Step:
+    nxt = next_phase(run.phase, kind, index)
+    if warm[1] == 0 or idle[1] == 0:
+        refusal = ZeroClaimEnergy if kind == CLAIMED else ZeroOverheadEnergy
+        raise refusal(f"a {'claimed' if kind == CLAIMED else 'evicted'} warm slot is never "
+                      "free: warm_uj and idle_uj must each be what it drew", segment=index)
+    source = CLAIM if kind == CLAIMED else OVERHEAD
+    return body, nxt, None, None, None, False, None, (source, manifest, (warm, idle))
 
 
 def check_holder(holder: str, host: str, phase: str, kind: str, index: int,
@@ -411,7 +508,7 @@ def check_holder(holder: str, host: str, phase: str, kind: str, index: int,
 
 def apply(state: RunState, index: int, head: bytes, step: Step) -> None:
     """Move ``state`` past an accepted segment: position, phase, park, energy, calls."""
-    _body, phase, park, receipt, idle, executed, calls = step
+    _body, phase, park, receipt, idle, executed, calls, pool = step
     state.index = index
     state.head = head
     state.phase = phase
@@ -423,5 +520,12 @@ def apply(state: RunState, index: int, head: bytes, step: Step) -> None:
         energy.receipts[receipt[0]] += receipt[1]
     elif idle is not None:
         energy.idle[idle[0]] += idle[1]
+    elif pool is not None:
+        source, manifest, parts = pool
+        account = energy.claim if source == CLAIM else energy.overhead
+        for provenance, uj in parts:
+            account[provenance] += uj
+        if manifest is not None and state.manifest is None:
+            state.manifest = manifest
     if executed:
         state.wait.add(index, calls)

@@ -9,6 +9,12 @@ A record may be closed in any phase, parked included.
     fresh   --executed--> ran      ran     --executed--> ran
     ran     --suspended-> parked   parked  --resumed---> resumed
     resumed --executed--> ran      any     --closed----> closed
+
+A run started from a warm pool's slot opens with a claim, which leaves it where a resume
+does (it executes or closes next); a pool's own run holds evictions only:
+
+    fresh   --claimed---> resumed
+    fresh   --evicted---> pool     pool    --evicted---> pool
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ __all__ = [
     "CLOSED",
     "FRESH",
     "PARKED",
+    "POOL",
     "RAN",
     "RESUMED",
     "TRANSITIONS",
@@ -30,6 +37,7 @@ RAN: Final = "ran"
 PARKED: Final = "parked"
 RESUMED: Final = "resumed"
 CLOSED: Final = "closed"
+POOL: Final = "pool"
 
 TRANSITIONS: Final[dict[tuple[str, str], str]] = {
     (FRESH, "executed"): RAN,
@@ -41,4 +49,8 @@ TRANSITIONS: Final[dict[tuple[str, str], str]] = {
     (PARKED, "closed"): CLOSED,
     (RESUMED, "executed"): RAN,
     (RESUMED, "closed"): CLOSED,
+    (FRESH, "claimed"): RESUMED,
+    (FRESH, "evicted"): POOL,
+    (POOL, "evicted"): POOL,
+    (POOL, "closed"): CLOSED,
 }

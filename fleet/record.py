@@ -22,7 +22,9 @@ from fleet.attestation import Attestation
 from fleet.kernel import GENESIS_DOMAIN, Step, genesis, park_parts
 from fleet.phases import FRESH
 from fleet.segment import (
+    Claimed,
     Closed,
+    Evicted,
     Executed,
     Resumed,
     Segment,
@@ -40,28 +42,42 @@ def chain(head: bytes, segment: Segment) -> bytes:
     return digest(head + segment.canonical())
 
 
+def _zero() -> dict[str, int]:
+    return {"measured": 0, "estimated": 0}
+
+
 @dataclass(slots=True)
 class Energy:
-    """Microjoules of a run, split into active receipts and idle parks, by provenance."""
+    """Microjoules of a run by source, each split by provenance: active receipts, idle
+    parks, the warm slot a claim started it from (``claim``) and, in a pool's own run, the
+    slots it evicted (``overhead``)."""
 
-    receipts: dict[str, int] = field(default_factory=lambda: {"measured": 0, "estimated": 0})
-    idle: dict[str, int] = field(default_factory=lambda: {"measured": 0, "estimated": 0})
+    receipts: dict[str, int] = field(default_factory=_zero)
+    idle: dict[str, int] = field(default_factory=_zero)
+    claim: dict[str, int] = field(default_factory=_zero)
+    overhead: dict[str, int] = field(default_factory=_zero)
+
+    def _sources(self) -> tuple[dict[str, int], ...]:
+        return self.receipts, self.idle, self.claim, self.overhead
 
     @property
     def total_uj(self) -> int:
-        return sum(self.receipts.values()) + sum(self.idle.values())
+        return sum(sum(s.values()) for s in self._sources())
 
     def by_provenance(self) -> dict[str, int]:
-        return {p: self.receipts[p] + self.idle[p] for p in self.receipts}
+        return {p: sum(s[p] for s in self._sources()) for p in self.receipts}
 
     def copy(self) -> Energy:
-        return Energy(dict(self.receipts), dict(self.idle))
+        return Energy(dict(self.receipts), dict(self.idle), dict(self.claim),
+                      dict(self.overhead))
 
     def as_json(self) -> dict[str, object]:
         return {
             "total_uj": self.total_uj,
             "receipts_uj": dict(self.receipts),
             "idle_uj": dict(self.idle),
+            "claim_uj": dict(self.claim),
+            "overhead_uj": dict(self.overhead),
             "by_provenance_uj": self.by_provenance(),
         }
 
@@ -85,6 +101,13 @@ def segment_step(run: kernel.Position, index: int, segment: Segment,
                                    segment.manifest, segment.idle_uj, segment.idle_provenance)
     if type(segment) is Closed:
         return kernel.closed_step(run, index)
+    if type(segment) is Claimed:
+        return kernel.claimed_step(run, index, body, segment.manifest, segment.warm_uj,
+                                   segment.warm_provenance, segment.idle_uj,
+                                   segment.idle_provenance)
+    if type(segment) is Evicted:
+        return kernel.evicted_step(run, index, body, segment.warm_uj, segment.warm_provenance,
+                                   segment.idle_uj, segment.idle_provenance)
     raise TypeError(f"not a segment: {segment!r}")
 
 
@@ -92,7 +115,7 @@ def segment_step(run: kernel.Position, index: int, segment: Segment,
 class RunState:
     """Where a run stands after the segments folded so far (``park``: the kernel's
     ``snapshot || manifest`` bytes while parked; ``manifest``: the environment manifest its
-    first park fixed)."""
+    claim or first park fixed)."""
 
     unit_id: bytes
     grants_id: bytes

@@ -37,6 +37,8 @@ def state_to_json(state: RunState) -> dict[str, Any]:
         "manifest": None if state.manifest is None else format_address(state.manifest),
         "receipts": state.energy.receipts,
         "idle": state.energy.idle,
+        "claim": state.energy.claim,
+        "overhead": state.energy.overhead,
         "wait": {
             "dispatched": sorted(w.dispatched), "resolved": sorted(w.resolved),
             "accounted": w.accounted, "unaccounted": w.unaccounted,
@@ -57,7 +59,10 @@ def state_from_json(doc: dict[str, Any]) -> RunState:
     # States stored before the first park pinned the run's manifest: the park held, if any.
     pinned = doc.get("manifest", doc["parked_manifest"])
     state.manifest = None if pinned is None else parse_address(pinned)
-    state.energy = Energy(dict(doc["receipts"]), dict(doc["idle"]))
+    # States stored before warm pools had no claim or overhead energy.
+    zero = {"measured": 0, "estimated": 0}
+    state.energy = Energy(dict(doc["receipts"]), dict(doc["idle"]),
+                          dict(doc.get("claim", zero)), dict(doc.get("overhead", zero)))
     w = doc["wait"]
     state.wait = WaitTracker(set(w["dispatched"]), set(w["resolved"]), w["accounted"],
                              w["unaccounted"], w["first_malformed"], w["first_blocked"])

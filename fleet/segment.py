@@ -1,10 +1,11 @@
 """Segments of a run record as objects: the object API's decoder into :mod:`fleet.kernel`.
 
-A segment is one of four kinds (executed, suspended, resumed, closed); a park's snapshot is
-an image (a filesystem root and, optionally, a memory image) or a transcript. The canonical
-bytes of each, and every check of their fields, are :mod:`fleet.kernel`'s: these classes
-hold the values and ask the kernel for the bytes once, when built, so a malformed reference
-is refused before anything is hashed, whichever way the object was made.
+A segment is one of six kinds (executed, suspended, resumed, closed, and a warm pool's
+claimed and evicted); a park's snapshot is an image (a filesystem root and, optionally, a
+memory image) or a transcript. The canonical bytes of each, and every check of their
+fields, are :mod:`fleet.kernel`'s: these classes hold the values and ask the kernel for the
+bytes once, when built, so a malformed reference is refused before anything is hashed,
+whichever way the object was made.
 """
 
 from __future__ import annotations
@@ -15,7 +16,9 @@ from msgspec.structs import force_setattr
 from fleet import kernel
 from fleet.errors import MalformedSnapshot
 from fleet.kernel import (
+    CLAIMED,
     CLOSED,
+    EVICTED,
     EXECUTED,
     FORM_IMAGE,
     FORM_IMAGE_WITH_MEMORY,
@@ -25,12 +28,16 @@ from fleet.kernel import (
 )
 
 __all__ = [
+    "CLAIMED",
     "CLOSED",
+    "EVICTED",
     "EXECUTED",
     "RESUMED",
     "SUSPENDED",
     "CallAccount",
+    "Claimed",
     "Closed",
+    "Evicted",
     "Executed",
     "ImageSnapshot",
     "Resumed",
@@ -153,7 +160,55 @@ class Closed(msgspec.Struct, frozen=True):
         return kernel.CLOSED_BYTES
 
 
-Segment = Executed | Suspended | Resumed | Closed
+class _SlotEnergy(msgspec.Struct, frozen=True, kw_only=True):
+    """A warm slot and the energy it drew: warm-up, then idle until it ended."""
+
+    slot: bytes
+    warm_uj: int
+    warm_provenance: str
+    warm_meter: str
+    idle_uj: int
+    idle_provenance: str
+    idle_meter: str
+
+    def _energy(self) -> tuple[int, str, str, int, str, str]:
+        return (self.warm_uj, self.warm_provenance, self.warm_meter, self.idle_uj,
+                self.idle_provenance, self.idle_meter)
+
+
+class Claimed(_SlotEnergy, frozen=True, kw_only=True):
+    """A run's first segment when it starts from a warm pool's slot: the slot, its image
+    park and manifest, and the energy the slot drew (warm-up, then idle until the claim).
+    Zero energy is refused by the record (``ZeroClaimEnergy``), not here."""
+
+    snapshot: ImageSnapshot
+    manifest: bytes
+    _raw: bytes = b""
+    kind = CLAIMED
+
+    def __post_init__(self) -> None:
+        force_setattr(self, "_raw", kernel.claimed_bytes(
+            self.slot, self.snapshot.canonical(), self.manifest, *self._energy()))
+
+    def canonical(self) -> bytes:
+        return self._raw
+
+
+class Evicted(_SlotEnergy, frozen=True, kw_only=True):
+    """A segment of a pool's own run: a slot evicted unclaimed and the energy it drew, the
+    pool's overhead (zero refused by the record: ``ZeroOverheadEnergy``)."""
+
+    _raw: bytes = b""
+    kind = EVICTED
+
+    def __post_init__(self) -> None:
+        force_setattr(self, "_raw", kernel.evicted_bytes(self.slot, *self._energy()))
+
+    def canonical(self) -> bytes:
+        return self._raw
+
+
+Segment = Executed | Suspended | Resumed | Closed | Claimed | Evicted
 
 
 def executed(attestation: bytes, calls: CallAccount | None = None) -> Executed:

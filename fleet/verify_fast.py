@@ -13,6 +13,7 @@ vector and on random and mutated records.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 from blake3 import blake3
 from nacl.exceptions import BadSignatureError
@@ -27,7 +28,9 @@ from fleet.record_file import SINGLE, Sealers
 from fleet.seal import seal_message
 from fleet.wire import (
     WIRE_KIND,
+    ClaimedWire,
     ClosedWire,
+    EvictedWire,
     ExecutedWire,
     RecordWire,
     ResumedWire,
@@ -56,12 +59,16 @@ def segment_addresses(segments: list, ends: list[int] | None = None  # type: ign
         if t is ExecutedWire:
             add(w.attestation)
             add(w.attestation_object.journal_root)
-        elif t is SuspendedWire or t is ResumedWire:
+        elif t is SuspendedWire or t is ResumedWire or t is ClaimedWire:
+            if t is ClaimedWire:
+                add(w.slot)
             snap = w.snapshot
             for text in (snap.fs_root, snap.mem_image, snap.transcript):
                 if text is not None:
                     add(text)
             add(w.manifest)
+        elif t is EvictedWire:
+            add(w.slot)
         if mark is not None:
             mark(len(out))
     return out
@@ -102,6 +109,19 @@ def step(wire: object, take: Callable[[], bytes], run: kernel.Position, index: i
         return kernel.resumed_step(run, index, body, snapshot, manifest, idle_uj, provenance)
     if kind is ClosedWire:
         return kernel.closed_step(run, index)
+    if kind is ClaimedWire or kind is EvictedWire:
+        w: Any = wire
+        slot = take()
+        warm, warm_p, idle, idle_p = w.warm_uj, w.warm_provenance, w.idle_uj, w.idle_provenance
+        if kind is EvictedWire:
+            body = kernel.evicted_bytes(slot, warm, warm_p, w.warm_meter, idle, idle_p,
+                                        w.idle_meter)
+            return kernel.evicted_step(run, index, body, warm, warm_p, idle, idle_p)
+        snapshot = _snapshot(w.snapshot, take)
+        manifest = take()
+        body = kernel.claimed_bytes(slot, snapshot, manifest, warm, warm_p, w.warm_meter, idle,
+                                    idle_p, w.idle_meter)
+        return kernel.claimed_step(run, index, body, manifest, warm, warm_p, idle, idle_p)
     raise NotFast  # pragma: no cover - the tagged union has no other member
 
 

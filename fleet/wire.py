@@ -8,6 +8,10 @@ it, its ``seal`` (base64 of 64 bytes) and the fields of its kind, named as in th
     suspended  snapshot {fs_root[, mem_image]} | {transcript}, manifest
     resumed    snapshot, manifest, idle_uj, idle_provenance, idle_meter
     closed     (nothing more)
+    claimed    slot, snapshot {fs_root[, mem_image]}, manifest, warm_uj, warm_provenance,
+               warm_meter, idle_uj, idle_provenance, idle_meter
+    evicted    slot, warm_uj, warm_provenance, warm_meter, idle_uj, idle_provenance,
+               idle_meter
 
 A field that does not belong to the kind is refused (``MalformedSegment``), so no byte of the
 wire form is ignored: every byte either feeds the hash or is checked against it. Decoding is
@@ -33,11 +37,15 @@ from fleet.address import format_address, parse_address
 from fleet.attestation import Attestation, make_attestation
 from fleet.errors import FleetError, MalformedSegment, RecordError, ValueOutOfRange
 from fleet.segment import (
+    CLAIMED,
     CLOSED,
+    EVICTED,
     EXECUTED,
     RESUMED,
     SUSPENDED,
     CallAccount,
+    Claimed,
+    Evicted,
     Executed,
     ImageSnapshot,
     Resumed,
@@ -56,9 +64,11 @@ __all__ = [
     "WIRE_KIND",
     "AttestationWire",
     "CallsWire",
+    "ClaimedWire",
     "ClosedWire",
     "Envelope",
     "EnvelopeWire",
+    "EvictedWire",
     "ExecutedWire",
     "ReceiptWire",
     "RecordWire",
@@ -150,8 +160,28 @@ class ClosedWire(_SegmentBase, tag=CLOSED):
     pass
 
 
+class _SlotWire(_SegmentBase):
+    slot: str
+    warm_uj: int
+    warm_provenance: str
+    warm_meter: str
+    idle_uj: int
+    idle_provenance: str
+    idle_meter: str
+
+
+class ClaimedWire(_SlotWire, tag=CLAIMED):
+    snapshot: SnapshotWire
+    manifest: str
+
+
+class EvictedWire(_SlotWire, tag=EVICTED):
+    pass
+
+
 # A tagged union: msgspec picks the struct by "kind" and refuses any field of another kind.
-SegmentWire = ExecutedWire | SuspendedWire | ResumedWire | ClosedWire
+SegmentWire = (ExecutedWire | SuspendedWire | ResumedWire | ClosedWire | ClaimedWire
+               | EvictedWire)
 
 
 class EnvelopeWire(msgspec.Struct, gc=False, forbid_unknown_fields=True):
@@ -177,7 +207,8 @@ class RecordWire(msgspec.Struct, gc=False, forbid_unknown_fields=True, omit_defa
 
 # The kind of each wire segment struct.
 WIRE_KIND: dict[type, str] = {ExecutedWire: EXECUTED, SuspendedWire: SUSPENDED,
-                              ResumedWire: RESUMED, ClosedWire: CLOSED}
+                              ResumedWire: RESUMED, ClosedWire: CLOSED, ClaimedWire: CLAIMED,
+                              EvictedWire: EVICTED}
 
 
 class SealedSegment(msgspec.Struct, frozen=True):
@@ -259,6 +290,12 @@ def _segment_from_wire(wire: SegmentWire) -> SealedSegment:
             snapshot_from_wire(wire.snapshot), parse_address(wire.manifest), wire.idle_uj,
             wire.idle_provenance, wire.idle_meter,
         )
+    elif type(wire) is ClaimedWire:
+        segment = Claimed(slot=parse_address(wire.slot),
+                          snapshot=snapshot_from_wire(wire.snapshot),  # type: ignore[arg-type]
+                          manifest=parse_address(wire.manifest), **_slot_energy(wire))
+    elif type(wire) is EvictedWire:
+        segment = Evicted(slot=parse_address(wire.slot), **_slot_energy(wire))
     else:
         segment = ClosedSegment()
     return SealedSegment(wire.index, segment, parse_address(wire.head), seal_bytes(wire.seal),
@@ -359,7 +396,19 @@ def segment_to_wire(sealed: SealedSegment, host: str | None = None) -> SegmentWi
             **common, snapshot=_snapshot_wire(seg.snapshot), manifest=format_address(seg.manifest),
             idle_uj=seg.idle_uj, idle_provenance=seg.idle_provenance, idle_meter=seg.idle_meter,
         )
+    if isinstance(seg, Claimed):
+        return ClaimedWire(
+            **common, slot=format_address(seg.slot), snapshot=_snapshot_wire(seg.snapshot),
+            manifest=format_address(seg.manifest), **_slot_energy(seg))
+    if isinstance(seg, Evicted):
+        return EvictedWire(**common, slot=format_address(seg.slot), **_slot_energy(seg))
     return ClosedWire(**common)
+
+
+def _slot_energy(seg: Claimed | Evicted | ClaimedWire | EvictedWire) -> dict[str, Any]:
+    return {"warm_uj": seg.warm_uj, "warm_provenance": seg.warm_provenance,
+            "warm_meter": seg.warm_meter, "idle_uj": seg.idle_uj,
+            "idle_provenance": seg.idle_provenance, "idle_meter": seg.idle_meter}
 
 
 def encode_envelope(

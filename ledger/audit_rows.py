@@ -12,7 +12,14 @@ import msgspec
 from fleet.audit import AuditPark, AuditRun, audit
 from fleet.run_codec import state_from_json
 from fleet.wait_proof import verdict_json
-from fleet.wire import ResumedWire, SnapshotWire, SuspendedWire, envelope_wire
+from fleet.wire import (
+    ClaimedWire,
+    EvictedWire,
+    ResumedWire,
+    SnapshotWire,
+    SuspendedWire,
+    envelope_wire,
+)
 from ledger.store import LedgerStore
 
 
@@ -43,10 +50,16 @@ def audit_runs(store: LedgerStore) -> list[AuditRun]:
     times = {run: (first, last) for run, first, last in conn.execute(
         "SELECT run, MIN(at), MAX(at) FROM segments GROUP BY run")}
     park_rows: dict[str, list[tuple[int, str, float | None, bytes]]] = {}
+    slots: dict[str, list[tuple[str, str, int]]] = {}
     for run, idx, kind, at, payload in conn.execute(
             "SELECT run, idx, kind, at, payload FROM segments WHERE kind IN"
-            " ('suspended', 'resumed') ORDER BY run, idx"):
-        park_rows.setdefault(run, []).append((idx, kind, at, payload))
+            " ('suspended', 'resumed', 'claimed', 'evicted') ORDER BY run, idx"):
+        if kind in ("suspended", "resumed"):
+            park_rows.setdefault(run, []).append((idx, kind, at, payload))
+            continue
+        wire = envelope_wire(bytes(payload))
+        if wire is not None and isinstance(wire.segment, ClaimedWire | EvictedWire):
+            slots.setdefault(run, []).append((wire.segment.slot, kind, idx))
     out = []
     for run, host, phase, state_blob in conn.execute(
             "SELECT run, host, phase, state FROM runs ORDER BY first_seq"):
@@ -56,7 +69,9 @@ def audit_runs(store: LedgerStore) -> list[AuditRun]:
         out.append(AuditRun(run, host, phase, str(verdict["verdict"]),
                             verdict.get("segment"),  # type: ignore[arg-type]
                             dict(state.energy.receipts), dict(state.energy.idle), first, last,
-                            tuple(_parks(park_rows.get(run, [])))))
+                            tuple(_parks(park_rows.get(run, []))),
+                            dict(state.energy.claim), dict(state.energy.overhead),
+                            tuple(slots.get(run, ()))))
     return out
 
 

@@ -30,7 +30,14 @@ from fleet.merkle import leaf_hash
 from fleet.note import parse_note
 from fleet.run_codec import state_from_json
 from fleet.wait_proof import verdict_json
-from fleet.wire import ExecutedWire, ResumedWire, SuspendedWire, envelope_wire
+from fleet.wire import (
+    ClaimedWire,
+    EvictedWire,
+    ExecutedWire,
+    ResumedWire,
+    SuspendedWire,
+    envelope_wire,
+)
 from ledger.log_reader import LogReader
 
 _STYLE = """
@@ -186,6 +193,9 @@ class Explorer:
                     "image+memory" if seg.snapshot.mem_image else "image")
             elif isinstance(seg, ResumedWire):
                 detail = f"idle {_uj(seg.idle_uj)} {seg.idle_provenance}"
+            elif isinstance(seg, ClaimedWire | EvictedWire):
+                what = "claim" if isinstance(seg, ClaimedWire) else "overhead"
+                detail = f"{what} {_uj(seg.warm_uj + seg.idle_uj)} (warm-up + idle)"
             change = host is not None and seg_host != host
             host = seg_host
             items.append(

@@ -17,9 +17,20 @@ from nacl.signing import SigningKey
 from fleet.address import digest, format_address, parse_address
 from fleet.attestation import make_attestation
 from fleet.errors import RecordError
+from fleet.kernel import NO_GRANTS, pool_unit
 from fleet.record import RunState, genesis
 from fleet.seal import encode_key, seal
-from fleet.segment import CallAccount, Closed, Segment, executed, make_snapshot, resumed, suspended
+from fleet.segment import (
+    CallAccount,
+    Claimed,
+    Closed,
+    Evicted,
+    Segment,
+    executed,
+    make_snapshot,
+    resumed,
+    suspended,
+)
 from fleet.wait_proof import verdict_json
 
 PATH = Path(__file__).resolve().parent.parent / "docs" / "spec" / "vectors" / "durable.json"
@@ -61,6 +72,22 @@ def res(snapshot: dict, idle: int = 5_000_000, manifest: str = MANIFEST,
 
 
 CLOSE = {"kind": "closed"}
+
+
+def slot_energy(warm: int, idle: int) -> dict:
+    return {"warm_uj": warm, "warm_provenance": "measured", "warm_meter": "rapl:package-0",
+            "idle_uj": idle, "idle_provenance": "estimated",
+            "idle_meter": "estimate:volume@6W/TB"}
+
+
+def claim(slot: str = "slot-1", snapshot: dict = IMAGE_NO_MEM, manifest: str = MANIFEST,
+          warm: int = 3_000_000, idle: int = 21_600_000) -> dict:
+    return {"kind": "claimed", "slot": addr(slot), "snapshot": snapshot, "manifest": manifest,
+            **slot_energy(warm, idle)}
+
+
+def evict(slot: str, warm: int = 3_000_000, idle: int = 86_400_000) -> dict:
+    return {"kind": "evicted", "slot": addr(slot), **slot_energy(warm, idle)}
 
 
 def calls(dispatched: list[str], resolved: list[str]) -> dict:
@@ -127,6 +154,40 @@ CASES: list[tuple[str, str, list[dict]]] = [
       ex(3000, "j3", calls=calls([], ["c1"]))]),
     ("wait-unproved-nothing-accounted", "a property of no intervals is not a property",
      [ex(1000, "j1"), CLOSE]),
+    ("claim-then-execute",
+     "a run started from a warm slot: the claim's warm-up and idle are the run's claim "
+     "energy; it executes, parks under the slot's manifest, resumes and closes",
+     [claim(), ex(1000, "j1"), sus(IMAGE_NO_MEM), res(IMAGE_NO_MEM), CLOSE]),
+    ("claim-with-memory-image", "a warm slot keeping a resident memory image",
+     [claim(snapshot=IMAGE), ex(1000, "j1")]),
+    ("refuse-claim-after-first-segment",
+     "a claim is a first segment only: after an execution, or a second claim, it is refused",
+     [ex(1000, "j1"), claim(), CLOSE, claim()]),
+    ("refuse-second-claim", "a claimed run cannot claim another slot",
+     [claim(), claim(slot="slot-2"), ex(1000, "j1")]),
+    ("refuse-zero-claim-energy", "a warm slot's warm-up and idle are each never zero",
+     [claim(warm=0), claim(idle=0), claim(warm=1, idle=1)]),
+    ("refuse-transcript-claim", "a warm slot is an image park, never a transcript",
+     [claim(snapshot=TRANSCRIPT), claim()]),
+    ("refuse-manifest-change-after-claim",
+     "the claimed slot's manifest is the run's: a park naming another is refused",
+     [claim(), ex(1000, "j1"), sus(TRANSCRIPT, manifest=addr("other")), sus(TRANSCRIPT)]),
+    ("refuse-eviction-in-a-work-run", "an eviction belongs to a pool's own run only",
+     [ex(1000, "j1"), evict("slot-1"), CLOSE]),
+]
+
+POOL_HOST, POOL_NAME = "host-1", "py311"
+
+# A pool's own run: unit BLAKE3("fleet.warmpool/1" || text(host) || text(pool)), no grants.
+POOL_CASES: list[tuple[str, str, list[dict]]] = [
+    ("pool-evictions",
+     "a pool's own run: two evicted slots are its overhead energy, then it is closed",
+     [evict("slot-1"), evict("slot-2", warm=1_500_000, idle=1), CLOSE]),
+    ("refuse-zero-overhead-energy", "an evicted slot's warm-up and idle are each never zero",
+     [evict("slot-1", warm=0), evict("slot-1", idle=0), evict("slot-1")]),
+    ("refuse-work-in-a-pool-run",
+     "a pool's run holds evictions only: an execution, a claim or a park is refused",
+     [evict("slot-1"), ex(1000, "j1"), claim(), sus(TRANSCRIPT), evict("slot-2")]),
 ]
 
 
@@ -155,6 +216,15 @@ def step_segment(step: dict) -> tuple[Segment, Any]:
             return suspended(snapshot, manifest), None
         return resumed(snapshot, manifest, step["idle_uj"], step["idle_provenance"],
                        step["idle_meter"]), None
+    if kind in ("claimed", "evicted"):
+        energy = {f"{part}_{field}": step[f"{part}_{field}"] for part in ("warm", "idle")
+                  for field in ("uj", "provenance", "meter")}
+        if kind == "evicted":
+            return Evicted(slot=parse_address(step["slot"]), **energy), None
+        s = step["snapshot"]
+        snapshot = make_snapshot(**{k: parse_address(v) for k, v in s.items()})
+        return Claimed(slot=parse_address(step["slot"]), snapshot=snapshot,  # type: ignore[arg-type]
+                       manifest=parse_address(step["manifest"]), **energy), None
     return Closed(), None
 
 
@@ -186,8 +256,10 @@ def run_steps(unit: str, grants: str, steps: list[dict]) -> dict:
 
 def build() -> dict:
     unit, grants = addr("unit-1"), addr("grants-1")
+    pool = (format_address(pool_unit(POOL_HOST, POOL_NAME)), format_address(NO_GRANTS))
     cases = []
-    for name, note, steps in CASES:
+    for name, note, steps, (unit, grants) in (
+            [(*c, (unit, grants)) for c in CASES] + [(*c, pool) for c in POOL_CASES]):
         case = {"name": name, "note": note, "unit_id": unit, "grants_id": grants,
                 "genesis": format_address(genesis(parse_address(unit), parse_address(grants))),
                 "steps": steps}

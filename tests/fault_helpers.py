@@ -42,7 +42,7 @@ from fleet.leaf import encode_leaf
 from fleet.record import RunState, chain
 from fleet.run_codec import state_to_json
 from fleet.seal import seal
-from fleet.segment import CallAccount, Segment, make_snapshot
+from fleet.segment import CallAccount, Claimed, Evicted, ImageSnapshot, Segment, make_snapshot
 from fleet.subjects import STREAM, segment_subject
 from fleet.wire import SealedSegment, encode_envelope
 
@@ -504,14 +504,31 @@ class SealedRun:
     def close(self) -> bytes:
         return self.add(self.builder.close())
 
+    def claim(self, n: int = 0) -> bytes:
+        return self.add(self.builder.claim(Claimed(
+            slot=digest(b"slot%d" % n), snapshot=ImageSnapshot(digest(b"fs%d" % n)),
+            manifest=MANIFEST, **_slot_energy(n))))
+
+    def evict(self, n: int = 0) -> bytes:
+        return self.add(self.builder.evict(Evicted(slot=digest(b"slot%d" % n),
+                                                   **_slot_energy(n))))
+
+
+def _slot_energy(n: int) -> dict[str, Any]:
+    return {"warm_uj": 300 + n, "warm_provenance": "measured", "warm_meter": "rapl:package-0",
+            "idle_uj": 700 + n, "idle_provenance": "estimated",
+            "idle_meter": "estimate:volume@6W/TB"}
+
 
 def sealed_run(host: str, unit: bytes | str, plan: str = "eprec") -> SealedRun:
-    """A genuine run of ``host``: ``plan`` letters e(xecute) p(ark) r(esume) c(lose)."""
+    """A genuine run of ``host``: ``plan`` letters e(xecute) p(ark) r(esume) c(lose), and
+    a warm pool's k (a claim, first only) and v (an eviction, in a run of evictions)."""
     unit_id = digest(unit.encode() if isinstance(unit, str) else unit)
     r = SealedRun(host, RecordBuilder(host_key(host), unit_id, GRANTS))
     for n, step in enumerate(plan):
         {"e": lambda n=n: r.execute(n), "p": lambda n=n: r.park(n, transcript=n % 2 == 1),
-         "r": lambda: r.resume(), "c": r.close}[step]()
+         "r": lambda: r.resume(), "c": r.close, "k": lambda n=n: r.claim(n),
+         "v": lambda n=n: r.evict(n)}[step]()
     return r
 
 

@@ -129,3 +129,20 @@ def test_bad_since_is_a_user_error(tmp_path):
     """--since that is not a duration, a time or a number exits 2 with one line."""
     out = cli("audit", "--data", str(tmp_path), "--since", "yesterday-ish", check=False)
     assert out.returncode == 2 and len(out.stderr.strip().splitlines()) == 1
+
+
+def test_a_slot_claimed_by_two_runs_is_named_once_and_only_then():
+    """Two runs claiming one slot make one reused-slot entry naming both and a reason on
+    the host; slots used once make none."""
+    def run(name: str, slot: str) -> AuditRun:
+        return AuditRun(name, "h", "ran", "Unproved", None, {}, {}, 1.0, 1.0, (),
+                        {"measured": 3}, {}, ((slot, "claimed", 1),))
+
+    doc = audit([run("r1", "b3:s"), run("r2", "b3:s"), run("r3", "b3:t")], now=2.0)
+    assert doc["reused_slots"] == [{"slot": "b3:s", "uses": [
+        {"run": "r1", "host": "h", "kind": "claimed", "segment": 1},
+        {"run": "r2", "host": "h", "kind": "claimed", "segment": 1}]}]
+    assert doc["hosts"][0]["claim_uj"] == {"measured": 9, "estimated": 0}
+    assert doc["suspicious_hosts"] == [{"host": "h",
+                                        "reasons": ["warm slot b3:s is counted 2 times"]}]
+    assert audit([run("r1", "b3:s")], now=2.0)["reused_slots"] == []

@@ -99,7 +99,7 @@ def test_fast_and_reference_paths_build_the_same_store(tmp_path: Path,
     assert sum(taken) == accepted > 60
     assert len(fast["rejections"]) > 300
     kinds = {row[3] for row in fast["segments"]}
-    assert kinds == {"executed", "suspended", "resumed", "closed"}
+    assert kinds == {"executed", "suspended", "resumed", "closed", "claimed", "evicted"}
 
 
 @pytest.mark.parametrize("seed", [4, 5])

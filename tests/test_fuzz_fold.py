@@ -51,7 +51,7 @@ CASES = int(os.environ.get("FLEET_FUZZ_CASES", "100000"))
 EXAMPLES = int(os.environ.get("FLEET_FUZZ_EXAMPLES", "1500"))
 SEED = int(os.environ.get("FLEET_FUZZ_SEED", "20261130"))
 HOSTS = {"h1": entry("h1"), "h2": entry("h2"), "gone": entry("gone", revoked_after=0)}
-PLANS = ["eprec", "epreprec", "e", "c", "eeepc", "epr"]
+PLANS = ["eprec", "epreprec", "e", "c", "eeepc", "epr", "keprc", "vvc"]
 
 
 def corpus() -> list[SealedRun]:

@@ -20,16 +20,28 @@ from nats.js.errors import APIError
 
 from fleet.address import digest, format_address, parse_address
 from fleet.attestation import make_attestation
+from fleet.builder import RecordBuilder
 from fleet.fold import Accepted, Refused
+from fleet.kernel import NO_GRANTS, pool_unit
 from fleet.record import RunState
 from fleet.seal import seal
-from fleet.segment import Executed, Resumed, executed, make_snapshot, suspended
+from fleet.segment import (
+    Claimed,
+    Evicted,
+    Executed,
+    ImageSnapshot,
+    Resumed,
+    executed,
+    make_snapshot,
+    suspended,
+)
 from fleet.subjects import STREAM, segment_subject
-from fleet.wire import MAX_MESSAGE
+from fleet.wire import MAX_MESSAGE, SealedSegment
 from ledger.stream import ensure_stream
 from plumbing.natsd import NatsServer
 
 from fault_helpers import (
+    GRANTS,
     MANIFEST,
     RULES,
     PureFold,
@@ -179,6 +191,27 @@ def _foreign_run(a: SealedRun) -> tuple[str, bytes]:
     return h2.subject, h2.envelope(sealed)
 
 
+def _first_of_new(unit: bytes, grants: bytes, make: Callable[[], object]
+                  ) -> tuple[str, bytes]:
+    """A validly sealed first segment of a new run of h1 that the builder would refuse."""
+    r = SealedRun("h1", RecordBuilder(host_key("h1"), unit, grants))
+    sealed: SealedSegment = forge(host_key("h1"), r.builder.state, make())  # type: ignore[arg-type]
+    return r.subject, r.envelope(sealed)
+
+
+def _zero_claim(a: SealedRun) -> tuple[str, bytes]:
+    return _first_of_new(digest(b"unit-claimed"), GRANTS, lambda: Claimed(
+        slot=digest(b"slot"), snapshot=ImageSnapshot(digest(b"fs")), manifest=MANIFEST,
+        warm_uj=0, warm_provenance="measured", warm_meter="rapl", idle_uj=5,
+        idle_provenance="estimated", idle_meter="estimate:volume@6W/TB"))
+
+
+def _zero_overhead(a: SealedRun) -> tuple[str, bytes]:
+    return _first_of_new(pool_unit("h1", "default"), NO_GRANTS, lambda: Evicted(
+        slot=digest(b"slot"), warm_uj=7, warm_provenance="measured", warm_meter="rapl",
+        idle_uj=0, idle_provenance="estimated", idle_meter="estimate:volume@6W/TB"))
+
+
 def _from(host: str) -> Callable[[SealedRun], tuple[str, bytes]]:
     def make(a: SealedRun) -> tuple[str, bytes]:
         return _other_run(host, f"unit-of-{host}").messages[0]
@@ -251,6 +284,8 @@ CASES: list[Case] = [
     ("manifest-mismatch", "ManifestMismatch",
      lambda a: _resume_with(a, manifest=digest(b"another environment"))),
     ("zero-idle-energy", "ZeroIdleEnergy", lambda a: _resume_with(a, idle_uj=0)),
+    ("zero-claim-energy", "ZeroClaimEnergy", _zero_claim),
+    ("zero-overhead-energy", "ZeroOverheadEnergy", _zero_overhead),
     ("head-mismatch", "HeadMismatch", _head_mismatch),
     ("attestation-mismatch", "AttestationMismatch",
      _first_of_c("segment.attestation_object.receipt.uj", 7)),

@@ -47,7 +47,8 @@ def test_vectors_cover_every_refusal_and_verdict():
     refusals = {r["refused"] for c in FILE["cases"] for r in c["expect"]["results"]
                 if "refused" in r}
     assert {"PhaseViolation", "SnapshotMismatch", "ManifestMismatch", "RecordClosed",
-            "MalformedSnapshot", "ZeroIdleEnergy", "AttestationMismatch"} <= refusals
+            "MalformedSnapshot", "ZeroIdleEnergy", "AttestationMismatch", "ZeroClaimEnergy",
+            "ZeroOverheadEnergy"} <= refusals
     verdicts = {c["expect"]["wait_proof"]["verdict"] for c in FILE["cases"]}
     assert verdicts == {"NonBlocking", "Blocked", "Malformed", "Unproved"}
 
@@ -79,3 +80,21 @@ def test_accounted_case_is_the_transcript_case_plus_accounts():
         assert format_address(head) == theirs["head"]
     assert accounted["expect"]["wait_proof"] == {"verdict": "NonBlocking"}
     assert plain["expect"]["wait_proof"] == {"verdict": "Unproved"}
+
+
+def test_pool_cases_are_a_pools_run_and_others_claim_energy():
+    """The pool cases' genesis is the pool unit of host-1/py311 with no grants and their
+    energy is overhead only; claim-then-execute's total is its claim plus its receipt."""
+    from fleet.kernel import NO_GRANTS, genesis, pool_unit
+
+    cases = {c["name"]: c for c in FILE["cases"]}
+    pool = cases["pool-evictions"]
+    assert parse_address(pool["genesis"]) == genesis(pool_unit("host-1", "py311"), NO_GRANTS)
+    e = pool["expect"]["energy"]
+    assert e["total_uj"] == sum(e["overhead_uj"].values()) > 0
+    assert pool["expect"]["phase"] == "closed"
+    claimed = cases["claim-then-execute"]["expect"]
+    e = claimed["energy"]
+    assert e["total_uj"] == (sum(e["claim_uj"].values()) + sum(e["receipts_uj"].values())
+                             + sum(e["idle_uj"].values()))
+    assert bytes.fromhex(claimed["results"][0]["canonical"])[0] == 0x05
