@@ -248,7 +248,8 @@ class Context:
             queue = self._inbox.pending.get(f"result:{entry.call}", [])
             if queue:
                 _id, data = queue.pop(0)
-                done = self._resolve("resolve", entry.call, {}, data, with_value=True)
+                done = self._resolve("resolve", entry.call, {"id": _id}, data,
+                                     with_value=True)
             else:
                 raise Park({"result": entry.call, "name": name})
         return self._value(done)

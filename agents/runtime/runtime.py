@@ -141,8 +141,9 @@ class Runtime:
             return Outcome(run, status, self._end_value(end), end.get("error"),
                            entries=len(entries))
         fn = self.workflows.get(wf) or load_workflow(wf)
-        hr = self._begin(run, name, wf, meta, len(entries))
-        first = len(entries)
+        # Every entry belongs to one interval: a new run's first interval holds its start.
+        first = len(entries) if "next" in meta else 0
+        hr, first = self._begin(run, name, wf, meta, first)
         meter = IntervalMeter().start()
         ctx = Context(self.journal, run, name, wf, entries, self.inbox(run),
                       inline_wait_s=self.inline_wait_s, clock=self.clock)
@@ -178,7 +179,7 @@ class Runtime:
             outcome.segments = hr.state.index
             outcome.verdict = verdict_json(hr.state.wait.verdict())
         self.journal.set_run(run, "parked" if wait is not None else status,
-                             {"open": False, "wait": wait, "parked_at": self.clock(),
+                             {"open": False, "next": end, "wait": wait, "parked_at": self.clock(),
                               "head": format_address(head) if head else None,
                               "blocked": blocked(calls)})
         outcome.blocked = blocked(calls)
@@ -187,10 +188,10 @@ class Runtime:
     # -- the record -------------------------------------------------------------------------
 
     def _begin(self, run: str, name: str, wf: str, meta: dict[str, Any], first: int
-               ) -> HostRun | None:
+               ) -> tuple[HostRun | None, int]:
         if self.host is None:
             self.journal.set_run(run, "running", {**meta, "open": True, "first": first})
-            return None
+            return None, first
         hr = self.held.get(run) or self.host.open_run(*run_ids(name, wf))
         self.held[run] = hr
         entries = self.journal.entries(run)
@@ -201,6 +202,7 @@ class Runtime:
             head = entries[-1].hash
             self._seal(hr, meta["first"], len(entries), head, account(lost),
                        Reading(1, "estimated", "estimate:lost-interval"), "lost")
+            first = len(entries)
         if hr.state.phase == "parked":
             parked_at = float(meta.get("parked_at") or self.clock())
             size = sum(len(e.body) + 64 for e in entries)
@@ -211,7 +213,7 @@ class Runtime:
                       provenance=idle.provenance, meter=idle.meter)
         self.journal.set_run(run, "running", {**meta, "open": True, "first": first,
                                               "seg": hr.state.index})
-        return hr
+        return hr, first
 
     def _seal(self, hr: HostRun, first: int, end: int, head: bytes, calls: CallAccount,
               energy: Reading, outcome: str) -> None:

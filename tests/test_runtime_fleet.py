@@ -1,0 +1,148 @@
+"""The runtime across host processes, a real nats-server and `fleet ledger serve`: a run
+parks and its process exits; a signal sent while nothing runs (twice, one id) is read by a
+worker on a host with an empty folder, which adopts the run and parks it at a timer; the
+timer falls due while everything is down and a third host finishes it. A tampered journal
+is refused on resume; two workers racing for one wait: one continues."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from test_moving_runs import fleet as fleet  # the same three enrolled hosts and a ledger
+
+from fleet.note import parse_verifier_key
+from fleet.verify import verify_record
+from fleet.wire import decode_record
+
+from pipeline_helpers import FLEET_BIN, api, cli, prove_all, wait_folded
+
+pytestmark = pytest.mark.timeout(240)
+
+EXAMPLES = str(Path(__file__).resolve().parent.parent / "examples")
+
+
+def fleet_json(*args: str, env: dict[str, str] | None = None) -> list[dict[str, Any]]:
+    out = cli(*args, "--json", env=env)
+    return [json.loads(line) for line in out.stdout.splitlines() if line.strip()]
+
+
+def start(url: str, base: Path, name: str, inp: dict[str, Any], env: dict[str, str]
+          ) -> dict[str, Any]:
+    return fleet_json("runtime", "start", "triage:triage", name, "--input", json.dumps(inp),
+                      "--path", EXAMPLES, "--data", str(base / "A"), "--name", "A",
+                      "--nats", url, env=env)[0]
+
+
+def worker(url: str, base: Path, led: Path, name: str, env: dict[str, str]
+           ) -> list[dict[str, Any]]:
+    return fleet_json("runtime", "worker", "--once", "--path", EXAMPLES, "--data",
+                      str(base / name), "--name", name, "--vkey", str(led / "ledger.vkey"),
+                      "--nats", url, env=env)
+
+
+@pytest.fixture
+def env(tmp_path: Path) -> dict[str, str]:
+    return {**os.environ, "TRIAGE_TRACKER": str(tmp_path / "tracker.jsonl")}
+
+
+def test_the_triage_agent_waits_with_nothing_running_and_finishes_on_another_host(
+        fleet, env, tmp_path: Path):  # type: ignore[no-untyped-def]
+    """A starts and parks at the approval wait; two sends of one signal id are stored once;
+    B (empty runtime journal) adopts, delivers it once and parks at the sleep; the timer
+    falls due with no process up; C finishes. The ledger holds A, B, C; the record verifies
+    and proves; the effect is filed once."""
+    url, led, base = fleet
+    parked = start(url, base, "ticket-42", {"ticket": 42, "text": "Printer on fire",
+                                            "cool_down": 2}, env)
+    assert parked["status"] == "parked" and parked["wait"]["signal"] == "approve"
+    run = parked["run"]
+    listed = fleet_json("runtime", "list", "--nats", url)[0]["runs"]
+    assert [(d["name"], d["status"]) for d in listed] == [("ticket-42", "parked")]
+    first = fleet_json("signal", "ticket-42", "approve", "--data", '{"by": "ana"}', "--id",
+                       "appr-1", "--nats", url)[0]
+    again = fleet_json("signal", run, "approve", "--data", '{"by": "bob"}', "--id",
+                       "appr-1", "--nats", url)[0]
+    assert (first["duplicate"], again["duplicate"]) == (False, True)
+    wait_folded(url, led)
+    assert not (base / "B" / "runtime.db").exists()
+    (b,) = worker(url, base, led, "B", env)
+    assert b["status"] == "parked" and b["host"] == "B", b
+    wait_folded(url, led)
+    assert worker(url, base, led, "C", env) == []  # the timer is not due yet
+    time.sleep(2.2)  # nothing runs while the timer falls due
+    (c,) = worker(url, base, led, "C", env)
+    assert c["status"] == "done" and c["result"] == {
+        "label": "outage", "approved_by": "ana", "ticket": 42, "filed": "outage"}
+    wait_folded(url, led)
+    shown = api(url, "run", {"run": run})
+    assert shown["phase"] == "closed"
+    assert [h["host"] for h in shown["holders"]] == ["A", "B", "C"]
+    record = decode_record(json.dumps(api(url, "export", {"run": run})).encode())
+    assert verify_record(record).segments == shown["segments"] == 8
+    verifier = parse_verifier_key((led / "ledger.vkey").read_text().strip())
+    (_bundle, proved), = prove_all(url, [run], [verifier])
+    assert proved.leaf.index == 8
+    assert len((tmp_path / "tracker.jsonl").read_text().splitlines()) == 1
+    assert api(url, "rejections")["rejections"] == []
+
+
+def test_a_tampered_journal_is_refused_on_resume(fleet, env):  # type: ignore[no-untyped-def]
+    """The parked journal in the object store is edited: the adopting worker refuses it
+    (JournalTampered), marks the run refused and seals nothing."""
+    url, led, base = fleet
+    run = start(url, base, "ticket-7", {"ticket": 7, "text": "how do I print"}, env)["run"]
+    cli("signal", run, "approve", "--data", "{}", "--nats", url)
+    wait_folded(url, led)
+    tamper = [sys.executable, "-c", TAMPER, url, run]
+    subprocess.run(tamper, check=True, timeout=60, env=env)
+    (b,) = worker(url, base, led, "B", env)
+    assert b["refused"] == "JournalTampered", b
+    wait_folded(url, led)
+    assert api(url, "run", {"run": run})["segments"] == 2
+
+
+TAMPER = """
+import asyncio, json, sys
+from agents.runtime.fleet_store import FleetStore
+from plumbing.nats_connect import connect
+async def main(url, run):
+    nc = await connect([url])
+    store = await FleetStore(nc.jetstream()).open()
+    doc, _ = await store.get(run.removeprefix("b3:"))
+    export = await store.journal(doc["head"])
+    export["entries"][1][3] = export["entries"][1][3].replace("classify", "classifx")
+    await store.put_journal(doc["head"], export)
+    await nc.close()
+asyncio.run(main(*sys.argv[1:]))
+"""
+
+
+def test_two_workers_racing_for_one_wait_one_continues(fleet, env):  # type: ignore[no-untyped-def]
+    """B and C run a pass at once for the same signalled wait: one continues the run, the
+    other continues nothing; the ledger holds one resume."""
+    url, led, base = fleet
+    run = start(url, base, "ticket-9", {"ticket": 9, "text": "down", "cool_down": 0}, env)["run"]
+    cli("signal", run, "approve", "--data", '{"by": "x"}', "--nats", url)
+    wait_folded(url, led)
+    cmd = ["runtime", "worker", "--once", "--json", "--path", EXAMPLES, "--vkey",
+           str(led / "ledger.vkey"), "--nats", url]
+    procs = [subprocess.Popen([FLEET_BIN, *cmd, "--data", str(base / n),
+                               "--name", n], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True, env=env) for n in ("B", "C")]
+    outs = [p.communicate(timeout=120) for p in procs]
+    assert all(p.returncode == 0 for p in procs), outs
+    reports = [json.loads(line) for o, _e in outs for line in o.splitlines() if line]
+    done = [r for r in reports if r.get("status") == "done"]
+    assert len(done) == 1, reports
+    wait_folded(url, led)
+    shown = api(url, "run", {"run": run})
+    assert shown["phase"] == "closed" and shown["host"] == done[0]["host"]
+    assert [h["host"] for h in shown["holders"]] == ["A", done[0]["host"]]
+    assert api(url, "rejections")["rejections"] == []
