@@ -251,3 +251,77 @@ def signal_cmd(run_id: str, signal_name: str, data_json: str | None, signal_id: 
     else:
         click.echo(f"signal {signal_name} ({sid}) -> {doc['run']}"
                    + (" (duplicate: already stored)" if doc["duplicate"] else ""))
+
+
+@runtime.command("journal")
+@click.argument("run_id", metavar="RUN")
+@click.option("--data", "host_dir", type=click.Path(file_okay=False, path_type=Path),
+              required=True, help="The host's folder.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+def runtime_journal(run_id: str, host_dir: Path, as_json: bool) -> None:
+    """The journal of RUN as this host holds it, after checking its chain."""
+    from agents.runtime.journal import Journal, verify_chain
+    from fleet.address import format_address
+    from fleet.errors import FleetError
+
+    journal = Journal(host_dir)
+    try:
+        row = journal.run_row(run_id)
+        if row is None:
+            raise UserError(f"no run {run_id} in {host_dir}")
+        entries = journal.entries(run_id)
+        try:
+            head = verify_chain(run_id, row[1], entries)
+        except FleetError as exc:
+            raise CheckFailed(f"{exc.rule}: {exc}") from None
+    finally:
+        journal.close()
+    doc = {"run": run_id, "name": row[0], "workflow": row[1], "status": row[2],
+           "head": format_address(head),
+           "entries": [{"seq": e.seq, "kind": e.kind, "call": e.call, "body": e.data(),
+                        "hash": format_address(e.hash)} for e in entries]}
+    if as_json:
+        emit_json(doc)
+        return
+    for e in doc["entries"]:
+        click.echo(f"{e['seq']:>5} {e['kind']:<9} {e['call']:<5} {json.dumps(e['body'])}")
+
+
+@runtime.command("shred")
+@click.argument("address")
+@click.option("--data", "host_dir", type=click.Path(file_okay=False, path_type=Path),
+              required=True, help="The host's folder.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@nats_options
+def runtime_shred(address: str, host_dir: Path, as_json: bool, url: str,
+                  nkey: Path | None) -> None:
+    """Crypto-shred the journaled value at ADDRESS: delete its key here and in JetStream.
+    Every hash, seal, journal root and proof stays valid; a replay that needs the value
+    fails with ValueShredded."""
+    from agents.runtime.journal import Journal
+    from fleet.address import parse_address
+    from fleet.errors import FleetError
+
+    try:
+        parse_address(address)
+    except FleetError as exc:
+        raise UserError(f"ADDRESS: {exc}") from None
+    journal = Journal(host_dir)
+    try:
+        local = journal.shred(address)
+    finally:
+        journal.close()
+
+    async def go() -> None:
+        nc, store = await _store(url, nkey, "fleet-runtime-shred")
+        try:
+            await store.shred(address)
+        finally:
+            await nc.close()
+
+    asyncio.run(go())
+    doc = {"address": address, "shredded_here": local, "shredded_in_jetstream": True}
+    if as_json:
+        emit_json(doc)
+    else:
+        click.echo(f"shredded {address}")

@@ -146,3 +146,29 @@ def test_two_workers_racing_for_one_wait_one_continues(fleet, env):  # type: ign
     assert shown["phase"] == "closed" and shown["host"] == done[0]["host"]
     assert [h["host"] for h in shown["holders"]] == ["A", done[0]["host"]]
     assert api(url, "rejections")["rejections"] == []
+
+
+def test_a_shredded_value_keeps_the_record_proving_and_stops_the_replay_by_name(
+        fleet, env):  # type: ignore[no-untyped-def]
+    """The tool's result is shredded (here and in JetStream) while the run is parked: the
+    record verifies and its head proves; the adopting worker's replay needs the value and
+    refuses with ValueShredded, sealing nothing."""
+    url, led, base = fleet
+    run = start(url, base, "ticket-5", {"ticket": 5, "text": "down"}, env)["run"]
+    entries = fleet_json("runtime", "journal", run, "--data", str(base / "A"))[0]["entries"]
+    (result,) = [e["body"]["value"] for e in entries if e["kind"] == "resolve"]
+    shred = fleet_json("runtime", "shred", result, "--data", str(base / "A"), "--nats", url)
+    assert shred[0]["shredded_here"] is True
+    again = fleet_json("runtime", "journal", run, "--data", str(base / "A"))[0]
+    assert again["head"] == entries[-1]["hash"]  # the chain still verifies
+    cli("signal", run, "approve", "--data", "{}", "--nats", url)
+    wait_folded(url, led)
+    record = decode_record(json.dumps(api(url, "export", {"run": run})).encode())
+    assert verify_record(record).segments == 2
+    verifier = parse_verifier_key((led / "ledger.vkey").read_text().strip())
+    (_bundle, proved), = prove_all(url, [run], [verifier])
+    assert proved.leaf.index == 2
+    (b,) = worker(url, base, led, "B", env)
+    assert b["refused"] == "ValueShredded", b
+    wait_folded(url, led)
+    assert api(url, "run", {"run": run})["segments"] == 2

@@ -69,7 +69,8 @@ class Context:
 
     def __init__(self, journal: Journal, run: str, name: str, workflow: str,
                  entries: list[Entry], inbox: Inbox, *, inline_wait_s: float = 1.0,
-                 clock: Callable[[], float] = time.time) -> None:
+                 clock: Callable[[], float] = time.time,
+                 before_append: Callable[[], None] | None = None) -> None:
         self.run = run
         self.name = name
         self._journal = journal
@@ -82,6 +83,14 @@ class Context:
         self._inline = inline_wait_s
         self._clock = clock
         self._tasks: list[asyncio.Future[Any]] = []
+        # Called once, before the first entry this interval appends: the runtime seals the
+        # resume there, so a replay that diverges before going live seals nothing either.
+        self._before = before_append
+
+    def _going_live(self) -> None:
+        if self._before is not None:
+            before, self._before = self._before, None
+            before()
 
     # -- the journal's order ----------------------------------------------------------------
 
@@ -103,6 +112,7 @@ class Context:
             self._cursor += 1
             return entry
         self._cursor += 1
+        self._going_live()
         body = {"ask": ask, "site": site, **got()}
         values = ()
         if "value" in body and kind == "end":
@@ -113,6 +123,7 @@ class Context:
 
     def _resolve(self, kind: str, call: str, body: dict[str, Any], value: Any = None,
                  with_value: bool = False) -> Entry:
+        self._going_live()
         values = ()
         if with_value:
             sealed = Journal.seal_value(value)

@@ -9,8 +9,11 @@
   journal head it parked at and the host that holds it. Timers live here: a due time in a
   file-backed bucket survives every restart, and a worker fires it by claiming the entry.
 * object store ``RUNTIME_JOURNALS`` (name: the journal head's token): each parked journal's
-  export, which another host imports after checking it chains to the head recorded in the
-  run record's park (agents.runtime.journal.Journal.import_run).
+  export (entries and encrypted blobs), which another host imports after checking it
+  chains to the head recorded in the run record's park (Journal.import_run);
+* key-value bucket ``RUNTIME_KEYS`` (key: a blob address's token): each blob's key and
+  salt, apart from the ciphertexts, so that ``fleet runtime shred`` deletes one value
+  everywhere by purging one key.
 
 A worker *claims* a run by a compare-and-set on its key's revision: of two workers racing
 for one wait, exactly one update succeeds, and only that one continues the run.
@@ -18,6 +21,7 @@ for one wait, exactly one update succeeds, and only that one continues the run.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 from typing import Any
@@ -31,6 +35,7 @@ SIGNALS = "RUNTIME_SIGNALS"
 SIGNAL_SUBJECT = "fleet.runtime.signal"
 RUNS = "RUNTIME_RUNS"
 JOURNALS = "RUNTIME_JOURNALS"
+KEYS = "RUNTIME_KEYS"
 # A claim that has not turned into a new state within this long (the worker died) may be
 # claimed again.
 CLAIM_LEASE_S = 60.0
@@ -42,6 +47,7 @@ class FleetStore:
     def __init__(self, js: Any) -> None:
         self.js = js
         self.kv: Any = None
+        self.keys: Any = None
         self.obs: Any = None
 
     async def open(self) -> FleetStore:
@@ -56,6 +62,11 @@ class FleetStore:
         except (NotFoundError, BadRequestError):
             self.kv = await self.js.create_key_value(KeyValueConfig(
                 bucket=RUNS, storage=StorageType.FILE, history=1))
+        try:
+            self.keys = await self.js.key_value(KEYS)
+        except (NotFoundError, BadRequestError):
+            self.keys = await self.js.create_key_value(KeyValueConfig(
+                bucket=KEYS, storage=StorageType.FILE, history=1))
         try:
             self.obs = await self.js.object_store(JOURNALS)
         except (NotFoundError, BadRequestError):
@@ -130,8 +141,30 @@ class FleetStore:
 
     # -- journals ------------------------------------------------------------------------
 
-    async def put_journal(self, head: str, export: dict[str, Any]) -> None:
+    async def put_journal(self, head: str, export: dict[str, Any],
+                          keys: dict[str, list[str]] | None = None) -> None:
+        """Store a parked journal (ciphertexts only) and its blobs' keys, each key under its
+        blob's address so that shredding one value deletes one key."""
+        for address, key in (keys or {}).items():
+            await self.keys.put(run_token(address), json.dumps(key).encode())
         await self.obs.put(run_token(head), json.dumps(export).encode())
+
+    async def blob_keys(self, addresses: list[str]) -> dict[str, list[str]]:
+        """The keys still held for ``addresses`` (a shredded one is absent)."""
+        out = {}
+        for address in addresses:
+            try:
+                entry = await self.keys.get(run_token(address))
+            except NotFoundError:
+                continue
+            if entry.value:
+                out[address] = json.loads(entry.value)
+        return out
+
+    async def shred(self, address: str) -> None:
+        """Delete a blob's key everywhere JetStream holds it (history included)."""
+        with contextlib.suppress(NotFoundError):
+            await self.keys.purge(run_token(address))
 
     async def journal(self, head: str) -> dict[str, Any] | None:
         try:

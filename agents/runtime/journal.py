@@ -163,11 +163,13 @@ class Journal:
 
     # -- moving a journal between hosts -------------------------------------------------
 
-    def export(self, run: str) -> dict[str, Any]:
-        """The run's journal with its blobs and keys, as JSON (what another host imports)."""
+    def export(self, run: str) -> tuple[dict[str, Any], dict[str, list[str]]]:
+        """The run's journal with its encrypted blobs (what another host imports), and the
+        blobs' keys apart (kept where shredding can reach them: ``fleet_store``)."""
         name, workflow, _status, _meta = self.run_row(run) or ("", "", "", {})
         entries = self.entries(run)
-        blobs: dict[str, list[str]] = {}
+        blobs: dict[str, str] = {}
+        keys: dict[str, list[str]] = {}
         for entry in entries:
             for address in addresses(entry):
                 raw_address = parse_address(address)
@@ -176,14 +178,18 @@ class Journal:
                 box = self.db.execute("SELECT box FROM blobs WHERE address = ?",
                                       (raw_address,)).fetchone()
                 if key is not None and box is not None:
-                    blobs[address] = [_b64(box[0]), _b64(key[0]), _b64(key[1])]
-        return {"run": run, "name": name, "workflow": workflow,
-                "entries": [[e.seq, e.kind, e.call, e.body] for e in entries], "blobs": blobs}
+                    blobs[address] = _b64(box[0])
+                    keys[address] = [_b64(key[0]), _b64(key[1])]
+        journal = {"run": run, "name": name, "workflow": workflow,
+                   "entries": [[e.seq, e.kind, e.call, e.body] for e in entries],
+                   "blobs": blobs}
+        return journal, keys
 
-    def import_run(self, data: dict[str, Any], head: bytes, meta: dict[str, Any]) -> None:
+    def import_run(self, data: dict[str, Any], head: bytes, meta: dict[str, Any],
+                   keys: dict[str, list[str]]) -> None:
         """Take in another host's export after checking that its entries chain to ``head``
-        (the park's transcript address) and every blob to its address: else
-        JournalTampered and nothing is written."""
+        (the park's transcript address) and every blob whose key is given to its address:
+        else JournalTampered and nothing is written. A blob without a key was shredded."""
         run, workflow = str(data["run"]), str(data["workflow"])
         prev = genesis(run, workflow)
         rows = []
@@ -196,15 +202,17 @@ class Journal:
             raise JournalTampered(f"the journal of {run} does not chain to its park's"
                                   f" transcript address {format_address(head)}")
         blobs = []
-        for address, (box, key, salt) in data["blobs"].items():
-            raw_address = parse_address(address)
+        for address, box in data["blobs"].items():
+            if address not in keys:
+                continue
+            key, salt = (_unb64(k) for k in keys[address])
             try:
-                raw = SecretBox(_unb64(key)).decrypt(_unb64(box))
+                raw = SecretBox(key).decrypt(_unb64(box))
             except CryptoError:
                 raise JournalTampered(f"the blob at {address} does not decrypt") from None
-            if blob_address(_unb64(salt), raw) != raw_address:
+            if blob_address(salt, raw) != parse_address(address):
                 raise JournalTampered(f"the blob at {address} does not hash to its address")
-            blobs.append((raw_address, _unb64(box), _unb64(key), _unb64(salt)))
+            blobs.append((parse_address(address), _unb64(box), key, salt))
         with immediate(self.db):
             self.db.execute("DELETE FROM entries WHERE run = ?", (run,))
             self.db.executemany("INSERT INTO entries VALUES (?, ?, ?, ?, ?, ?)", rows)

@@ -145,8 +145,10 @@ class Runtime:
         first = len(entries) if "next" in meta else 0
         hr, first = self._begin(run, name, wf, meta, first)
         meter = IntervalMeter().start()
+        resume = self._resume_step(hr, wf, meta, entries)
         ctx = Context(self.journal, run, name, wf, entries, self.inbox(run),
-                      inline_wait_s=self.inline_wait_s, clock=self.clock)
+                      inline_wait_s=self.inline_wait_s, clock=self.clock,
+                      before_append=resume)
         input_value = self.journal.value(entries[0].data()["input"])
         wait: dict[str, Any] | None = None
         result: Any = None
@@ -164,6 +166,8 @@ class Runtime:
         await ctx.settle()
         if wait is None:
             ctx.finish(result, error)
+        if resume is not None:
+            ctx._going_live()  # an interval with nothing new still resumed the run
         after = self.journal.entries(run)
         end, head = len(after), (after[-1].hash if after else b"")
         calls = account(after[first:])
@@ -203,7 +207,17 @@ class Runtime:
             self._seal(hr, meta["first"], len(entries), head, account(lost),
                        Reading(1, "estimated", "estimate:lost-interval"), "lost")
             first = len(entries)
-        if hr.state.phase == "parked":
+        self.journal.set_run(run, "running", {**meta, "open": True, "first": first,
+                                              "seg": hr.state.index})
+        return hr, first
+
+    def _resume_step(self, hr: HostRun | None, wf: str, meta: dict[str, Any],
+                     entries: list[Any]) -> Callable[[], None] | None:
+        """The resume of a parked run, to seal when the interval first goes live."""
+        if hr is None or hr.state.phase != "parked":
+            return None
+
+        def resume() -> None:
             parked_at = float(meta.get("parked_at") or self.clock())
             size = sum(len(e.body) + 64 for e in entries)
             idle = transcript_park_idle(size, max(0.0, self.clock() - parked_at))
@@ -211,9 +225,9 @@ class Runtime:
             snapshot = make_snapshot(transcript=hr.state.park[:32])
             hr.resume(snapshot, runtime_manifest(wf), idle_uj=idle.uj,
                       provenance=idle.provenance, meter=idle.meter)
-        self.journal.set_run(run, "running", {**meta, "open": True, "first": first,
-                                              "seg": hr.state.index})
-        return hr, first
+            self.journal.set_run(hr.run, "running", {**meta, "open": True, "first":
+                                                     len(entries), "seg": hr.state.index})
+        return resume
 
     def _seal(self, hr: HostRun, first: int, end: int, head: bytes, calls: CallAccount,
               energy: Reading, outcome: str) -> None:

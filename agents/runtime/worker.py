@@ -29,8 +29,9 @@ from agents.runtime.fleet_store import FleetStore, claim_stale, wait_over
 from agents.runtime.runtime import Outcome, Runtime
 from fleet.address import format_address
 from fleet.errors import FleetError
-from fleet.runtime_errors import JournalTampered
+from fleet.runtime_errors import JournalTampered, ReplayDiverged, ValueShredded, WorkflowUnknown
 
+PERMANENT = (JournalTampered, ValueShredded, ReplayDiverged, WorkflowUnknown)
 Adopt = Callable[[str], Awaitable[HostRun]]
 Drain = Callable[[], Awaitable[None]]
 
@@ -56,7 +57,7 @@ class Worker:
         entries = self.runtime.journal.entries(run)
         head = meta.get("head")
         if outcome.status == "waiting" and head is not None:
-            await self.store.put_journal(head, self.runtime.journal.export(run))
+            await self.store.put_journal(head, *self.runtime.journal.export(run))
         doc = {"run": run, "name": name, "workflow": workflow,
                "status": "parked" if outcome.status == "waiting" else outcome.status,
                "wait": outcome.wait, "head": head, "host": self.host.name,
@@ -102,19 +103,21 @@ class Worker:
                 if export is None:
                     raise JournalTampered(f"no journal stored for the park of {run} at"
                                           f" {format_address(transcript)}")
+                keys = await self.store.blob_keys(sorted(export["blobs"]))
                 rt.journal.import_run(export, transcript, {
                     "open": False, "next": len(export["entries"]),
                     "parked_at": doc.get("parked_at"), "head": format_address(transcript),
-                    "wait": doc.get("wait")})
+                    "wait": doc.get("wait")}, keys)
                 rt.held[run] = hr
             for s in signals:
                 rt.send(run, s["name"], s["data"], s["id"])
             outcome = await rt.advance(run)
         except (ResumeRefused, FleetError) as exc:
             rule = exc.rule
-            # Not folded yet, or a record that cannot be taken: give the wait back (a
-            # journal that does not match its park is kept out for good).
-            status = "refused" if isinstance(exc, JournalTampered) else "parked"
+            # A record not folded yet (or taken meanwhile): give the wait back for a later
+            # pass. A journal that does not match its park, a value shredded, code that
+            # no longer replays: the run stays out until someone acts (nothing was sealed).
+            status = "refused" if isinstance(exc, PERMANENT) else "parked"
             await self.store.put({**claimed, "status": status, "refused": rule,
                                   "detail": str(exc)})
             return {"run": run, "refused": rule, "detail": str(exc)}
