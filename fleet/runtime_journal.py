@@ -11,6 +11,7 @@ key (crypto-shred) leaves every hash valid and a short value unguessable.
     blob      = BLAKE3("fleet.runtime.blob/1" || salt32 || value)
     args      = BLAKE3("fleet.runtime.args/1" || canon([args, kwargs]))
     interval  = BLAKE3("fleet.runtime.interval/1" || u64(first) || u64(end) || head)
+    projected = BLAKE3("fleet.runtime.projection/1" || text(name) || canon(view))
 
 ``text(s)`` is u32 big-endian length || UTF-8; ``canon`` is JSON with sorted keys, no
 spaces, UTF-8 (``ensure_ascii`` off).
@@ -32,6 +33,7 @@ __all__ = [
     "entry_hash",
     "genesis",
     "interval_root",
+    "projection_hash",
     "text",
 ]
 
@@ -71,6 +73,11 @@ def blob_address(salt: bytes, value: bytes) -> bytes:
 
 def args_hash(args: Any, kwargs: Any) -> bytes:
     return digest(b"fleet.runtime.args/1" + canon([args, kwargs]))
+
+
+def projection_hash(name: str, view: Any) -> bytes:
+    """The argument hash of a model call: its named projection's output."""
+    return digest(b"fleet.runtime.projection/1" + text(name) + canon(view))
 
 
 def interval_root(first: int, end: int, head: bytes) -> bytes:

@@ -110,3 +110,26 @@ async def approval_patched(ctx: Context, inp: dict[str, Any]) -> dict[str, Any]:
     await ctx.sleep(float(inp.get("sleep", 0)))
     done = await ctx.step("close", effect, f"close:{inp['ticket']}")
     return {"label": label, "decision": decision, "done": done}
+
+
+def summarize(view: Any) -> str:
+    """A stand-in model: what it saw, flattened."""
+    return "|".join(str(item["value"]) for item in view)
+
+
+async def agent_loop(ctx: Context, inp: dict[str, Any]) -> Any:
+    """Three tool calls, then a model call that sees the last two results (tail/2)."""
+    from agents.runtime.projection import tail
+
+    for i in range(3):
+        await ctx.step("tool", effect, f"t{i}")
+    return await ctx.model("summarize", summarize, tail(2))
+
+
+async def agent_loop_wider(ctx: Context, inp: dict[str, Any]) -> Any:
+    """`agent_loop` with a wider projection: the model would see something else."""
+    from agents.runtime.projection import tail
+
+    for i in range(3):
+        await ctx.step("tool", effect, f"t{i}")
+    return await ctx.model("summarize", summarize, tail(3))

@@ -17,6 +17,8 @@ from agents.runtime import (
     ValueShredded,
     workflow_name,
 )
+from fleet.address import format_address
+from fleet.runtime_journal import projection_hash
 
 APPROVAL = workflow_name(flows.approval)
 
@@ -141,3 +143,26 @@ def test_a_tampered_journal_is_refused(tmp_path: Path, effects: Path):
                           " WHERE run = ? AND kind = 'dispatch'", (run,))
     with pytest.raises(JournalTampered):
         advance(rt, run)
+
+
+def test_a_model_call_sees_a_named_projection_whose_hash_is_its_argument_hash(
+        tmp_path: Path, effects: Path):
+    """ctx.model gives the model tail(2) of the history; the dispatch records the
+    projection's name and hash; replaying under a different projection diverges."""
+    rt = Runtime(tmp_path / "h")
+    run = rt.start(flows.agent_loop, "m", {})
+    out = advance(rt, run)
+    assert out.result == "done:t1|done:t2"
+    (model,) = [e for e in rt.journal.entries(run) if e.kind == "dispatch"
+                and e.data()["ask"]["name"] == "summarize"]
+    view = [{"call": "c1", "step": "tool", "value": "done:t1"},
+            {"call": "c2", "step": "tool", "value": "done:t2"}]
+    assert model.data()["ask"] == {"name": "summarize", "projection": "tail/2",
+                                   "args": format_address(projection_hash("tail/2", view))}
+    rt.journal.db.execute("DELETE FROM entries WHERE run = ? AND seq > ?", (run, model.seq))
+    rt.journal.set_run(run, "running", {"open": False, "next": model.seq + 1})
+    wider = Runtime(tmp_path / "h", workflows={workflow_name(flows.agent_loop):
+                                               flows.agent_loop_wider})
+    with pytest.raises(ReplayDiverged) as err:
+        advance(wider, run)
+    assert err.value.seq == model.seq and "tail/3" in err.value.actual

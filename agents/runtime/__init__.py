@@ -11,6 +11,7 @@
 
 from agents.runtime.context import Context, StepFailed
 from agents.runtime.journal import Journal
+from agents.runtime.projection import Projection, head_tail, tail
 from agents.runtime.runtime import Outcome, Runtime, run_address, workflow_name
 from fleet.runtime_errors import (
     JournalTampered,
@@ -20,6 +21,6 @@ from fleet.runtime_errors import (
     WorkflowUnknown,
 )
 
-__all__ = ["Context", "Journal", "JournalTampered", "Outcome", "ReplayDiverged", "Runtime",
-           "SignalTimeout", "StepFailed", "ValueShredded", "WorkflowUnknown", "run_address",
-           "workflow_name"]
+__all__ = ["Context", "Journal", "JournalTampered", "Outcome", "Projection", "ReplayDiverged",
+           "Runtime", "SignalTimeout", "StepFailed", "ValueShredded", "WorkflowUnknown",
+           "head_tail", "run_address", "tail", "workflow_name"]

@@ -21,9 +21,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agents.runtime.journal import Entry, Journal
+from agents.runtime.projection import Projection
 from fleet.address import format_address
 from fleet.runtime_errors import ReplayDiverged, SignalTimeout
-from fleet.runtime_journal import args_hash
+from fleet.runtime_journal import args_hash, projection_hash
 
 COMMANDS = frozenset({"dispatch", "now", "random", "wait", "timer", "patch", "end"})
 RESOLUTIONS = frozenset({"resolve", "signal", "timeout", "fired"})
@@ -172,6 +173,36 @@ class Context:
         if error is not None:
             raise StepFailed(error)
         return self._value(done)
+
+    def model(self, name: str, fn: Callable[[Any], Any], projection: Projection
+              ) -> asyncio.Future[Any]:
+        """A model call whose input is ``projection`` of the run's history so far (step
+        results and delivered signals before this call, in journal order): ``fn`` gets the
+        projected value, and the journal records the projection's hash as the argument
+        hash. Otherwise a step (journaled, run once, retried with its key)."""
+        site = _site()
+        seq = (self._commands[self._cursor].seq if self.replaying
+               else self._journal.head(self.run, self._workflow)[0])
+        view = projection(self.history(seq))
+        ask = {"name": name, "projection": projection.name,
+               "args": format_address(projection_hash(projection.name, view))}
+        entry = self._command("dispatch", ask, dict, site)
+        task = asyncio.ensure_future(self._run_step(entry.call, fn, (view,), {}))
+        self._tasks.append(task)
+        return task
+
+    def history(self, before: int) -> list[dict[str, Any]]:
+        """Every step result and delivered signal journaled before entry ``before``."""
+        entries = self._journal.entries(self.run)[:before]
+        names = {e.call: e.data()["ask"].get("name") for e in entries if e.kind == "dispatch"}
+        out = []
+        for e in entries:
+            if e.kind == "resolve" and "value" in e.data():
+                out.append({"call": e.call, "step": names.get(e.call), "value": self._value(e)})
+            elif e.kind == "signal":
+                out.append({"call": e.call, "signal": e.data()["name"],
+                            "value": self._value(e)})
+        return out
 
     def gather(self, *steps: Awaitable[Any]) -> asyncio.Future[list[Any]]:
         """Await several steps at once; results come back in the order given."""
