@@ -21,7 +21,8 @@ from fleet.note import parse_verifier_key
 from fleet.verify import verify_record
 from fleet.wire import decode_record
 
-from pipeline_helpers import FLEET_BIN, api, cli, prove_all, wait_folded
+from fault_helpers import LedgerProc
+from pipeline_helpers import FLEET_BIN, api, cli, host_keys, prove_all, wait_folded
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -172,3 +173,36 @@ def test_a_shredded_value_keeps_the_record_proving_and_stops_the_replay_by_name(
     assert b["refused"] == "ValueShredded", b
     wait_folded(url, led)
     assert api(url, "run", {"run": run})["segments"] == 2
+
+
+def test_a_timer_falls_due_while_nats_the_ledger_and_every_host_are_down(
+        nats_server, tmp_path: Path, env):  # type: ignore[no-untyped-def]
+    """A run parks at a 3 s timer; the ledger is stopped and the nats-server SIGKILLed; the
+    timer falls due with nothing running; after both restart, one worker pass fires it
+    once and finishes the run, and a second pass finds nothing to do."""
+    url, led, base = nats_server.url, tmp_path / "ledger", tmp_path / "hosts"
+    keys = host_keys(base, ["A", "B"])
+    ledger = LedgerProc(url, led, log=tmp_path / "ledger.log")
+    with ledger:
+        ledger.start()
+        for name, key in keys.items():
+            cli("host", "enroll", name, "--pubkey", key, "--data", str(led))
+        run = start(url, base, "ticket-3", {"ticket": 3, "text": "down", "cool_down": 3},
+                    env)["run"]
+        cli("signal", run, "approve", "--data", '{"by": "z"}', "--nats", url)
+        (a,) = worker(url, base, led, "A", env)
+        assert a["status"] == "parked", a
+        wait_folded(url, led)
+        ledger.stop()
+        nats_server.kill()
+        time.sleep(3.2)  # the timer falls due: no nats-server, no ledger, no host process
+        nats_server.start()
+        ledger.start()
+        (b,) = worker(url, base, led, "B", env)
+        assert b["status"] == "done" and b["host"] == "B", b
+        assert worker(url, base, led, "A", env) == []
+        wait_folded(url, led)
+        assert api(url, "run", {"run": run})["phase"] == "closed"
+        fired = [e for e in fleet_json("runtime", "journal", run, "--data",
+                                       str(base / "B"))[0]["entries"] if e["kind"] == "fired"]
+        assert len(fired) == 1
