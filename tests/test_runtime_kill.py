@@ -17,6 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from agents.host import Host
+from agents.runtime.runtime import run_ids, workflow_name
 from fleet.wire import decode_envelope
 
 PROC = str(Path(__file__).with_name("runtime_proc.py"))
@@ -86,12 +87,22 @@ def test_killed_after_the_result_is_journaled_the_step_is_not_run_again(tmp_path
 def test_killed_at_random_journal_positions_the_run_ends_as_an_uninterrupted_one(
         tmp_path_factory: Any, kills: list[tuple[str, int]]):
     """Processes SIGKILLed at random journal appends, then a clean one: the result and the
-    applied effects (keys and order) equal an uninterrupted run's."""
+    applied effects (keys and order) equal an uninterrupted run's, and the host's record of
+    the run (lost intervals included) verifies, closed, with an account that adds up."""
     base = tmp_path_factory.mktemp("kill")
-    _, clean = proc(base / "clean", base / "clean.db", "same")
+    _, clean = proc(base / "clean", base / "clean.db", "same", "--host", "A")
     for when, n in kills:
-        proc(base / "killed", base / "killed.db", "same", "--kill", when, str(n))
-    _, out = proc(base / "killed", base / "killed.db", "same")
+        proc(base / "killed", base / "killed.db", "same", "--kill", when, str(n),
+             "--host", "A")
+    _, out = proc(base / "killed", base / "killed.db", "same", "--host", "A")
     assert out is not None and clean is not None
     assert out["result"] == clean["result"]
     assert flows.effects(str(base / "killed.db"))[0] == flows.effects(str(base / "clean.db"))[0]
+    host = Host("A", base / "killed")
+    try:
+        hr = host.open_run(*run_ids("same", workflow_name(flows.chain)))
+        state = host.verified_state(hr)
+        assert state.phase == "closed"
+        assert state.wait.verdict().name in ("Blocked", "NonBlocking"), state.wait.verdict()
+    finally:
+        host.close()
