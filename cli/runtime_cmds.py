@@ -226,6 +226,11 @@ def signal_cmd(run_id: str, signal_name: str, data_json: str | None, signal_id: 
 
     data = _json_arg(data_json, "--data")
     sid = signal_id or uuid.uuid4().hex
+    if run_id.startswith("b3:"):
+        try:
+            parse_address(run_id)
+        except FleetError as exc:
+            raise UserError(f"RUN: {exc}") from None
 
     async def go() -> dict[str, Any]:
         nc, store = await _store(url, nkey, "fleet-signal")
@@ -236,10 +241,6 @@ def signal_cmd(run_id: str, signal_name: str, data_json: str | None, signal_id: 
                 if len(named) != 1:
                     raise UserError(f"no single run named {run_id!r}")
                 run = named[0]
-            try:
-                parse_address(run)
-            except FleetError as exc:
-                raise UserError(f"RUN: {exc}") from None
             fresh = await store.send_signal(run, signal_name, data, sid)
             return {"run": run, "name": signal_name, "id": sid, "duplicate": not fresh}
         finally:
