@@ -91,19 +91,28 @@ def runtime_start(workflow: str, run_name: str, input_json: str | None, host_dir
     interval: it ends, or parks at its first wait and this process exits."""
     from agents.host import Host
     from agents.runtime import Runtime
-    from agents.runtime.runtime import load_workflow
+    from agents.runtime.runtime import load_workflow, run_address, workflow_name
     from agents.runtime.worker import Worker
     from fleet.errors import FleetError
 
     _import_path(paths)
     inp = _json_arg(input_json, "--input")
+    try:
+        fn = load_workflow(workflow)
+    except FleetError as exc:
+        raise UserError(f"WORKFLOW: {exc}") from None
     host = Host(name or host_dir.resolve().name, host_dir)
     rt = Runtime(host_dir, host=host)
+    if rt.journal.run_row(run_address(run_name, workflow_name(fn))) is not None:
+        rt.close()
+        host.close()
+        raise UserError(f"run {run_name!r} of {workflow} exists on this host: a worker "
+                        "continues it")
 
     async def go() -> dict[str, Any]:
         nc, store = await _store(url, nkey, f"fleet-runtime-{host.name}")
         try:
-            run = rt.start(load_workflow(workflow), run_name, inp)
+            run = rt.start(fn, run_name, inp)
             worker = Worker(rt, store, _no_adopt, _drain(host, nc))
             return await worker.publish(await rt.advance(run))
         finally:

@@ -96,9 +96,13 @@ def test_the_triage_agent_waits_with_nothing_running_and_finishes_on_another_hos
 
 def test_a_tampered_journal_is_refused_on_resume(fleet, env):  # type: ignore[no-untyped-def]
     """The parked journal in the object store is edited: the adopting worker refuses it
-    (JournalTampered), marks the run refused and seals nothing."""
+    (JournalTampered), marks the run refused and seals nothing. (Starting the run again
+    on its host is a mistake: exit 2.)"""
     url, led, base = fleet
     run = start(url, base, "ticket-7", {"ticket": 7, "text": "how do I print"}, env)["run"]
+    again = cli("runtime", "start", "triage:triage", "ticket-7", "--path", EXAMPLES, "--data",
+                str(base / "A"), "--name", "A", "--nats", url, check=False, env=env)
+    assert again.returncode == 2 and "exists on this host" in again.stderr
     cli("signal", run, "approve", "--data", "{}", "--nats", url)
     wait_folded(url, led)
     tamper = [sys.executable, "-c", TAMPER, url, run]
