@@ -159,7 +159,7 @@ class Context:
                         kwargs: dict[str, Any]) -> Any:
         done = self._resolved.get(call)
         if done is None:
-            if "idempotency_key" in inspect.signature(fn).parameters:
+            if _takes_key(fn):
                 kwargs = {**kwargs, "idempotency_key": f"{self.run}/{call}"}
             try:
                 result = fn(*args, **kwargs)
@@ -304,6 +304,13 @@ class Context:
     def finish(self, value: Any, failed: str | None) -> Entry:
         got = {"error": failed} if failed is not None else {"value": value}
         return self._command("end", {}, lambda: got, "end")
+
+
+def _takes_key(fn: Callable[..., Any]) -> bool:
+    try:
+        return "idempotency_key" in inspect.signature(fn).parameters
+    except (TypeError, ValueError):  # a builtin without a signature takes no key
+        return False
 
 
 def _random() -> float:
