@@ -12,7 +12,7 @@ import pytest
 import runtime_flows as flows
 
 from agents.host import Host
-from agents.runtime import Runtime
+from agents.runtime import ReplayDiverged, Runtime, workflow_name
 from fleet.runtime_journal import interval_root
 from fleet.segment import Executed, Resumed, Suspended
 from fleet.wire import decode_envelope
@@ -76,4 +76,25 @@ def test_a_handed_off_call_keeps_the_run_non_blocking(tmp_path: Path):
     done = asyncio.run(rt.advance(run))
     assert done.result == {"build": {"ok": 1}}
     assert done.verdict == {"verdict": "NonBlocking"} and done.blocked == []
+    host.close()
+
+
+def test_a_diverging_resume_seals_nothing_and_the_right_code_continues(tmp_path: Path):
+    """Replaying a parked run under changed code raises ReplayDiverged before the resume is
+    sealed (the record keeps its two segments); the original code then resumes it, with no
+    empty "lost" interval in between."""
+    host = Host("A", tmp_path / "A")
+    rt = Runtime(tmp_path / "A", host=host)
+    run = rt.start(flows.approval, "d1", {"ticket": 1})
+    asyncio.run(rt.advance(run))
+    changed = Runtime(tmp_path / "A", host=host,
+                      workflows={workflow_name(flows.approval): flows.approval_other_args})
+    changed.send(run, "approve", True, "s")
+    with pytest.raises(ReplayDiverged):
+        asyncio.run(changed.advance(run))
+    assert len(sealed(host, run)) == 2
+    rt.send(run, "approve", True, "s")
+    done = asyncio.run(rt.advance(run))
+    assert done.status == "done" and done.segments == 5
+    assert [o for _r, o in roots(host, run)] == ["ok", "ok"]
     host.close()

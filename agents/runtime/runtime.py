@@ -153,8 +153,8 @@ class Runtime:
         wait: dict[str, Any] | None = None
         result: Any = None
         error: str | None = None
-        # A divergence raises out of here: nothing more is journaled or sealed, and the
-        # interval stays open (the next advance seals whatever it had journaled as "lost").
+        # A divergence raises out of here: nothing more is journaled or sealed (an interval
+        # that had journaled entries before is sealed as "lost" by the next advance).
         try:
             result = await fn(ctx, input_value)
         except (ReplayDiverged, ValueShredded, JournalTampered, WorkflowUnknown):
@@ -199,9 +199,11 @@ class Runtime:
         hr = self.held.get(run) or self.host.open_run(*run_ids(name, wf))
         self.held[run] = hr
         entries = self.journal.entries(run)
-        if meta.get("open") and hr.state.index == meta.get("seg") and hr.state.phase != "parked":
+        if (meta.get("open") and hr.state.index == meta.get("seg")
+                and hr.state.phase != "parked" and len(entries) > meta["first"]):
             # The last process died inside an interval: seal what it journaled, honestly
-            # (its account shows any call it dispatched and never resolved).
+            # (its account shows any call it dispatched and never resolved). One that
+            # journaled nothing (it diverged, or died replaying) leaves nothing to seal.
             lost = entries[meta["first"]:]
             head = entries[-1].hash
             self._seal(hr, meta["first"], len(entries), head, account(lost),
