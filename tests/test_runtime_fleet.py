@@ -91,6 +91,9 @@ def test_the_triage_agent_waits_with_nothing_running_and_finishes_on_another_hos
     (_bundle, proved), = prove_all(url, [run], [verifier])
     assert proved.leaf.index == 8
     assert len((tmp_path / "tracker.jsonl").read_text().splitlines()) == 1
+    left = subprocess.run([sys.executable, "-c", SIGNALS_LEFT, url, run], check=True,
+                          capture_output=True, text=True, timeout=60, env=env)
+    assert json.loads(left.stdout) == []  # delivered signals are deleted from the stream
     assert api(url, "rejections")["rejections"] == []
 
 
@@ -112,6 +115,18 @@ def test_a_tampered_journal_is_refused_on_resume(fleet, env):  # type: ignore[no
     wait_folded(url, led)
     assert api(url, "run", {"run": run})["segments"] == 2
 
+
+SIGNALS_LEFT = """
+import asyncio, json, sys
+from agents.runtime.fleet_store import FleetStore
+from plumbing.nats_connect import connect
+async def main(url, run):
+    nc = await connect([url])
+    store = await FleetStore(nc.jetstream()).open()
+    print(json.dumps(await store.signals(run)))
+    await nc.close()
+asyncio.run(main(*sys.argv[1:]))
+"""
 
 TAMPER = """
 import asyncio, json, sys

@@ -115,12 +115,13 @@ class Context:
         self._cursor += 1
         self._going_live()
         body = {"ask": ask, "site": site, **got()}
-        values = ()
-        if "value" in body and kind == "end":
-            sealed = Journal.seal_value(body.pop("value"))
-            body["value"] = sealed[0].address
-            values = (sealed,)
-        return self._journal.append(self.run, self._workflow, kind, call, body, values)
+        values = []
+        for key in ("value", "request"):  # values live in the blob store, never in a body
+            if key in body:
+                sealed = Journal.seal_value(body.pop(key))
+                body[key] = sealed[0].address
+                values.append(sealed)
+        return self._journal.append(self.run, self._workflow, kind, call, body, tuple(values))
 
     def _resolve(self, kind: str, call: str, body: dict[str, Any], value: Any = None,
                  with_value: bool = False) -> Entry:

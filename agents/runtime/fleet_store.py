@@ -98,10 +98,17 @@ class FleetStore:
         try:
             while len(out) < count:
                 msg = await sub.next_msg(timeout=5.0)
-                out.append(json.loads(msg.data))
+                out.append({**json.loads(msg.data), "seq": msg.metadata.sequence.stream})
         finally:
             await sub.unsubscribe()
         return out
+
+    async def forget_signals(self, seqs: list[int]) -> None:
+        """Delete delivered signals from the stream: once journaled (encrypted, shreddable)
+        their plaintext has no reason to stay in JetStream."""
+        for seq in seqs:
+            with contextlib.suppress(NotFoundError):
+                await self.js.delete_msg(SIGNALS, seq)
 
     # -- runs ------------------------------------------------------------------------------
 

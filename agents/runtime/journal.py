@@ -242,7 +242,7 @@ def verify_chain(run: str, workflow: str, entries: list[Entry]) -> bytes:
 def addresses(entry: Entry) -> list[str]:
     """The blob addresses an entry commits to."""
     data = entry.data()
-    return [data[k] for k in ("value", "input", "data") if isinstance(data.get(k), str)]
+    return [data[k] for k in ("value", "input", "request") if isinstance(data.get(k), str)]
 
 
 def _b64(raw: bytes) -> str:

@@ -122,6 +122,8 @@ class Worker:
                                   "detail": str(exc)})
             return {"run": run, "refused": rule, "detail": str(exc)}
         published = await self.publish(outcome)
+        delivered = set(published["delivered"])
+        await self.store.forget_signals([s["seq"] for s in signals if s["id"] in delivered])
         return {"run": run, "status": published["status"], "host": self.host.name,
                 "segments": outcome.segments, "verdict": outcome.verdict,
                 "result": outcome.result}
