@@ -225,3 +225,25 @@ def test_a_timer_falls_due_while_nats_the_ledger_and_every_host_are_down(
         fired = [e for e in fleet_json("runtime", "journal", run, "--data",
                                        str(base / "B"))[0]["entries"] if e["kind"] == "fired"]
         assert len(fired) == 1
+
+
+def test_a_handed_off_call_resolved_on_another_host_is_non_blocking_in_the_ledger(
+        fleet, env):  # type: ignore[no-untyped-def]
+    """A hands a long call off and parks; its result arrives as signal result:c0; B adopts
+    and resolves it. The ledger's wait proof over the folded record is NonBlocking (the
+    interval that dispatched the call is not the one that resolved it)."""
+    url, led, base = fleet
+    tests = str(Path(__file__).resolve().parent)
+    parked = fleet_json("runtime", "start", "runtime_flows:handed_off", "build-1", "--input",
+                        '{"commit": "abc"}', "--path", tests, "--data", str(base / "A"),
+                        "--name", "A", "--nats", url, env=env)[0]
+    assert parked["wait"] == {"result": "c0", "name": "build"} and parked["blocked"] == []
+    cli("signal", parked["run"], "result:c0", "--data", '{"artifact": "x.tar"}', "--nats", url)
+    wait_folded(url, led)
+    (b,) = fleet_json("runtime", "worker", "--once", "--path", tests, "--data",
+                      str(base / "B"), "--name", "B", "--vkey", str(led / "ledger.vkey"),
+                      "--nats", url, env=env)
+    assert b["result"] == {"build": {"artifact": "x.tar"}}, b
+    assert b["verdict"] == {"verdict": "NonBlocking"}
+    wait_folded(url, led)
+    assert api(url, "run", {"run": parked["run"]})["wait_proof"] == {"verdict": "NonBlocking"}
