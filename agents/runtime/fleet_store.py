@@ -136,15 +136,22 @@ class FleetStore:
     async def put(self, doc: dict[str, Any]) -> None:
         await self.kv.put(run_token(doc["run"]), json.dumps(doc).encode())
 
-    async def claim(self, doc: dict[str, Any], revision: int, host: str) -> dict[str, Any] | None:
-        """Take the run for ``host`` if nobody changed it since ``revision``; None if lost."""
+    async def claim(self, doc: dict[str, Any], revision: int, host: str
+                    ) -> tuple[dict[str, Any], int] | None:
+        """Take the run for ``host`` if nobody changed it since ``revision``: the claimed
+        document and its revision, or None if another worker got there first."""
         claimed = {**doc, "status": "claimed", "by": host, "claimed_at": time.time()}
+        return await self.update(claimed, revision)
+
+    async def update(self, doc: dict[str, Any], revision: int
+                     ) -> tuple[dict[str, Any], int] | None:
+        """Write ``doc`` only if its key is still at ``revision``."""
         try:
-            await self.kv.update(run_token(doc["run"]), json.dumps(claimed).encode(),
-                                 last=revision)
+            new = await self.kv.update(run_token(doc["run"]), json.dumps(doc).encode(),
+                                       last=revision)
         except (KeyWrongLastSequenceError, BadRequestError):
             return None
-        return claimed
+        return doc, new
 
     # -- journals ------------------------------------------------------------------------
 

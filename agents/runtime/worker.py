@@ -84,10 +84,10 @@ class Worker:
             if claimed is None:
                 reports.append({"run": doc["run"], "lost": "claimed by another worker"})
                 continue
-            reports.append(await self._continue(doc, claimed, signals))
+            reports.append(await self._continue(doc, *claimed, signals))
         return reports
 
-    async def _continue(self, doc: dict[str, Any], claimed: dict[str, Any],
+    async def _continue(self, doc: dict[str, Any], claimed: dict[str, Any], revision: int,
                         signals: list[dict[str, Any]]) -> dict[str, Any]:
         run = doc["run"]
         rt = self.runtime
@@ -118,8 +118,10 @@ class Worker:
             # pass. A journal that does not match its park, a value shredded, code that
             # no longer replays: the run stays out until someone acts (nothing was sealed).
             status = "refused" if isinstance(exc, PERMANENT) else "parked"
-            await self.store.put({**claimed, "status": status, "refused": rule,
-                                  "detail": str(exc)})
+            # Only over this worker's own claim: if the lease ran out and another worker
+            # moved the run on meanwhile, its state stands.
+            await self.store.update({**claimed, "status": status, "refused": rule,
+                                     "detail": str(exc)}, revision)
             return {"run": run, "refused": rule, "detail": str(exc)}
         published = await self.publish(outcome)
         delivered = set(published["delivered"])
