@@ -133,3 +133,16 @@ async def agent_loop_wider(ctx: Context, inp: dict[str, Any]) -> Any:
     for i in range(3):
         await ctx.step("tool", effect, f"t{i}")
     return await ctx.model("summarize", summarize, tail(3))
+
+
+async def slow_after_go(ctx: Context, inp: dict[str, Any]) -> str:
+    """Waits for "go", then a step that takes ``seconds``."""
+    import asyncio
+
+    await ctx.signal("go")
+
+    async def slow() -> str:
+        await asyncio.sleep(float(inp["seconds"]))
+        return "slow done"
+
+    return await ctx.step("slow", slow)

@@ -25,7 +25,7 @@ from typing import Any
 
 from agents.adoption import ResumeRefused
 from agents.host import Host, HostRun
-from agents.runtime.fleet_store import FleetStore, claim_stale, wait_over
+from agents.runtime.fleet_store import CLAIM_LEASE_S, FleetStore, claim_stale, wait_over
 from agents.runtime.runtime import Outcome, Runtime
 from fleet.address import format_address
 from fleet.errors import FleetError
@@ -111,7 +111,11 @@ class Worker:
                 rt.held[run] = hr
             for s in signals:
                 rt.send(run, s["name"], s["data"], s["id"])
-            outcome = await rt.advance(run)
+            renew = asyncio.create_task(self._renew(claimed, revision))
+            try:
+                outcome = await rt.advance(run)
+            finally:
+                renew.cancel()
         except (ResumeRefused, FleetError) as exc:
             rule = exc.rule
             # A record not folded yet (or taken meanwhile): give the wait back for a later
@@ -129,6 +133,17 @@ class Worker:
         return {"run": run, "status": published["status"], "host": self.host.name,
                 "segments": outcome.segments, "verdict": outcome.verdict,
                 "result": outcome.result}
+
+    async def _renew(self, claimed: dict[str, Any], revision: int) -> None:
+        """Keep the claim fresh while the interval runs (a third of the lease each time),
+        so a long interval is not taken for a dead worker's."""
+        while True:
+            await asyncio.sleep(CLAIM_LEASE_S / 3)
+            renewed = await self.store.update({**claimed, "claimed_at": self.clock()},
+                                              revision)
+            if renewed is None:
+                return  # someone else moved the run on: the record's holder rule decides
+            claimed, revision = renewed
 
     async def run_forever(self, stop: asyncio.Event, report: Callable[[dict[str, Any]], None],
                           poll: float = 1.0) -> None:
