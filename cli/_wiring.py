@@ -103,6 +103,21 @@ def ledger_keys(text_or_path: str) -> list[Verifier]:
     path = Path(text_or_path)
     text = path.read_text().strip() if path.exists() else text_or_path.strip()
     return [parse_verifier_key(text)]
+
+
+def host_ledger_keys(host_dir: Path, vkey: str | None) -> list[Verifier]:
+    """A host command's ``--vkey`` (default: ``ledger.vkey`` in the host's folder), or a
+    one-line UserError."""
+    from cli._app import UserError
+    from fleet.log_errors import LogError
+
+    key_text = vkey if vkey is not None else str(host_dir / "ledger.vkey")
+    if vkey is None and not (host_dir / "ledger.vkey").exists():
+        raise UserError(f"no ledger key: pass --vkey, or put it in {host_dir / 'ledger.vkey'}")
+    try:
+        return ledger_keys(key_text)
+    except (LogError, OSError) as exc:
+        raise UserError(f"--vkey: not a ledger verifier key: {exc}") from None
 async def start_ledger_http(ledger: Ledger, log: tuple[str, int] | None,
                             ops: tuple[str, int] | None, max_unsigned_s: float = 30.0,
                             busy_rate: float | None = 200.0) -> HttpServers | None:

@@ -30,9 +30,9 @@ async def _wait_folded(ledger: Any, js: Any, timeout: float) -> None:
 
 
 async def _demo(workdir: Path, hosts: int, runs: int) -> dict[str, Any]:
+    from cli._embedded import embedded_ledger
     from cli._env_demo import refused_resume
     from cli._sim_procs import spawn_simulators
-    from cli._wiring import make_ledger
     from fleet.checkpoint import open_checkpoint
     from fleet.note import parse_verifier_key
     from fleet.proof_bundle import verify_bundle
@@ -41,85 +41,73 @@ async def _demo(workdir: Path, hosts: int, runs: int) -> dict[str, Any]:
     from fleet.wire import decode_envelope, decode_record
     from ledger import views
     from ledger.client import call
-    from ledger.service import LedgerConfig
-    from plumbing.natsd import NatsServer
 
     started = time.monotonic()
-    with NatsServer(store_dir=workdir / "nats", die_with_parent=True) as server:
-        ledger = make_ledger(LedgerConfig(data_dir=workdir / "ledger", servers=[server.url],
-                                          name="demo", checkpoint_ms=200))
-        stop = asyncio.Event()
-        await ledger.start()
-        task = asyncio.create_task(ledger.run(stop))
-        try:
-            # A third of the runs move to another host process at a park (with two or more
-            # hosts): the adopting host verifies the record and its proof first.
-            procs = spawn_simulators(hosts, runs, server.url, workdir / "hosts",
-                                     enroll_into=workdir / "ledger",
-                                     migrate=0.34 if hosts > 1 else 0.0,
-                                     vkey=str(workdir / "ledger" / "ledger.vkey"))
-            loop = asyncio.get_running_loop()
-            waits = [loop.run_in_executor(None, p.communicate) for p in procs]
-            while not all(w.done() for w in waits):
-                progress(f"hosts streaming: {sum(w.done() for w in waits)} of {len(waits)} "
-                         f"done, {ledger.store.watermark()} messages folded")
-                await asyncio.wait(waits, timeout=0.2)
-            for p, w in zip(procs, waits, strict=True):
-                _out, err = w.result()
-                if p.returncode != 0:
-                    raise CheckFailed(f"a simulated host failed: {err.strip()[-300:]}")
-            assert ledger.js is not None and ledger.nc is not None
-            await _wait_folded(ledger, ledger.js, 60.0)
-            # One hostile message: a real segment with its energy edited in flight, of the
-            # longest run (any run has one executed segment to edit; a short plan may have
-            # no more).
-            # (A run that never moved: its first host still holds it, so the edit is what
-            # the ledger refuses, not who sent it.)
-            victim = max(ledger.store.list_runs(),
-                         key=lambda r: (len(views.holders(ledger.store, r["run"])) == 1,
-                                        r["segments"]))
-            payload = ledger.store.payloads(victim["run"])[0]
-            tampered = json.loads(payload)
-            tampered["segment"]["attestation_object"]["receipt"]["uj"] += 1
-            env = decode_envelope(payload)
-            await ledger.js.publish(segment_subject(env.host, victim["run"]),
-                                    json.dumps(tampered).encode())
-            await _wait_folded(ledger, ledger.js, 60.0)
-            await ledger.sign_checkpoint_now()
-            # Prove a run through the API, as any client would, and check it offline.
-            run_id = victim["run"]
-            bundle = json.loads(await call(server.url, "prove", {"run": run_id}))
-            vkey = parse_verifier_key((workdir / "ledger" / "ledger.vkey").read_text().strip())
-            verify_bundle(bundle, [vkey])
-            record = decode_record(views.export_record(ledger.store, run_id))
-            report = verify_record(record)
-            status = views.status(ledger.store, origin=ledger.origin, vkey=vkey.text())
-            verdicts: dict[str, int] = {}
-            for r in ledger.store.list_runs():
-                name = views.run_status(ledger.store, r["run"])["wait_proof"]["verdict"]
-                verdicts[name] = verdicts.get(name, 0) + 1
-            ledger_verdict = views.run_status(ledger.store, run_id)["wait_proof"]["verdict"]
-            if ledger_verdict != report.wait_proof.name:
-                raise CheckFailed(f"the ledger says {ledger_verdict} for run {run_id}, its "
-                                  f"record verifies to {report.wait_proof.name}")
-            moved = [r["run"] for r in ledger.store.list_runs()
-                     if len(views.holders(ledger.store, r["run"])) > 1]
-            moved_proof: dict[str, Any] = {}
-            if moved:
-                # Prove a moved run too, and verify its record sealed by several hosts.
-                mbundle = json.loads(await call(server.url, "prove", {"run": moved[0]}))
-                verify_bundle(mbundle, [vkey])
-                mreport = verify_record(decode_record(views.export_record(ledger.store,
-                                                                          moved[0])))
-                moved_proof = {"moved_proved_run": moved[0],
-                               "moved_holders": views.holders(ledger.store, moved[0]),
-                               "moved_record_segments": mreport.segments}
-            cp = open_checkpoint(ledger.store.last_checkpoint()[2], [vkey])  # type: ignore[index]
-            environment = refused_resume(workdir / "environment-check")
-        finally:
-            stop.set()
-            await task
-            await ledger.close()
+    async with embedded_ledger(workdir) as (server, ledger):
+        # A third of the runs move to another host process at a park (with two or more
+        # hosts): the adopting host verifies the record and its proof first.
+        procs = spawn_simulators(hosts, runs, server.url, workdir / "hosts",
+                                 enroll_into=workdir / "ledger",
+                                 migrate=0.34 if hosts > 1 else 0.0,
+                                 vkey=str(workdir / "ledger" / "ledger.vkey"))
+        loop = asyncio.get_running_loop()
+        waits = [loop.run_in_executor(None, p.communicate) for p in procs]
+        while not all(w.done() for w in waits):
+            progress(f"hosts streaming: {sum(w.done() for w in waits)} of {len(waits)} "
+                     f"done, {ledger.store.watermark()} messages folded")
+            await asyncio.wait(waits, timeout=0.2)
+        for p, w in zip(procs, waits, strict=True):
+            _out, err = w.result()
+            if p.returncode != 0:
+                raise CheckFailed(f"a simulated host failed: {err.strip()[-300:]}")
+        assert ledger.js is not None and ledger.nc is not None
+        await _wait_folded(ledger, ledger.js, 60.0)
+        # One hostile message: a real segment with its energy edited in flight, of the
+        # longest run (any run has one executed segment to edit; a short plan may have
+        # no more).
+        # (A run that never moved: its first host still holds it, so the edit is what
+        # the ledger refuses, not who sent it.)
+        victim = max(ledger.store.list_runs(),
+                     key=lambda r: (len(views.holders(ledger.store, r["run"])) == 1,
+                                    r["segments"]))
+        payload = ledger.store.payloads(victim["run"])[0]
+        tampered = json.loads(payload)
+        tampered["segment"]["attestation_object"]["receipt"]["uj"] += 1
+        env = decode_envelope(payload)
+        await ledger.js.publish(segment_subject(env.host, victim["run"]),
+                                json.dumps(tampered).encode())
+        await _wait_folded(ledger, ledger.js, 60.0)
+        await ledger.sign_checkpoint_now()
+        # Prove a run through the API, as any client would, and check it offline.
+        run_id = victim["run"]
+        bundle = json.loads(await call(server.url, "prove", {"run": run_id}))
+        vkey = parse_verifier_key((workdir / "ledger" / "ledger.vkey").read_text().strip())
+        verify_bundle(bundle, [vkey])
+        record = decode_record(views.export_record(ledger.store, run_id))
+        report = verify_record(record)
+        status = views.status(ledger.store, origin=ledger.origin, vkey=vkey.text())
+        verdicts: dict[str, int] = {}
+        for r in ledger.store.list_runs():
+            name = views.run_status(ledger.store, r["run"])["wait_proof"]["verdict"]
+            verdicts[name] = verdicts.get(name, 0) + 1
+        ledger_verdict = views.run_status(ledger.store, run_id)["wait_proof"]["verdict"]
+        if ledger_verdict != report.wait_proof.name:
+            raise CheckFailed(f"the ledger says {ledger_verdict} for run {run_id}, its "
+                              f"record verifies to {report.wait_proof.name}")
+        moved = [r["run"] for r in ledger.store.list_runs()
+                 if len(views.holders(ledger.store, r["run"])) > 1]
+        moved_proof: dict[str, Any] = {}
+        if moved:
+            # Prove a moved run too, and verify its record sealed by several hosts.
+            mbundle = json.loads(await call(server.url, "prove", {"run": moved[0]}))
+            verify_bundle(mbundle, [vkey])
+            mreport = verify_record(decode_record(views.export_record(ledger.store,
+                                                                      moved[0])))
+            moved_proof = {"moved_proved_run": moved[0],
+                           "moved_holders": views.holders(ledger.store, moved[0]),
+                           "moved_record_segments": mreport.segments}
+        cp = open_checkpoint(ledger.store.last_checkpoint()[2], [vkey])  # type: ignore[index]
+        environment = refused_resume(workdir / "environment-check")
     return {
         "hosts": hosts, "runs": status["runs"], "segments": status["segments_folded"],
         "tree_size": status["tree_size"], "root": status["root"],
@@ -134,6 +122,19 @@ async def _demo(workdir: Path, hosts: int, runs: int) -> dict[str, Any]:
     }
 
 
+def _in_folder(keep: Path | None, fn: Any) -> Any:
+    try:
+        if keep is not None:
+            keep.mkdir(parents=True, exist_ok=True)
+            return asyncio.run(fn(keep))
+        with tempfile.TemporaryDirectory(prefix="fleet-demo-") as tmp:
+            return asyncio.run(fn(Path(tmp)))
+    except NatsServerError as exc:
+        raise UserError(f"cannot start nats-server: {exc}") from None
+    finally:
+        progress_done()
+
+
 @cli.command()
 @click.option("--hosts", type=click.IntRange(1, 32), default=3, show_default=True)
 @click.option("--runs", type=click.IntRange(1), default=4, show_default=True,
@@ -141,19 +142,16 @@ async def _demo(workdir: Path, hosts: int, runs: int) -> dict[str, Any]:
 @click.option("--keep", type=click.Path(file_okay=False, path_type=Path),
               help="Keep the demo's data in this folder (default: a temp folder, removed).")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
-def demo(hosts: int, runs: int, keep: Path | None, as_json: bool) -> None:
+@click.option("--runtime", "durable", is_flag=True, help="Instead: the durable triage agent "
+              "(examples/triage.py) waiting with no process and finishing on another host.")
+def demo(hosts: int, runs: int, keep: Path | None, as_json: bool, durable: bool) -> None:
     """Start the embedded stack, stream simulated hosts, prove and verify a run."""
-    try:
-        if keep is not None:
-            keep.mkdir(parents=True, exist_ok=True)
-            summary = asyncio.run(_demo(keep, hosts, runs))
-        else:
-            with tempfile.TemporaryDirectory(prefix="fleet-demo-") as tmp:
-                summary = asyncio.run(_demo(Path(tmp), hosts, runs))
-    except NatsServerError as exc:
-        raise UserError(f"cannot start nats-server: {exc}") from None
-    finally:
-        progress_done()
+    if durable:
+        from cli._runtime_demo import runtime_demo, show
+
+        show(_in_folder(keep, runtime_demo), as_json)
+        return
+    summary = _in_folder(keep, lambda folder: _demo(folder, hosts, runs))
     if as_json:
         click.echo(json.dumps(summary))
         return

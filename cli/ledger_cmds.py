@@ -434,18 +434,11 @@ def run_adopt(run_id: str, host_dir: Path, name: str | None, vkey: str | None, a
     its head against a proof under the ledger's key; the host then resumes it."""
     from agents.adoption import ResumeRefused
     from agents.host import Host
-    from cli._wiring import LedgerRecordSource, ledger_keys
+    from cli._wiring import LedgerRecordSource, host_ledger_keys
     from fleet.address import format_address
-    from fleet.log_errors import LogError
     from fleet.run_codec import snapshot_json
 
-    key_text = vkey if vkey is not None else str(host_dir / "ledger.vkey")
-    if vkey is None and not (host_dir / "ledger.vkey").exists():
-        raise UserError(f"no ledger key: pass --vkey, or put it in {host_dir / 'ledger.vkey'}")
-    try:
-        keys = ledger_keys(key_text)
-    except (LogError, OSError) as exc:
-        raise UserError(f"--vkey: not a ledger verifier key: {exc}") from None
+    keys = host_ledger_keys(host_dir, vkey)
     host = Host(name or host_dir.resolve().name, host_dir)
     try:
         source = LedgerRecordSource(url, nkey, host=host.name if nkey is not None else None)

@@ -1,0 +1,26 @@
+"""A durable agent runtime whose journal is the run record (docs/runtime.md).
+
+    from agents.runtime import Context, Runtime
+
+    async def triage(ctx: Context, ticket: dict) -> dict:
+        label = await ctx.step("classify", classify, ticket["text"])
+        approved = await ctx.signal("approve", timeout=3 * 86400)
+        await ctx.sleep(3600)
+        return {"label": label, "approved": approved}
+"""
+
+from agents.runtime.context import Context, StepFailed
+from agents.runtime.journal import Journal
+from agents.runtime.projection import Projection, head_tail, tail
+from agents.runtime.runtime import Outcome, Runtime, run_address, workflow_name
+from fleet.runtime_errors import (
+    JournalTampered,
+    ReplayDiverged,
+    SignalTimeout,
+    ValueShredded,
+    WorkflowUnknown,
+)
+
+__all__ = ["Context", "Journal", "JournalTampered", "Outcome", "Projection", "ReplayDiverged",
+           "Runtime", "SignalTimeout", "StepFailed", "ValueShredded", "WorkflowUnknown",
+           "head_tail", "run_address", "tail", "workflow_name"]

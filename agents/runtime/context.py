@@ -1,0 +1,321 @@
+"""The workflow context: what workflow code calls, replayed from the journal.
+
+Workflow code issues *commands* (a step dispatched, a clock or random read, a wait, a
+timer, a patch marker, the end); the journal holds them in the order they were issued, and
+on replay the n-th command the code issues must be the n-th command in the journal (same
+kind, same call id, same name and argument hash), else :class:`ReplayDiverged` and nothing
+is appended. *Resolutions* (a step's result, a delivered signal, a fired timer) are found
+by call id, so concurrent steps (``ctx.gather``) may finish in any order.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import os
+import struct
+import sys
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from agents.runtime.journal import Entry, Journal
+from agents.runtime.projection import Projection
+from fleet.address import format_address
+from fleet.runtime_errors import ReplayDiverged, SignalTimeout
+from fleet.runtime_journal import args_hash, projection_hash
+
+COMMANDS = frozenset({"dispatch", "now", "random", "wait", "timer", "patch", "end"})
+RESOLUTIONS = frozenset({"resolve", "signal", "timeout", "fired"})
+_HERE = os.path.dirname(__file__)
+
+
+class StepFailed(Exception):
+    """A step's function raised; the error is journaled, so replay raises it again."""
+
+
+class Park(BaseException):
+    """Unwinds the workflow at a wait that cannot be satisfied in this interval."""
+
+    def __init__(self, wait: dict[str, Any]) -> None:
+        super().__init__(wait)
+        self.wait = wait
+
+
+@dataclass
+class Inbox:
+    """Signals that have arrived for a run and not yet been delivered: name -> [(id, data)]."""
+
+    pending: dict[str, list[tuple[str, Any]]] = field(default_factory=dict)
+
+
+def _site() -> str:
+    """``file:line`` of the workflow code that called into the context."""
+    frame = sys._getframe(2)
+    while frame is not None and os.path.dirname(frame.f_code.co_filename) == _HERE:
+        frame = frame.f_back  # type: ignore[assignment]
+    if frame is None:
+        return "?"
+    return f"{os.path.basename(frame.f_code.co_filename)}:{frame.f_lineno}"
+
+
+def _describe(kind: str, ask: dict[str, Any]) -> str:
+    detail = ", ".join(f"{k}={v}" for k, v in sorted(ask.items()))
+    return f"{kind}({detail})"
+
+
+class Context:
+    """The one argument every workflow function receives first."""
+
+    def __init__(self, journal: Journal, run: str, name: str, workflow: str,
+                 entries: list[Entry], inbox: Inbox, *, inline_wait_s: float = 1.0,
+                 clock: Callable[[], float] = time.time,
+                 before_append: Callable[[], None] | None = None) -> None:
+        self.run = run
+        self.name = name
+        self._journal = journal
+        self._workflow = workflow
+        self._commands = [e for e in entries if e.kind in COMMANDS]
+        self._resolved = {e.call: e for e in entries if e.kind in RESOLUTIONS}
+        self._delivered = {e.data().get("id") for e in entries if e.kind == "signal"}
+        self._inbox = inbox
+        self._cursor = 0
+        self._inline = inline_wait_s
+        self._clock = clock
+        self._tasks: list[asyncio.Future[Any]] = []
+        # Called once, before the first entry this interval appends: the runtime seals the
+        # resume there, so a replay that diverges before going live seals nothing either.
+        self._before = before_append
+
+    def _going_live(self) -> None:
+        if self._before is not None:
+            before, self._before = self._before, None
+            before()
+
+    # -- the journal's order ----------------------------------------------------------------
+
+    @property
+    def replaying(self) -> bool:
+        return self._cursor < len(self._commands)
+
+    def _command(self, kind: str, ask: dict[str, Any], got: Callable[[], dict[str, Any]],
+                 site: str) -> Entry:
+        call = f"c{self._cursor}"
+        if self._cursor < len(self._commands):
+            entry = self._commands[self._cursor]
+            data = entry.data()
+            if entry.kind != kind or entry.call != call or data.get("ask") != ask:
+                raise ReplayDiverged("replay diverged from the journal", seq=entry.seq,
+                                     expected=_describe(entry.kind, data.get("ask", {}))
+                                     + f" from {data.get('site', '?')}",
+                                     actual=_describe(kind, ask), line=site)
+            self._cursor += 1
+            return entry
+        self._cursor += 1
+        self._going_live()
+        body = {"ask": ask, "site": site, **got()}
+        values = []
+        for key in ("value", "request"):  # values live in the blob store, never in a body
+            if key in body:
+                sealed = Journal.seal_value(body.pop(key))
+                body[key] = sealed[0].address
+                values.append(sealed)
+        return self._journal.append(self.run, self._workflow, kind, call, body, tuple(values))
+
+    def _resolve(self, kind: str, call: str, body: dict[str, Any], value: Any = None,
+                 with_value: bool = False) -> Entry:
+        self._going_live()
+        values = ()
+        if with_value:
+            sealed = Journal.seal_value(value)
+            body = {**body, "value": sealed[0].address}
+            values = (sealed,)
+        entry = self._journal.append(self.run, self._workflow, kind, call, body, values)
+        self._resolved[call] = entry
+        return entry
+
+    def _value(self, entry: Entry) -> Any:
+        address = entry.data().get("value")
+        return None if address is None else self._journal.value(address)
+
+    # -- the public API -----------------------------------------------------------------------
+
+    def step(self, name: str, fn: Callable[..., Any], *args: Any, **kwargs: Any
+             ) -> asyncio.Future[Any]:
+        """Run ``fn(*args, **kwargs)`` once, durably: its result is journaled, and a replay
+        returns the journaled result instead of calling ``fn`` again. The call id is
+        assigned now (at dispatch), so ``gather`` order never depends on completion order.
+        A ``fn`` with an ``idempotency_key`` parameter receives a key that is the same on
+        every retry of this step (a retry happens when a process died after dispatching the
+        step and before its result was journaled). Arguments and results are JSON."""
+        site = _site()
+        ask = {"name": name, "args": format_address(args_hash(list(args), kwargs))}
+        entry = self._command("dispatch", ask, dict, site)
+        task = asyncio.ensure_future(self._run_step(entry.call, fn, args, kwargs))
+        self._tasks.append(task)
+        return task
+
+    async def _run_step(self, call: str, fn: Callable[..., Any], args: tuple[Any, ...],
+                        kwargs: dict[str, Any]) -> Any:
+        done = self._resolved.get(call)
+        if done is None:
+            if _takes_key(fn):
+                kwargs = {**kwargs, "idempotency_key": f"{self.run}/{call}"}
+            try:
+                result = fn(*args, **kwargs)
+                if inspect.isawaitable(result):
+                    result = await result
+            except Exception as exc:
+                done = self._resolve("resolve", call, {"error": f"{type(exc).__name__}: {exc}"})
+            else:
+                done = self._resolve("resolve", call, {}, result, with_value=True)
+        error = done.data().get("error")
+        if error is not None:
+            raise StepFailed(error)
+        return self._value(done)
+
+    def model(self, name: str, fn: Callable[[Any], Any], projection: Projection
+              ) -> asyncio.Future[Any]:
+        """A model call whose input is ``projection`` of the run's history so far (step
+        results and delivered signals before this call, in journal order): ``fn`` gets the
+        projected value, and the journal records the projection's hash as the argument
+        hash. Otherwise a step (journaled, run once, retried with its key)."""
+        site = _site()
+        seq = (self._commands[self._cursor].seq if self.replaying
+               else self._journal.head(self.run, self._workflow)[0])
+        view = projection(self.history(seq))
+        ask = {"name": name, "projection": projection.name,
+               "args": format_address(projection_hash(projection.name, view))}
+        entry = self._command("dispatch", ask, dict, site)
+        task = asyncio.ensure_future(self._run_step(entry.call, fn, (view,), {}))
+        self._tasks.append(task)
+        return task
+
+    def history(self, before: int) -> list[dict[str, Any]]:
+        """Every step result and delivered signal journaled before entry ``before``."""
+        entries = self._journal.entries(self.run)[:before]
+        names = {e.call: e.data()["ask"].get("name") for e in entries if e.kind == "dispatch"}
+        out = []
+        for e in entries:
+            if e.kind == "resolve" and "value" in e.data():
+                out.append({"call": e.call, "step": names.get(e.call), "value": self._value(e)})
+            elif e.kind == "signal":
+                out.append({"call": e.call, "signal": e.data()["name"],
+                            "value": self._value(e)})
+        return out
+
+    def gather(self, *steps: Awaitable[Any]) -> asyncio.Future[list[Any]]:
+        """Await several steps at once; results come back in the order given."""
+        return asyncio.gather(*steps)
+
+    def now(self) -> float:
+        """Wall-clock seconds, journaled: a replay sees the time the first run saw."""
+        entry = self._command("now", {}, lambda: {"now": self._clock()}, _site())
+        return float(entry.data()["now"])
+
+    def random(self) -> float:
+        """A float in [0, 1), journaled."""
+        entry = self._command("random", {}, lambda: {"random": _random()}, _site())
+        return float(entry.data()["random"])
+
+    def patched(self, name: str) -> bool:
+        """Version marker: True for runs that reached this point under code carrying the
+        patch ``name`` (new runs and new code paths), False when replaying a journal written
+        before the patch existed. Branch on it to change code under running workflows."""
+        if self._cursor < len(self._commands):
+            entry = self._commands[self._cursor]
+            if entry.kind != "patch" or entry.data().get("ask") != {"patch": name}:
+                return False
+        self._command("patch", {"patch": name}, dict, _site())
+        return True
+
+    async def sleep(self, seconds: float) -> None:
+        """Sleep durably: short sleeps (up to ``inline_wait_s``) inside the interval, longer
+        ones by parking the run until a worker sees the timer due."""
+        entry = self._command("timer", {"seconds": seconds},
+                              lambda: {"due": self._clock() + seconds}, _site())
+        if entry.call in self._resolved:
+            return
+        remaining = float(entry.data()["due"]) - self._clock()
+        if remaining > self._inline:
+            raise Park({"timer": entry.call, "due": float(entry.data()["due"])})
+        await asyncio.sleep(max(0.0, remaining))
+        self._resolve("fired", entry.call, {})
+
+    async def signal(self, name: str, timeout: float | None = None) -> Any:
+        """The data of the next signal ``name`` sent to this run (sent before or after this
+        wait); parks the run until one arrives. With ``timeout`` (seconds), raises
+        SignalTimeout once the deadline passes without one."""
+        entry = self._command(
+            "wait", {"signal": name, "timeout": timeout},
+            lambda: {"deadline": None if timeout is None else self._clock() + timeout},
+            _site())
+        return self._await_signal(entry, name)
+
+    def _await_signal(self, entry: Entry, name: str) -> Any:
+        done = self._resolved.get(entry.call)
+        if done is None:
+            done = self._deliver(entry.call, name)
+        if done is None:
+            deadline = entry.data().get("deadline")
+            if deadline is not None and self._clock() >= deadline:
+                done = self._resolve("timeout", entry.call, {})
+            else:
+                raise Park({"signal": name, "wait": entry.call, "deadline": deadline})
+        if done.kind == "timeout":
+            raise SignalTimeout(f"no signal {name!r} before the deadline of {entry.call}")
+        return self._value(done)
+
+    def _deliver(self, call: str, name: str) -> Entry | None:
+        queue = self._inbox.pending.get(name, [])
+        while queue:
+            signal_id, data = queue.pop(0)
+            if signal_id in self._delivered:
+                continue  # one signal id is delivered once
+            self._delivered.add(signal_id)
+            return self._resolve("signal", call, {"name": name, "id": signal_id}, data,
+                                 with_value=True)
+        return None
+
+    async def handoff(self, name: str, *args: Any) -> Any:
+        """Hand a long call to the outside world and park until its result lands (a signal
+        named ``result:CALL`` where CALL is this call's id): the interval that dispatched it
+        is not the one that resolves it, so the run stays NonBlocking."""
+        site = _site()
+        ask = {"name": name, "args": format_address(args_hash(list(args), {})),
+               "handoff": True}
+        entry = self._command("dispatch", ask, lambda: {"request": list(args)}, site)
+        done = self._resolved.get(entry.call)
+        if done is None:
+            queue = self._inbox.pending.get(f"result:{entry.call}", [])
+            if queue:
+                _id, data = queue.pop(0)
+                done = self._resolve("resolve", entry.call, {"id": _id}, data,
+                                     with_value=True)
+            else:
+                raise Park({"result": entry.call, "name": name})
+        return self._value(done)
+
+    async def settle(self) -> None:
+        """Let steps still running finish (their results belong to this interval)."""
+        if self._tasks:
+            await asyncio.gather(*self._tasks, return_exceptions=True)
+
+    def finish(self, value: Any, failed: str | None) -> Entry:
+        got = {"error": failed} if failed is not None else {"value": value}
+        return self._command("end", {}, lambda: got, "end")
+
+
+def _takes_key(fn: Callable[..., Any]) -> bool:
+    try:
+        return "idempotency_key" in inspect.signature(fn).parameters
+    except (TypeError, ValueError):  # a builtin without a signature takes no key
+        return False
+
+
+def _random() -> float:
+    return (struct.unpack(">Q", os.urandom(8))[0] >> 11) / float(1 << 53)
+
+
+__all__ = ["COMMANDS", "RESOLUTIONS", "Context", "Inbox", "Park", "StepFailed"]

@@ -1,0 +1,214 @@
+"""What the runtime keeps in JetStream so that nobody has to be running while a run waits.
+
+* stream ``RUNTIME_SIGNALS`` (``fleet.runtime.signal.<run>``): signals, kept on file until
+  read; a signal's id is its ``Nats-Msg-Id``, so the server drops a resend within the
+  duplicate window, and the journal (which records every delivered id) drops it after.
+* key-value bucket ``RUNTIME_RUNS`` (key: the run's token): where each run stands: its
+  name, workflow, status (``parked``/``claimed``/``done``/``failed``/``refused``), the wait
+  it parked on (a signal name and deadline, a timer's due time, a handed-off call), the
+  journal head it parked at and the host that holds it. Timers live here: a due time in a
+  file-backed bucket survives every restart, and a worker fires it by claiming the entry.
+* object store ``RUNTIME_JOURNALS`` (name: the journal head's token): each parked journal's
+  export (entries and encrypted blobs), which another host imports after checking it
+  chains to the head recorded in the run record's park (Journal.import_run);
+* key-value bucket ``RUNTIME_KEYS`` (key: a blob address's token): each blob's key and
+  salt, apart from the ciphertexts, so that ``fleet runtime shred`` deletes one value
+  everywhere by purging one key.
+
+A worker *claims* a run by a compare-and-set on its key's revision: of two workers racing
+for one wait, exactly one update succeeds, and only that one continues the run.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import time
+from typing import Any
+
+from nats.js.api import KeyValueConfig, ObjectStoreConfig, StorageType, StreamConfig
+from nats.js.errors import BadRequestError, KeyWrongLastSequenceError, NotFoundError
+
+from fleet.subjects import run_token
+
+SIGNALS = "RUNTIME_SIGNALS"
+SIGNAL_SUBJECT = "fleet.runtime.signal"
+RUNS = "RUNTIME_RUNS"
+JOURNALS = "RUNTIME_JOURNALS"
+KEYS = "RUNTIME_KEYS"
+# A claim that has not turned into a new state within this long (the worker died) may be
+# claimed again.
+CLAIM_LEASE_S = 60.0
+
+
+class FleetStore:
+    """The runtime's streams and buckets on one JetStream connection."""
+
+    def __init__(self, js: Any) -> None:
+        self.js = js
+        self.kv: Any = None
+        self.keys: Any = None
+        self.obs: Any = None
+
+    async def open(self) -> FleetStore:
+        try:
+            await self.js.stream_info(SIGNALS)
+        except NotFoundError:
+            await self.js.add_stream(StreamConfig(
+                name=SIGNALS, subjects=[f"{SIGNAL_SUBJECT}.>"], storage=StorageType.FILE,
+                duplicate_window=3600.0))
+        try:
+            self.kv = await self.js.key_value(RUNS)
+        except (NotFoundError, BadRequestError):
+            self.kv = await self.js.create_key_value(KeyValueConfig(
+                bucket=RUNS, storage=StorageType.FILE, history=1))
+        try:
+            self.keys = await self.js.key_value(KEYS)
+        except (NotFoundError, BadRequestError):
+            self.keys = await self.js.create_key_value(KeyValueConfig(
+                bucket=KEYS, storage=StorageType.FILE, history=1))
+        try:
+            self.obs = await self.js.object_store(JOURNALS)
+        except (NotFoundError, BadRequestError):
+            self.obs = await self.js.create_object_store(
+                JOURNALS, ObjectStoreConfig(storage=StorageType.FILE))
+        return self
+
+    # -- signals -------------------------------------------------------------------------
+
+    async def send_signal(self, run: str, name: str, data: Any, signal_id: str) -> bool:
+        """Store a signal; False when the server already holds this id (a duplicate)."""
+        body = json.dumps({"name": name, "id": signal_id, "data": data}).encode()
+        ack = await self.js.publish(f"{SIGNAL_SUBJECT}.{run_token(run)}", body,
+                                    headers={"Nats-Msg-Id": f"{run_token(run)}/{signal_id}"})
+        return not ack.duplicate
+
+    async def signals(self, run: str) -> list[dict[str, Any]]:
+        """Every signal stored for ``run``, oldest first."""
+        subject = f"{SIGNAL_SUBJECT}.{run_token(run)}"
+        out: list[dict[str, Any]] = []
+        try:
+            info = await self.js.stream_info(SIGNALS, subjects_filter=subject)
+        except NotFoundError:
+            return out
+        count = (info.state.subjects or {}).get(subject, 0)
+        if not count:
+            return out
+        sub = await self.js.subscribe(subject, stream=SIGNALS, ordered_consumer=True)
+        try:
+            while len(out) < count:
+                msg = await sub.next_msg(timeout=5.0)
+                out.append({**json.loads(msg.data), "seq": msg.metadata.sequence.stream})
+        finally:
+            await sub.unsubscribe()
+        return out
+
+    async def forget_signals(self, seqs: list[int]) -> None:
+        """Delete delivered signals from the stream: once journaled (encrypted, shreddable)
+        their plaintext has no reason to stay in JetStream."""
+        for seq in seqs:
+            with contextlib.suppress(NotFoundError):
+                await self.js.delete_msg(SIGNALS, seq)
+
+    # -- runs ------------------------------------------------------------------------------
+
+    async def runs(self) -> list[tuple[dict[str, Any], int]]:
+        try:
+            keys = await self.kv.keys()
+        except NotFoundError:
+            return []
+        out = []
+        for key in keys:
+            got = await self.get(key)
+            if got is not None:
+                out.append(got)
+        return out
+
+    async def get(self, key: str) -> tuple[dict[str, Any], int] | None:
+        try:
+            entry = await self.kv.get(key)
+        except NotFoundError:
+            return None
+        if entry.value is None:
+            return None
+        return json.loads(entry.value), entry.revision
+
+    async def put(self, doc: dict[str, Any]) -> None:
+        await self.kv.put(run_token(doc["run"]), json.dumps(doc).encode())
+
+    async def claim(self, doc: dict[str, Any], revision: int, host: str
+                    ) -> tuple[dict[str, Any], int] | None:
+        """Take the run for ``host`` if nobody changed it since ``revision``: the claimed
+        document and its revision, or None if another worker got there first."""
+        claimed = {**doc, "status": "claimed", "by": host, "claimed_at": time.time()}
+        return await self.update(claimed, revision)
+
+    async def update(self, doc: dict[str, Any], revision: int
+                     ) -> tuple[dict[str, Any], int] | None:
+        """Write ``doc`` only if its key is still at ``revision``."""
+        try:
+            new = await self.kv.update(run_token(doc["run"]), json.dumps(doc).encode(),
+                                       last=revision)
+        except (KeyWrongLastSequenceError, BadRequestError):
+            return None
+        return doc, new
+
+    # -- journals ------------------------------------------------------------------------
+
+    async def put_journal(self, head: str, export: dict[str, Any],
+                          keys: dict[str, list[str]] | None = None) -> None:
+        """Store a parked journal (ciphertexts only) and its blobs' keys, each key under its
+        blob's address so that shredding one value deletes one key."""
+        for address, key in (keys or {}).items():
+            await self.keys.put(run_token(address), json.dumps(key).encode())
+        await self.obs.put(run_token(head), json.dumps(export).encode())
+
+    async def blob_keys(self, addresses: list[str]) -> dict[str, list[str]]:
+        """The keys still held for ``addresses`` (a shredded one is absent)."""
+        out = {}
+        for address in addresses:
+            try:
+                entry = await self.keys.get(run_token(address))
+            except NotFoundError:
+                continue
+            if entry.value:
+                out[address] = json.loads(entry.value)
+        return out
+
+    async def shred(self, address: str) -> None:
+        """Delete a blob's key everywhere JetStream holds it (history included)."""
+        with contextlib.suppress(NotFoundError):
+            await self.keys.purge(run_token(address))
+
+    async def journal(self, head: str) -> dict[str, Any] | None:
+        try:
+            got = await self.obs.get(run_token(head))
+        except NotFoundError:
+            return None
+        return json.loads(got.data)  # type: ignore[no-any-return]
+
+
+def wait_over(doc: dict[str, Any], signals: list[dict[str, Any]], now: float) -> bool:
+    """Whether a parked run's wait has ended: a signal it waits for that was not delivered
+    yet, a handed-off call's result, or a timer or deadline that is due."""
+    wait = doc.get("wait") or {}
+    delivered = set(doc.get("delivered") or [])
+    fresh = [s for s in signals if s["id"] not in delivered]
+    if "signal" in wait:
+        if any(s["name"] == wait["signal"] for s in fresh):
+            return True
+        return wait.get("deadline") is not None and now >= float(wait["deadline"])
+    if "result" in wait:
+        return any(s["name"] == f"result:{wait['result']}" for s in fresh)
+    if "timer" in wait:
+        return now >= float(wait["due"])
+    return False
+
+
+def claim_stale(doc: dict[str, Any], now: float) -> bool:
+    return doc.get("status") == "claimed" and now - float(doc.get("claimed_at", 0)) > \
+        CLAIM_LEASE_S
+
+
+__all__ = ["CLAIM_LEASE_S", "JOURNALS", "RUNS", "SIGNALS", "FleetStore", "claim_stale",
+           "wait_over"]

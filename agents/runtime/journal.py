@@ -1,0 +1,256 @@
+"""The runtime's journal and blob store: one SQLite file per host folder (``runtime.db``).
+
+Entries are hash-chained (:mod:`fleet.runtime_journal`); an append is one ``BEGIN
+IMMEDIATE`` transaction holding the entry and, for a value, its encrypted blob and key, so
+a crash before the commit means the entry never happened and after it, it always did.
+Every blob is encrypted with its own key (PyNaCl SecretBox); :meth:`Journal.shred` deletes
+the key and the ciphertext, after which the value is gone and every hash still verifies.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from nacl.exceptions import CryptoError
+from nacl.secret import SecretBox
+
+from fleet.address import format_address, parse_address
+from fleet.runtime_errors import JournalTampered, ValueShredded
+from fleet.runtime_journal import blob_address, canon, entry_hash, genesis
+from plumbing import sqlite
+from plumbing.transactions import immediate
+
+DB_NAME = "runtime.db"
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS entries (run TEXT NOT NULL, seq INTEGER NOT NULL,
+  kind TEXT NOT NULL, call TEXT NOT NULL, body TEXT NOT NULL, hash BLOB NOT NULL,
+  PRIMARY KEY (run, seq));
+CREATE TABLE IF NOT EXISTS blobs (address BLOB PRIMARY KEY, box BLOB NOT NULL);
+CREATE TABLE IF NOT EXISTS blob_keys (address BLOB PRIMARY KEY, key BLOB NOT NULL,
+  salt BLOB NOT NULL);
+CREATE TABLE IF NOT EXISTS runs (run TEXT PRIMARY KEY, name TEXT NOT NULL,
+  workflow TEXT NOT NULL, status TEXT NOT NULL, meta TEXT NOT NULL);
+"""
+
+
+@dataclass(frozen=True, slots=True)
+class Entry:
+    seq: int
+    kind: str
+    call: str
+    body: str
+    hash: bytes
+
+    def data(self) -> dict[str, Any]:
+        return json.loads(self.body)
+
+
+@dataclass(frozen=True, slots=True)
+class Value:
+    """A value put in the blob store: its address (what entries commit to) and bytes."""
+
+    address: str
+    raw: bytes
+
+
+class Journal:
+    """The journals of every run on one host, and their blobs."""
+
+    def __init__(self, data_dir: Path | str) -> None:
+        self.dir = Path(data_dir)
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.db = sqlite.connect(self.dir / DB_NAME, busy_timeout_s=30.0)
+        self.db.executescript(SCHEMA)
+
+    def close(self) -> None:
+        self.db.close()
+
+    # -- runs --------------------------------------------------------------------------
+
+    def create_run(self, run: str, name: str, workflow: str, meta: dict[str, Any]) -> bool:
+        """Record a run; False when it exists already."""
+        with immediate(self.db):
+            got = self.db.execute("SELECT 1 FROM runs WHERE run = ?", (run,)).fetchone()
+            if got is not None:
+                return False
+            self.db.execute("INSERT INTO runs VALUES (?, ?, ?, ?, ?)",
+                            (run, name, workflow, "new", canon(meta).decode()))
+            return True
+
+    def run_row(self, run: str) -> tuple[str, str, str, dict[str, Any]] | None:
+        row = self.db.execute("SELECT name, workflow, status, meta FROM runs WHERE run = ?",
+                              (run,)).fetchone()
+        return None if row is None else (row[0], row[1], row[2], json.loads(row[3]))
+
+    def set_run(self, run: str, status: str, meta: dict[str, Any]) -> None:
+        self.db.execute("UPDATE runs SET status = ?, meta = ? WHERE run = ?",
+                        (status, canon(meta).decode(), run))
+
+    def runs(self) -> list[tuple[str, str, str, str, dict[str, Any]]]:
+        rows = self.db.execute("SELECT run, name, workflow, status, meta FROM runs ORDER BY"
+                               " name").fetchall()
+        return [(r[0], r[1], r[2], r[3], json.loads(r[4])) for r in rows]
+
+    # -- entries -----------------------------------------------------------------------
+
+    def entries(self, run: str) -> list[Entry]:
+        rows = self.db.execute("SELECT seq, kind, call, body, hash FROM entries WHERE run = ?"
+                               " ORDER BY seq", (run,)).fetchall()
+        return [Entry(*row) for row in rows]
+
+    def head(self, run: str, workflow: str) -> tuple[int, bytes]:
+        row = self.db.execute("SELECT seq, hash FROM entries WHERE run = ? ORDER BY seq DESC"
+                              " LIMIT 1", (run,)).fetchone()
+        return (0, genesis(run, workflow)) if row is None else (row[0] + 1, row[1])
+
+    def append(self, run: str, workflow: str, kind: str, call: str, body: dict[str, Any],
+               values: tuple[tuple[Value, bytes, bytes], ...] = ()) -> Entry:
+        """Append one entry (and the blobs it commits to) in one transaction."""
+        text = canon(body).decode()
+        with immediate(self.db):
+            seq, prev = self.head(run, workflow)
+            digest = entry_hash(prev, seq, kind, call, text)
+            for value, key, salt in values:
+                raw_address = parse_address(value.address)
+                box = SecretBox(key).encrypt(value.raw)
+                self.db.execute("INSERT OR IGNORE INTO blobs VALUES (?, ?)", (raw_address, box))
+                self.db.execute("INSERT OR IGNORE INTO blob_keys VALUES (?, ?, ?)",
+                                (raw_address, key, salt))
+            self.db.execute("INSERT INTO entries VALUES (?, ?, ?, ?, ?, ?)",
+                            (run, seq, kind, call, text, digest))
+        return Entry(seq, kind, call, text, digest)
+
+    # -- blobs -------------------------------------------------------------------------
+
+    @staticmethod
+    def seal_value(value: Any) -> tuple[Value, bytes, bytes]:
+        """A JSON value as a blob: its salted address, its own key and salt."""
+        raw = canon(value)
+        salt, key = os.urandom(32), os.urandom(SecretBox.KEY_SIZE)
+        return Value(format_address(blob_address(salt, raw)), raw), key, salt
+
+    def value(self, address: str) -> Any:
+        """The JSON value at ``address``; ValueShredded when its key is gone."""
+        raw_address = parse_address(address)
+        key = self.db.execute("SELECT key, salt FROM blob_keys WHERE address = ?",
+                              (raw_address,)).fetchone()
+        box = self.db.execute("SELECT box FROM blobs WHERE address = ?",
+                              (raw_address,)).fetchone()
+        if key is None or box is None:
+            raise ValueShredded(f"the value at {address} was shredded (its key is deleted)")
+        try:
+            raw = SecretBox(key[0]).decrypt(box[0])
+        except CryptoError:
+            raise JournalTampered(f"the blob at {address} does not decrypt") from None
+        if blob_address(key[1], raw) != raw_address:
+            raise JournalTampered(f"the blob at {address} does not hash to its address")
+        return json.loads(raw)
+
+    def shred(self, address: str) -> bool:
+        """Delete a value's key and ciphertext; True when there was one."""
+        raw_address = parse_address(address)
+        with immediate(self.db):
+            gone = self.db.execute("DELETE FROM blob_keys WHERE address = ?",
+                                   (raw_address,)).rowcount
+            self.db.execute("DELETE FROM blobs WHERE address = ?", (raw_address,))
+        return bool(gone)
+
+    # -- moving a journal between hosts -------------------------------------------------
+
+    def export(self, run: str) -> tuple[dict[str, Any], dict[str, list[str]]]:
+        """The run's journal with its encrypted blobs (what another host imports), and the
+        blobs' keys apart (kept where shredding can reach them: ``fleet_store``)."""
+        name, workflow, _status, _meta = self.run_row(run) or ("", "", "", {})
+        entries = self.entries(run)
+        blobs: dict[str, str] = {}
+        keys: dict[str, list[str]] = {}
+        for entry in entries:
+            for address in addresses(entry):
+                raw_address = parse_address(address)
+                key = self.db.execute("SELECT key, salt FROM blob_keys WHERE address = ?",
+                                      (raw_address,)).fetchone()
+                box = self.db.execute("SELECT box FROM blobs WHERE address = ?",
+                                      (raw_address,)).fetchone()
+                if key is not None and box is not None:
+                    blobs[address] = _b64(box[0])
+                    keys[address] = [_b64(key[0]), _b64(key[1])]
+        journal = {"run": run, "name": name, "workflow": workflow,
+                   "entries": [[e.seq, e.kind, e.call, e.body] for e in entries],
+                   "blobs": blobs}
+        return journal, keys
+
+    def import_run(self, data: dict[str, Any], head: bytes, meta: dict[str, Any],
+                   keys: dict[str, list[str]]) -> None:
+        """Take in another host's export after checking that its entries chain to ``head``
+        (the park's transcript address) and every blob whose key is given to its address:
+        else JournalTampered and nothing is written. A blob without a key was shredded."""
+        run, workflow = str(data["run"]), str(data["workflow"])
+        prev = genesis(run, workflow)
+        rows = []
+        for i, (seq, kind, call, body) in enumerate(data["entries"]):
+            if seq != i:
+                raise JournalTampered(f"journal entry {i} is numbered {seq}")
+            prev = entry_hash(prev, seq, kind, call, body)
+            rows.append((run, seq, kind, call, body, prev))
+        if prev != head:
+            raise JournalTampered(f"the journal of {run} does not chain to its park's"
+                                  f" transcript address {format_address(head)}")
+        blobs = []
+        for address, box in data["blobs"].items():
+            if address not in keys:
+                continue
+            key, salt = (_unb64(k) for k in keys[address])
+            try:
+                raw = SecretBox(key).decrypt(_unb64(box))
+            except CryptoError:
+                raise JournalTampered(f"the blob at {address} does not decrypt") from None
+            if blob_address(salt, raw) != parse_address(address):
+                raise JournalTampered(f"the blob at {address} does not hash to its address")
+            blobs.append((parse_address(address), _unb64(box), key, salt))
+        with immediate(self.db):
+            self.db.execute("DELETE FROM entries WHERE run = ?", (run,))
+            self.db.executemany("INSERT INTO entries VALUES (?, ?, ?, ?, ?, ?)", rows)
+            for raw_address, box, key, salt in blobs:
+                self.db.execute("INSERT OR IGNORE INTO blobs VALUES (?, ?)", (raw_address, box))
+                self.db.execute("INSERT OR IGNORE INTO blob_keys VALUES (?, ?, ?)",
+                                (raw_address, key, salt))
+            self.db.execute("INSERT INTO runs VALUES (?, ?, ?, ?, ?) ON CONFLICT(run) DO"
+                            " UPDATE SET status = excluded.status, meta = excluded.meta",
+                            (run, str(data["name"]), workflow, "parked", canon(meta).decode()))
+
+
+def verify_chain(run: str, workflow: str, entries: list[Entry]) -> bytes:
+    """The head of ``entries`` after recomputing every hash; JournalTampered at the first
+    entry whose stored hash is not its own."""
+    prev = genesis(run, workflow)
+    for i, entry in enumerate(entries):
+        if entry.seq != i:
+            raise JournalTampered(f"journal entry {i} is numbered {entry.seq}")
+        prev = entry_hash(prev, entry.seq, entry.kind, entry.call, entry.body)
+        if prev != entry.hash:
+            raise JournalTampered(f"journal entry {i} ({entry.kind} {entry.call}) does not"
+                                  " hash to its stored hash")
+    return prev
+
+
+def addresses(entry: Entry) -> list[str]:
+    """The blob addresses an entry commits to."""
+    data = entry.data()
+    return [data[k] for k in ("value", "input", "request") if isinstance(data.get(k), str)]
+
+
+def _b64(raw: bytes) -> str:
+    return base64.b64encode(raw).decode()
+
+
+def _unb64(text: str) -> bytes:
+    return base64.b64decode(text)
+
+
+__all__ = ["DB_NAME", "Entry", "Journal", "Value", "addresses", "verify_chain"]

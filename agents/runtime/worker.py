@@ -1,0 +1,158 @@
+"""A host process that continues runs whose wait has ended (``fleet runtime worker``).
+
+One pass: read every run in ``RUNTIME_RUNS``; for each parked run whose wait is over (a
+signal it waits for arrived, its timer or deadline is due, a handed-off call's result
+landed), claim it (compare-and-set: one worker wins), and continue it:
+
+1. a run parked on this host with the journal here is resumed in place; any other is
+   adopted first (its record fetched and verified from genesis, its head against a proof
+   under the ledger's key) and its journal fetched from ``RUNTIME_JOURNALS`` and checked
+   to chain to the transcript address in the verified park (else JournalTampered: the run
+   is marked ``refused`` and nothing is sealed);
+2. the run's stored signals are handed to the runtime, which delivers each id once;
+3. one interval runs (resumed segment with the park's idle energy, executed segment, then
+   a park or a close), the outbox is drained to JetStream, and the run's new state (and, if
+   it parked again, its journal) is published.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from agents.adoption import ResumeRefused
+from agents.host import Host, HostRun
+from agents.runtime.fleet_store import CLAIM_LEASE_S, FleetStore, claim_stale, wait_over
+from agents.runtime.runtime import Outcome, Runtime
+from fleet.address import format_address
+from fleet.errors import FleetError
+from fleet.runtime_errors import JournalTampered, ReplayDiverged, ValueShredded, WorkflowUnknown
+
+PERMANENT = (JournalTampered, ValueShredded, ReplayDiverged, WorkflowUnknown)
+Adopt = Callable[[str], Awaitable[HostRun]]
+Drain = Callable[[], Awaitable[None]]
+
+
+class Worker:
+    """Continues runs for one host: ``runtime`` (with its ``host``) over ``store``."""
+
+    def __init__(self, runtime: Runtime, store: FleetStore, adopt: Adopt, drain: Drain,
+                 clock: Callable[[], float] = time.time) -> None:
+        assert runtime.host is not None
+        self.runtime = runtime
+        self.host: Host = runtime.host
+        self.store = store
+        self.adopt = adopt
+        self.drain = drain
+        self.clock = clock
+
+    async def publish(self, outcome: Outcome) -> dict[str, Any]:
+        """Drain the outbox, then publish where the run stands (and a parked journal)."""
+        await self.drain()
+        run = outcome.run
+        name, workflow, _status, meta = self.runtime.journal.run_row(run)  # type: ignore[misc]
+        entries = self.runtime.journal.entries(run)
+        head = meta.get("head")
+        if outcome.status == "waiting" and head is not None:
+            await self.store.put_journal(head, *self.runtime.journal.export(run))
+        doc = {"run": run, "name": name, "workflow": workflow,
+               "status": "parked" if outcome.status == "waiting" else outcome.status,
+               "wait": outcome.wait, "head": head, "host": self.host.name,
+               "parked_at": meta.get("parked_at"), "segments": outcome.segments,
+               "verdict": outcome.verdict, "blocked": outcome.blocked,
+               "delivered": sorted({e.data().get("id") for e in entries
+                                    if e.kind in ("signal", "resolve")} - {None}),
+               "error": outcome.error}
+        await self.store.put(doc)
+        return doc
+
+    async def pass_once(self) -> list[dict[str, Any]]:
+        """Continue every run whose wait is over and that this worker wins; one report
+        each (``{"run", "status", ...}`` or ``{"run", "refused": rule}``)."""
+        reports = []
+        for doc, revision in await self.store.runs():
+            now = self.clock()
+            if doc.get("status") != "parked" and not claim_stale(doc, now):
+                continue
+            signals = await self.store.signals(doc["run"])
+            if not wait_over(doc, signals, now):
+                continue
+            claimed = await self.store.claim(doc, revision, self.host.name)
+            if claimed is None:
+                reports.append({"run": doc["run"], "lost": "claimed by another worker"})
+                continue
+            reports.append(await self._continue(doc, *claimed, signals))
+        return reports
+
+    async def _continue(self, doc: dict[str, Any], claimed: dict[str, Any], revision: int,
+                        signals: list[dict[str, Any]]) -> dict[str, Any]:
+        run = doc["run"]
+        rt = self.runtime
+        try:
+            local = rt.journal.run_row(run)
+            here = (local is not None and doc.get("host") == self.host.name
+                    and local[3].get("head") == doc.get("head"))
+            if not here:
+                hr = await self.adopt(run)
+                assert hr.state.park is not None
+                transcript = hr.state.park[:32]
+                export = await self.store.journal(format_address(transcript))
+                if export is None:
+                    raise JournalTampered(f"no journal stored for the park of {run} at"
+                                          f" {format_address(transcript)}")
+                keys = await self.store.blob_keys(sorted(export["blobs"]))
+                rt.journal.import_run(export, transcript, {
+                    "open": False, "next": len(export["entries"]),
+                    "parked_at": doc.get("parked_at"), "head": format_address(transcript),
+                    "wait": doc.get("wait")}, keys)
+                rt.held[run] = hr
+            for s in signals:
+                rt.send(run, s["name"], s["data"], s["id"])
+            renew = asyncio.create_task(self._renew(claimed, revision))
+            try:
+                outcome = await rt.advance(run)
+            finally:
+                renew.cancel()
+        except (ResumeRefused, FleetError) as exc:
+            rule = exc.rule
+            # A record not folded yet (or taken meanwhile): give the wait back for a later
+            # pass. A journal that does not match its park, a value shredded, code that
+            # no longer replays: the run stays out until someone acts (nothing was sealed).
+            status = "refused" if isinstance(exc, PERMANENT) else "parked"
+            # Only over this worker's own claim: if the lease ran out and another worker
+            # moved the run on meanwhile, its state stands.
+            await self.store.update({**claimed, "status": status, "refused": rule,
+                                     "detail": str(exc)}, revision)
+            return {"run": run, "refused": rule, "detail": str(exc)}
+        published = await self.publish(outcome)
+        delivered = set(published["delivered"])
+        await self.store.forget_signals([s["seq"] for s in signals if s["id"] in delivered])
+        return {"run": run, "status": published["status"], "host": self.host.name,
+                "segments": outcome.segments, "verdict": outcome.verdict,
+                "result": outcome.result}
+
+    async def _renew(self, claimed: dict[str, Any], revision: int) -> None:
+        """Keep the claim fresh while the interval runs (a third of the lease each time),
+        so a long interval is not taken for a dead worker's."""
+        while True:
+            await asyncio.sleep(CLAIM_LEASE_S / 3)
+            renewed = await self.store.update({**claimed, "claimed_at": self.clock()},
+                                              revision)
+            if renewed is None:
+                return  # someone else moved the run on: the record's holder rule decides
+            claimed, revision = renewed
+
+    async def run_forever(self, stop: asyncio.Event, report: Callable[[dict[str, Any]], None],
+                          poll: float = 1.0) -> None:
+        """Passes every ``poll`` seconds until ``stop`` is set."""
+        while not stop.is_set():
+            for done in await self.pass_once():
+                report(done)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), timeout=poll)
+
+
+__all__ = ["Worker"]

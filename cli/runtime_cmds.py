@@ -1,0 +1,337 @@
+"""``fleet runtime start|worker|list`` and ``fleet signal``: durable workflows over NATS.
+
+The runtime (``agents.runtime``) journals a workflow and records each live interval on the
+host's run record; these commands wire it to JetStream (signals, the runs bucket, parked
+journals: ``agents.runtime.fleet_store``), to the ledger (adoption through
+:class:`cli._wiring.LedgerRecordSource`) and to the host's publisher.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import signal as signals
+import sys
+import uuid
+from pathlib import Path
+from typing import Any
+
+import click
+
+from cli._app import CheckFailed, UserError, cli
+from cli._common import emit_json, nats_options, split_servers
+
+
+@cli.group()
+def runtime() -> None:
+    """Durable workflows whose journal is the run record (docs/runtime.md)."""
+
+
+def _json_arg(text: str | None, what: str) -> Any:
+    if text is None:
+        return None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise UserError(f"{what}: not JSON: {exc}") from None
+
+
+def _import_path(paths: tuple[Path, ...]) -> None:
+    for p in paths:
+        sys.path.insert(0, str(p.resolve()))
+
+
+async def _store(url: str, nkey: Path | None, name: str) -> tuple[Any, Any]:
+    from agents.runtime.fleet_store import FleetStore
+    from plumbing.nats_connect import NatsUnreachable, connect
+
+    try:
+        nc = await connect(split_servers(url), nkey=nkey, name=name, wait_s=10.0)
+    except NatsUnreachable as exc:
+        raise UserError(str(exc)) from None
+    return nc, await FleetStore(nc.jetstream(timeout=10.0)).open()
+
+
+def _drain(host: Any, nc: Any) -> Any:
+    from agents.publisher import Publisher
+
+    async def drain() -> None:
+        report = await Publisher(host.outbox, nc.jetstream(timeout=10.0)).drain(timeout=60.0)
+        if report.remaining:
+            raise CheckFailed(f"{report.remaining} segment(s) not published")
+    return drain
+
+
+host_options = [
+    click.option("--data", "host_dir", type=click.Path(file_okay=False, path_type=Path),
+                 required=True, help="The host's folder (key, outbox, runs, runtime.db)."),
+    click.option("--name", help="The host's name (default: the folder's name)."),
+    click.option("--path", "paths", multiple=True, type=click.Path(path_type=Path),
+                 help="A folder to import workflow modules from (repeatable)."),
+]
+
+
+def _host_opts(fn: Any) -> Any:
+    for opt in reversed(host_options):
+        fn = opt(fn)
+    return fn
+
+
+@runtime.command("start")
+@click.argument("workflow")
+@click.argument("run_name", metavar="NAME")
+@click.option("--input", "input_json", help="The workflow's input (JSON).")
+@_host_opts
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@nats_options
+def runtime_start(workflow: str, run_name: str, input_json: str | None, host_dir: Path,
+                  name: str | None, paths: tuple[Path, ...], as_json: bool, url: str,
+                  nkey: Path | None) -> None:
+    """Start run NAME of WORKFLOW (``module:function``) on this host and run its first
+    interval: it ends, or parks at its first wait and this process exits."""
+    from agents.host import Host
+    from agents.runtime import Runtime
+    from agents.runtime.runtime import load_workflow, run_address, workflow_name
+    from agents.runtime.worker import Worker
+    from fleet.errors import FleetError
+
+    _import_path(paths)
+    inp = _json_arg(input_json, "--input")
+    try:
+        fn = load_workflow(workflow)
+    except FleetError as exc:
+        raise UserError(f"WORKFLOW: {exc}") from None
+    host = Host(name or host_dir.resolve().name, host_dir)
+    rt = Runtime(host_dir, host=host)
+    if rt.journal.run_row(run_address(run_name, workflow_name(fn))) is not None:
+        rt.close()
+        host.close()
+        raise UserError(f"run {run_name!r} of {workflow} exists on this host: a worker "
+                        "continues it")
+
+    async def go() -> dict[str, Any]:
+        nc, store = await _store(url, nkey, f"fleet-runtime-{host.name}")
+        try:
+            run = rt.start(fn, run_name, inp)
+            worker = Worker(rt, store, _no_adopt, _drain(host, nc))
+            return await worker.publish(await rt.advance(run))
+        finally:
+            await nc.close()
+
+    try:
+        doc = asyncio.run(go())
+    except FleetError as exc:
+        raise CheckFailed(f"{exc.rule}: {exc}") from None
+    finally:
+        rt.close()
+        host.close()
+    if as_json:
+        emit_json(doc)
+    else:
+        click.echo(f"{doc['run']} {doc['status']}" + (f" waiting on {doc['wait']}"
+                                                       if doc["wait"] else ""))
+
+
+async def _no_adopt(run: str) -> Any:
+    raise UserError(f"run {run} is not held here")
+
+
+@runtime.command("worker")
+@_host_opts
+@click.option("--vkey", help="The ledger's verifier key, or a file holding it (default: "
+              "ledger.vkey in the host's folder).")
+@click.option("--once", is_flag=True, help="One pass over the runs, then exit.")
+@click.option("--poll", type=float, default=1.0, show_default=True,
+              help="Seconds between passes.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON line per run continued.")
+@nats_options
+def runtime_worker(host_dir: Path, name: str | None, paths: tuple[Path, ...],
+                   vkey: str | None, once: bool, poll: float, as_json: bool, url: str,
+                   nkey: Path | None) -> None:
+    """Continue runs whose wait has ended (a signal, a due timer, a handed-off result),
+    adopting runs parked elsewhere after verifying their record and journal."""
+    from agents.host import Host
+    from agents.runtime import Runtime
+    from agents.runtime.worker import Worker
+    from cli._wiring import LedgerRecordSource, host_ledger_keys
+
+    _import_path(paths)
+    keys = host_ledger_keys(host_dir, vkey)
+    host = Host(name or host_dir.resolve().name, host_dir)
+    rt = Runtime(host_dir, host=host)
+    source = LedgerRecordSource(url, nkey, host=host.name if nkey is not None else None)
+
+    async def adopt(run: str) -> Any:
+        return await asyncio.to_thread(host.adopt_run, run, source, keys)
+
+    async def go() -> None:
+        nc, store = await _store(url, nkey, f"fleet-runtime-{host.name}")
+        worker = Worker(rt, store, adopt, _drain(host, nc))
+        try:
+            if once:
+                for report in await worker.pass_once():
+                    _report(report, as_json)
+                return
+            stop = asyncio.Event()
+            loop = asyncio.get_running_loop()
+            for sig in (signals.SIGTERM, signals.SIGINT):
+                loop.add_signal_handler(sig, stop.set)
+            await worker.run_forever(stop, lambda r: _report(r, as_json), poll)
+        finally:
+            await nc.close()
+
+    try:
+        asyncio.run(go())
+    finally:
+        rt.close()
+        host.close()
+
+
+def _report(report: dict[str, Any], as_json: bool) -> None:
+    if as_json:
+        emit_json(report)
+    elif "refused" in report:
+        click.echo(f"{report['run']} refused: {report['refused']}: {report.get('detail')}")
+    elif "lost" in report:
+        click.echo(f"{report['run']} {report['lost']}")
+    else:
+        click.echo(f"{report['run']} {report['status']} on {report['host']}")
+
+
+@runtime.command("list")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@nats_options
+def runtime_list(as_json: bool, url: str, nkey: Path | None) -> None:
+    """Every run the runtime knows, with its status and the wait it is parked on."""
+    async def go() -> list[dict[str, Any]]:
+        nc, store = await _store(url, nkey, "fleet-runtime-list")
+        try:
+            return sorted((d for d, _rev in await store.runs()), key=lambda d: d["name"])
+        finally:
+            await nc.close()
+
+    docs = asyncio.run(go())
+    if as_json:
+        emit_json({"runs": docs})
+        return
+    for d in docs:
+        click.echo(f"{d['name']}\t{d['status']}\t{d['host']}\t{d['run']}\t"
+                   f"{json.dumps(d.get('wait'))}")
+
+
+@cli.command("signal")
+@click.argument("run_id", metavar="RUN")
+@click.argument("signal_name", metavar="NAME")
+@click.option("--data", "data_json", help="The signal's data (JSON).")
+@click.option("--id", "signal_id", help="The signal's id: a resend with the same id is "
+              "delivered once (default: a fresh id).")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@nats_options
+def signal_cmd(run_id: str, signal_name: str, data_json: str | None, signal_id: str | None,
+               as_json: bool, url: str, nkey: Path | None) -> None:
+    """Send signal NAME to RUN (its address, or its name), kept until the run reads it."""
+    from fleet.address import parse_address
+    from fleet.errors import FleetError
+
+    data = _json_arg(data_json, "--data")
+    sid = signal_id or uuid.uuid4().hex
+    if run_id.startswith("b3:"):
+        try:
+            parse_address(run_id)
+        except FleetError as exc:
+            raise UserError(f"RUN: {exc}") from None
+
+    async def go() -> dict[str, Any]:
+        nc, store = await _store(url, nkey, "fleet-signal")
+        try:
+            run = run_id
+            if not run_id.startswith("b3:"):
+                named = [d["run"] for d, _r in await store.runs() if d["name"] == run_id]
+                if len(named) != 1:
+                    raise UserError(f"no single run named {run_id!r}")
+                run = named[0]
+            fresh = await store.send_signal(run, signal_name, data, sid)
+            return {"run": run, "name": signal_name, "id": sid, "duplicate": not fresh}
+        finally:
+            await nc.close()
+
+    doc = asyncio.run(go())
+    if as_json:
+        emit_json(doc)
+    else:
+        click.echo(f"signal {signal_name} ({sid}) -> {doc['run']}"
+                   + (" (duplicate: already stored)" if doc["duplicate"] else ""))
+
+
+@runtime.command("journal")
+@click.argument("run_id", metavar="RUN")
+@click.option("--data", "host_dir", type=click.Path(file_okay=False, path_type=Path),
+              required=True, help="The host's folder.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+def runtime_journal(run_id: str, host_dir: Path, as_json: bool) -> None:
+    """The journal of RUN as this host holds it, after checking its chain."""
+    from agents.runtime.journal import Journal, verify_chain
+    from fleet.address import format_address
+    from fleet.errors import FleetError
+
+    journal = Journal(host_dir)
+    try:
+        row = journal.run_row(run_id)
+        if row is None:
+            raise UserError(f"no run {run_id} in {host_dir}")
+        entries = journal.entries(run_id)
+        try:
+            head = verify_chain(run_id, row[1], entries)
+        except FleetError as exc:
+            raise CheckFailed(f"{exc.rule}: {exc}") from None
+    finally:
+        journal.close()
+    doc = {"run": run_id, "name": row[0], "workflow": row[1], "status": row[2],
+           "head": format_address(head),
+           "entries": [{"seq": e.seq, "kind": e.kind, "call": e.call, "body": e.data(),
+                        "hash": format_address(e.hash)} for e in entries]}
+    if as_json:
+        emit_json(doc)
+        return
+    for e in doc["entries"]:
+        click.echo(f"{e['seq']:>5} {e['kind']:<9} {e['call']:<5} {json.dumps(e['body'])}")
+
+
+@runtime.command("shred")
+@click.argument("address")
+@click.option("--data", "host_dir", type=click.Path(file_okay=False, path_type=Path),
+              required=True, help="The host's folder.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@nats_options
+def runtime_shred(address: str, host_dir: Path, as_json: bool, url: str,
+                  nkey: Path | None) -> None:
+    """Crypto-shred the journaled value at ADDRESS: delete its key here and in JetStream.
+    Every hash, seal, journal root and proof stays valid; a replay that needs the value
+    fails with ValueShredded."""
+    from agents.runtime.journal import Journal
+    from fleet.address import parse_address
+    from fleet.errors import FleetError
+
+    try:
+        parse_address(address)
+    except FleetError as exc:
+        raise UserError(f"ADDRESS: {exc}") from None
+    journal = Journal(host_dir)
+    try:
+        local = journal.shred(address)
+    finally:
+        journal.close()
+
+    async def go() -> None:
+        nc, store = await _store(url, nkey, "fleet-runtime-shred")
+        try:
+            await store.shred(address)
+        finally:
+            await nc.close()
+
+    asyncio.run(go())
+    doc = {"address": address, "shredded_here": local, "shredded_in_jetstream": True}
+    if as_json:
+        emit_json(doc)
+    else:
+        click.echo(f"shredded {address}")

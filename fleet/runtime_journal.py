@@ -1,0 +1,86 @@
+"""Canonical bytes of the runtime's journal (docs/spec/runtime.md).
+
+A journal is a hash chain of entries. Each entry hash commits to the previous hash, its
+position, its kind, its call id and its canonical JSON body; values (step results, signal
+data, inputs) are never in a body, only their salted blob addresses, so deleting a blob's
+key (crypto-shred) leaves every hash valid and a short value unguessable.
+
+    genesis   = BLAKE3("fleet.runtime.journal/1" || text(run) || text(workflow))
+    entry[n]  = BLAKE3("fleet.runtime.entry/1" || entry[n-1] || u64(n) || text(kind)
+                       || text(call) || text(body))            entry[-1] = genesis
+    blob      = BLAKE3("fleet.runtime.blob/1" || salt32 || value)
+    args      = BLAKE3("fleet.runtime.args/1" || canon([args, kwargs]))
+    interval  = BLAKE3("fleet.runtime.interval/1" || u64(first) || u64(end) || head)
+    projected = BLAKE3("fleet.runtime.projection/1" || text(name) || canon(view))
+
+``text(s)`` is u32 big-endian length || UTF-8; ``canon`` is JSON with sorted keys, no
+spaces, UTF-8 (``ensure_ascii`` off).
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+from typing import Any
+
+from fleet.address import digest
+
+__all__ = [
+    "KINDS",
+    "args_hash",
+    "blob_address",
+    "canon",
+    "entry_hash",
+    "genesis",
+    "interval_root",
+    "projection_hash",
+    "text",
+]
+
+# Commands (issued by workflow code, matched in order on replay) and resolutions (results,
+# matched by call id).
+KINDS = frozenset({"start", "dispatch", "resolve", "now", "random", "wait", "signal",
+                   "timeout", "timer", "fired", "patch", "end"})
+
+
+def text(value: str) -> bytes:
+    raw = value.encode()
+    return struct.pack(">I", len(raw)) + raw
+
+
+def canon(value: Any) -> bytes:
+    """Canonical JSON: sorted keys, no spaces, UTF-8."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False,
+                      allow_nan=False).encode()
+
+
+def genesis(run: str, workflow: str) -> bytes:
+    return digest(b"fleet.runtime.journal/1" + text(run) + text(workflow))
+
+
+def entry_hash(prev: bytes, seq: int, kind: str, call: str, body: str) -> bytes:
+    if len(prev) != 32:
+        raise ValueError("a previous hash holds 32 bytes")
+    return digest(b"fleet.runtime.entry/1" + prev + struct.pack(">Q", seq) + text(kind)
+                  + text(call) + text(body))
+
+
+def blob_address(salt: bytes, value: bytes) -> bytes:
+    if len(salt) != 32:
+        raise ValueError("a blob salt holds 32 bytes")
+    return digest(b"fleet.runtime.blob/1" + salt + value)
+
+
+def args_hash(args: Any, kwargs: Any) -> bytes:
+    return digest(b"fleet.runtime.args/1" + canon([args, kwargs]))
+
+
+def projection_hash(name: str, view: Any) -> bytes:
+    """The argument hash of a model call: its named projection's output."""
+    return digest(b"fleet.runtime.projection/1" + text(name) + canon(view))
+
+
+def interval_root(first: int, end: int, head: bytes) -> bytes:
+    """What an executed segment's journal root is: the entries ``first`` .. ``end - 1`` (an
+    empty interval has ``first == end``) and the chain head after them."""
+    return digest(b"fleet.runtime.interval/1" + struct.pack(">QQ", first, end) + head)

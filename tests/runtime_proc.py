@@ -1,0 +1,64 @@
+"""A runtime process for the runtime tests: ``python tests/runtime_proc.py DIR NAME INPUT``.
+
+Starts (or picks up) run NAME of ``runtime_flows.chain`` in host folder DIR and advances it
+until it ends or waits, printing the outcome as one JSON line. ``--kill before|after N``
+SIGKILLs this process itself just before (or just after) its N-th journal append, the
+real signal at an exact journal position. ``--host NAME`` records the intervals as that
+host's run record (outbox only).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import signal
+import sys
+from pathlib import Path
+from typing import Any
+
+import runtime_flows
+
+from agents.host import Host
+from agents.runtime import Runtime
+from agents.runtime.journal import Journal
+
+
+def kill_at(when: str, n: int) -> None:
+    original = Journal.append
+    count = [0]
+
+    def append(self: Journal, *args: Any, **kwargs: Any) -> Any:
+        count[0] += 1
+        if count[0] == n and when == "before":
+            os.kill(os.getpid(), signal.SIGKILL)
+        out = original(self, *args, **kwargs)
+        if count[0] == n and when == "after":
+            os.kill(os.getpid(), signal.SIGKILL)
+        return out
+
+    Journal.append = append  # type: ignore[method-assign]
+
+
+async def main() -> int:
+    p = argparse.ArgumentParser()
+    p.add_argument("dir")
+    p.add_argument("name")
+    p.add_argument("input")
+    p.add_argument("--kill", nargs=2)
+    p.add_argument("--host")
+    p.add_argument("--workflow", default="chain")
+    a = p.parse_args()
+    if a.kill:
+        kill_at(a.kill[0], int(a.kill[1]))
+    host = Host(a.host, Path(a.dir)) if a.host else None
+    rt = Runtime(Path(a.dir), host=host)
+    run = rt.start(getattr(runtime_flows, a.workflow), a.name, json.loads(a.input))
+    out = await rt.advance(run)
+    print(json.dumps(out.json()), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(asyncio.run(main()))

@@ -1,0 +1,63 @@
+"""A worker in this process against a real nats-server: it keeps its claim fresh while a
+long interval runs, so the run is not taken for a dead worker's."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+import runtime_flows as flows
+
+from agents.host import Host
+from agents.runtime import Runtime
+from agents.runtime import worker as worker_module
+from agents.runtime.fleet_store import FleetStore
+from agents.runtime.worker import Worker
+from plumbing.nats_connect import connect
+from plumbing.natsd import NatsServer
+
+
+async def _no_adopt(run: str):  # type: ignore[no-untyped-def]
+    raise AssertionError("the run is held here")
+
+
+async def _no_drain() -> None:
+    return None
+
+
+def test_a_worker_renews_its_claim_while_a_long_interval_runs(
+        nats_server: NatsServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """With a 0.3 s lease, a 1 s step: the claim's time is renewed several times during the
+    interval, and the run ends done."""
+    monkeypatch.setattr(worker_module, "CLAIM_LEASE_S", 0.3)
+
+    async def main() -> tuple[list[float], dict]:  # type: ignore[type-arg]
+        nc = await connect([nats_server.url])
+        store = await FleetStore(nc.jetstream()).open()
+        host = Host("A", tmp_path / "A")
+        rt = Runtime(tmp_path / "A", host=host)
+        worker = Worker(rt, store, _no_adopt, _no_drain)
+        run = rt.start(flows.slow_after_go, "slow", {"seconds": 1.0})
+        await worker.publish(await rt.advance(run))
+        await store.send_signal(run, "go", None, "g")
+        seen: list[float] = []
+
+        async def watch() -> None:
+            while True:
+                got = await store.get(run.removeprefix("b3:"))
+                if got and got[0]["status"] == "claimed":
+                    seen.append(got[0]["claimed_at"])
+                await asyncio.sleep(0.05)
+
+        watcher = asyncio.create_task(watch())
+        (report,) = await worker.pass_once()
+        watcher.cancel()
+        host.close()
+        rt.close()
+        await nc.close()
+        return sorted(set(seen)), report
+
+    renewals, report = asyncio.run(main())
+    assert report["status"] == "done" and report["result"] == "slow done"
+    assert len(renewals) >= 3, renewals
