@@ -84,15 +84,20 @@ def ledger() -> None:
               help="The ledger's data folder (store and signing key).")
 @click.option("--nkey", type=click.Path(dir_okay=False, path_type=Path),
               help="NATS nkey seed file of the ledger user.")
+@click.option("--operator-vkey", "operator_vkey", multiple=True,
+              help="An operator verifier key (base64 or file) control events are checked "
+                   "under; repeatable.")
 @ledger_options
 @http_options(None, None)
 def ledger_serve(url: str, data: Path, nkey: Path | None, name: str, origin: str | None,
                  replicas: int, checkpoint_every: int, checkpoint_ms: int,
                  dedup_window: float, http_address: str | None, ops_address: str | None,
                  ready_max_unsigned: float, http_busy_rate: float, log_format: str,
-                 anchors_file: Path | None = None) -> None:
+                 anchors_file: Path | None = None, operator_vkey: tuple[str, ...] = ()
+                 ) -> None:
     """The ledger and its API, against an existing NATS server or cluster."""
     from cli.anchor_cmds import load_anchors_option
+    from cli.operator_cmds import operator_vkeys
     from plumbing import logs
 
     logs.configure(log_format)
@@ -100,7 +105,8 @@ def ledger_serve(url: str, data: Path, nkey: Path | None, name: str, origin: str
     servers = split_servers(url)
     config = _ledger_config(data, servers, name=name, origin=origin, nkey=nkey,
                             replicas=replicas, checkpoint_every=checkpoint_every,
-                            checkpoint_ms=checkpoint_ms, dedup_window_s=dedup_window)
+                            checkpoint_ms=checkpoint_ms, dedup_window_s=dedup_window,
+                            operator_vkeys=operator_vkeys(operator_vkey))
     anchors = load_anchors_option(anchors_file)
 
     def ready(led: Any) -> None:

@@ -1,6 +1,8 @@
 """Names on the wire: NATS subjects, the stream, host names. Pure constants and checks.
 
     fleet.seg.<host>.<run>    a host's sealed segments of one run (stream FLEET)
+    fleet.ctl.host            operator control events: enroll, revoke, re-key (stream FLEET)
+    fleet.ctl.operator        operator key rotations (stream FLEET)
     fleet.rej.<host>          refusals the ledger publishes for that host
     fleet.checkpoint          every checkpoint the ledger signs (the signed note text)
     fleet.api.<endpoint>      the ledger's request/reply API (nats.micro, queue group)
@@ -19,12 +21,15 @@ __all__ = [
     "API_QUEUE",
     "API_SERVICE",
     "CHECKPOINTS",
+    "CONTROL",
     "HOST_NAME",
     "REJECTIONS",
     "SEGMENTS",
     "STREAM",
     "api_subject",
     "check_host_name",
+    "control_subject",
+    "is_control",
     "rejection_subject",
     "run_token",
     "segment_subject",
@@ -33,6 +38,7 @@ __all__ = [
 
 STREAM: Final = "FLEET"
 SEGMENTS: Final = "fleet.seg"
+CONTROL: Final = "fleet.ctl"
 REJECTIONS: Final = "fleet.rej"
 CHECKPOINTS: Final = "fleet.checkpoint"
 API: Final = "fleet.api"
@@ -65,3 +71,12 @@ def rejection_subject(host: str) -> str:
 
 def api_subject(endpoint: str) -> str:
     return f"{API}.{endpoint}"
+
+
+def control_subject(kind: str) -> str:
+    """``fleet.ctl.host`` for host events, ``fleet.ctl.operator`` for rotations."""
+    return f"{CONTROL}.{'operator' if kind == 'operator' else 'host'}"
+
+
+def is_control(subject: str) -> bool:
+    return subject.startswith(CONTROL + ".")

@@ -30,10 +30,11 @@ from nats.js import JetStreamContext
 from nats.js.errors import FetchTimeoutError
 
 from fleet.checkpoint import check_consistent_then_sign, make_checkpoint, parse_checkpoint
-from fleet.fold import Accepted, Admission, BatchRuns, HostEntry, Message, RunSlot
+from fleet.control import BatchControl, ControlAccepted
+from fleet.fold import Accepted, Admission, BatchRuns, HostEntry, Message, Refused, RunSlot
 from fleet.fold_fast import batch_addresses, fold_message, wire_seal_item
 from fleet.note import Signer, parse_note
-from fleet.subjects import CHECKPOINTS, STREAM, rejection_subject
+from fleet.subjects import CHECKPOINTS, STREAM, is_control, rejection_subject
 from fleet.wire import EnvelopeWire, envelope_wire, identity
 from ledger.api import LedgerApi
 from ledger.keys import load_or_create_signer
@@ -72,6 +73,9 @@ class LedgerConfig:
     # version it is tested against, else nats-py's fetch; "lean" or "fetch" forces one
     # ("auto" defers to the FLEET_PULLER environment variable).
     puller: str = "auto"
+    # The operator verifier keys (32 bytes each) control events are checked under
+    # (fleet.control); rotations in the stream hand over to later keys.
+    operator_vkeys: tuple[bytes, ...] = ()
 
 
 @dataclass
@@ -101,6 +105,7 @@ class Ledger:
         self._anchoring = anchoring
         self.pulling = PullerState.from_config(config.puller)  # fleet status shows it
         self.store = LedgerStore(config.data_dir)
+        self.store.trust_operators(config.operator_vkeys)
         origin = config.origin or f"fleet-ledger.local/{config.name}"
         self.signer: Signer = load_or_create_signer(config.data_dir, origin)
         self.origin = self.signer.name
@@ -259,13 +264,23 @@ class Ledger:
                 return None
             return self._get_run(run)
 
-        ctx = Admission(hosts, BatchRuns(committed), head_at)
+        # Control events change the host table in stream order: the batch decides against
+        # its own copy, and once one is accepted, the seals checked before (with the table
+        # the batch was prepared with) are checked again in line.
+        trusted, retired = self.store.operators()
+        control = BatchControl(trusted, hosts, retired)
+        ctx = Admission(control.hosts, BatchRuns(committed), head_at)
         for (seq, subject, data), wire, seal_ok, addresses in zip(
                 prepared.msgs, prepared.wires, seals, prepared.addresses, strict=True):
             if seq <= watermark:
                 continue
-            decision = fold_message(ctx, Message(subject, data, seq, wire, seal_ok, addresses),
-                                    fast)
+            decision: Accepted | Refused | ControlAccepted
+            if is_control(subject):
+                decision = control.fold(seq, data)
+            else:
+                decision = fold_message(
+                    ctx, Message(subject, data, seq, wire, None if control.changed else seal_ok,
+                                 addresses), fast)
             batch.append(Incoming(seq, subject, data, decision))
             if seq > top:
                 top = seq
@@ -521,7 +536,7 @@ class Ledger:
         assert self.nc is not None
         for item in batch:
             d = item.decision
-            if isinstance(d, Accepted) or d.host is None:
+            if not isinstance(d, Refused) or d.host is None:
                 continue
             body = {"stream_seq": item.stream_seq, "subject": item.subject, "rule": d.rule,
                     "detail": d.detail, "index": d.index}

@@ -16,7 +16,7 @@ from nats.js.api import (
 )
 from nats.js.errors import NotFoundError
 
-from fleet.subjects import SEGMENTS, STREAM
+from fleet.subjects import CONTROL, SEGMENTS, STREAM
 from fleet.wire import MAX_MESSAGE
 
 log = logging.getLogger(__name__)
@@ -25,7 +25,7 @@ log = logging.getLogger(__name__)
 def stream_config(replicas: int = 1, dedup_window_s: float = 120.0) -> StreamConfig:
     return StreamConfig(
         name=STREAM,
-        subjects=[f"{SEGMENTS}.>"],
+        subjects=[f"{SEGMENTS}.>", f"{CONTROL}.>"],
         retention=RetentionPolicy.LIMITS,
         storage=StorageType.FILE,
         num_replicas=replicas,
@@ -73,7 +73,10 @@ async def ensure_consumer(js: JetStreamContext, ledger: str, watermark: int) -> 
     if info is not None:
         floor = info.ack_floor.stream_seq if info.ack_floor else 0
         delivered = info.delivered.stream_seq if info.delivered else 0
-        if floor <= watermark and delivered <= watermark:
+        # A consumer from before control events filtered on segments only: it would miss
+        # them, so it is recreated (unfiltered: the stream holds segments and control).
+        filtered = info.config.filter_subject is not None
+        if floor <= watermark and delivered <= watermark and not filtered:
             return durable
         log.warning("consumer %s is at %d (delivered %d), store at %d: replaying from the"
                     " store's position", durable, floor, delivered, watermark)
@@ -85,6 +88,5 @@ async def ensure_consumer(js: JetStreamContext, ledger: str, watermark: int) -> 
         ack_policy=AckPolicy.ALL,
         ack_wait=30.0,
         max_ack_pending=20_000,
-        filter_subject=f"{SEGMENTS}.>",
     ))
     return durable

@@ -1,0 +1,58 @@
+"""Control events through a real broker: published by ``fleet host enroll|revoke --nats``,
+folded by running ledgers, and rebuilt by a new ledger from the stream alone."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from http_helpers import publish
+
+from fleet.seal import encode_key
+from plumbing.natsd import NatsServer
+
+from fault_helpers import LedgerProc, fleet, host_key, sealed_run, store_summary, wait_until
+
+
+def _size(data: Path) -> int:
+    return store_summary(data).size if (data / "ledger.db").exists() else -1
+
+
+def test_published_events_decide_and_a_new_ledger_rebuilds_them(
+        nats_server: NatsServer, tmp_path: Path) -> None:
+    """A host enrolled by a published event is folded, a revoked one refused, and a ledger
+    on an empty store given only the operator's verifier key reaches the same log."""
+    url = nats_server.url
+    ops = tmp_path / "op"
+    vkey = fleet("operator", "keygen", "--out", str(ops)).stdout.strip()
+    assert (ops / "operator.vkey").read_text().strip() == vkey
+    op = ("--nats", url, "--operator-key", str(ops / "operator.key"))
+    a = LedgerProc(url, tmp_path / "a", "--name", "a", "--operator-vkey", vkey)
+    b = LedgerProc(url, tmp_path / "b", "--name", "b", "--operator-vkey",
+                   str(ops / "operator.vkey"))
+    with a, b:
+        a.start()
+        pub = encode_key(bytes(host_key("h").verify_key))
+        out = json.loads(fleet("host", "enroll", "h", "--pubkey", pub, *op, "--json").stdout)
+        assert out["event"] == "enroll" and out["stream_seq"] == 1
+        first = sealed_run("h", "published-1", "eec")
+        publish(url, first.messages)
+        wait_until(lambda: _size(a.data) == 3, 30, "the enrolled host's segments")
+        fleet("host", "revoke", "h", *op)
+        publish(url, sealed_run("h", "published-2", "e").messages)
+        wait_until(lambda: ("RevokedHost" in {r for _, r in store_summary(a.data).rejections}),
+                   30, "the revoked host's segment refused")
+        b.start()
+        wait_until(lambda: _size(b.data) == 3 and store_summary(b.data).watermark == 6, 30,
+                   "the rebuilt ledger")
+        sa, sb = store_summary(a.data), store_summary(b.data)
+        assert (sa.size, sa.root, sa.segments, sa.rejections) == (
+            sb.size, sb.root, sb.segments, sb.rejections)
+
+
+def test_publishing_needs_the_operator_key_or_data(tmp_path: Path) -> None:
+    """``fleet host enroll`` without --data names what it needs, in one line, exit 2."""
+    r = fleet("host", "enroll", "h", "--pubkey", "x", "--nats", "nats://127.0.0.1:1",
+              check=False)
+    assert r.returncode == 2 and "--operator-key" in r.stderr
+    assert "Traceback" not in r.stderr
