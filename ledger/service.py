@@ -40,6 +40,7 @@ from ledger.api import LedgerApi
 from ledger.keys import load_or_create_signer
 from ledger.metrics import FoldMetrics, new_registry
 from ledger.pull import Delivery, PullerState, ack_all, nak, open_puller
+from ledger.replica import Replica
 from ledger.seal_worker import SealTicket, SealWorker
 from ledger.store import CheckpointReader, HostsChanged, Incoming, LedgerStore
 from ledger.stream import ensure_consumer, ensure_stream
@@ -76,6 +77,9 @@ class LedgerConfig:
     # The operator verifier keys (32 bytes each) control events are checked under
     # (fleet.control); rotations in the stream hand over to later keys.
     operator_vkeys: tuple[bytes, ...] = ()
+    # One of several replicas sharing origin and key (ledger.replica): the lease's time to
+    # live in seconds; None, a single ledger that always signs and anchors.
+    replica_ttl: float | None = None
 
 
 @dataclass
@@ -133,6 +137,14 @@ class Ledger:
         self._anchor_task: asyncio.Task[None] | None = None
         self._anchor_stop = asyncio.Event()
         self._anchor_source: CheckpointReader | None = None
+        # Signing on the timer, publishing and anchoring: always for a single ledger; for a
+        # replica, while it holds the lease and has folded up to ``_lead_floor`` (the
+        # stream's end when it took the lease).
+        self.leading = config.replica_ttl is None
+        self._lead_floor: int | None = None if config.replica_ttl is not None else 0
+        self.replica: Replica | None = None
+        self._replica_task: asyncio.Task[None] | None = None
+        self._replica_stop = asyncio.Event()
 
     # -- state helpers --------------------------------------------------------------------
 
@@ -348,8 +360,32 @@ class Ledger:
         await ensure_stream(self.js, cfg.replicas, cfg.dedup_window_s)
         self.api = LedgerApi(self)
         await self.api.start(self.nc)
-        if self._anchoring is not None:
+        if cfg.replica_ttl is not None:
+            self.replica = Replica(self, cfg.replica_ttl)
+            await self.replica.start(self.js)
+            self._replica_task = asyncio.create_task(self.replica.run(self._replica_stop))
+        elif self._anchoring is not None:
             self._start_anchors(self._anchoring)
+
+    async def take_lead(self) -> None:
+        """This replica took the lease: it signs once folded to the stream's end as it is
+        now, so it never publishes a checkpoint below one its predecessor published."""
+        self._lead_floor = None
+        self._lead_floor = await self.refresh_stream_end()
+
+    async def drop_lead(self) -> None:
+        self._lead_floor = None
+        await self._stop_anchors()
+
+    def signs(self) -> bool:
+        """Whether this ledger signs on the timer, publishes and anchors now."""
+        if not self.leading or self._lead_floor is None:
+            return False
+        if self.store.watermark() < self._lead_floor:
+            return False
+        if self._anchoring is not None and self._anchor_task is None:
+            self._start_anchors(self._anchoring)
+        return True
 
     def _start_anchors(self, anchoring: AnchorTaskFactory) -> None:
         """Anchor checkpoints in a task of its own, reading them through its own store
@@ -358,7 +394,18 @@ class Ledger:
         publish = None if nc is None else nc.publish
         self._anchor_source = CheckpointReader(self.store.path)
         task = anchoring(self._anchor_source, publish)
+        self._anchor_stop = asyncio.Event()
         self._anchor_task = asyncio.create_task(task.run(self._anchor_stop))
+
+    async def _stop_anchors(self) -> None:
+        if self._anchor_task is not None:
+            self._anchor_stop.set()
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self._anchor_task, 10)
+            self._anchor_task = None
+        if self._anchor_source is not None:
+            self._anchor_source.close()
+            self._anchor_source = None
 
     async def run(self, stop: asyncio.Event) -> None:
         """Fold until ``stop`` is set.
@@ -508,7 +555,7 @@ class Ledger:
     async def _checkpoint_if_due(self) -> None:
         """Sign and publish a checkpoint when N leaves or T ms have passed since the last
         (only between commits: the store then holds exactly what was committed)."""
-        if self._committing is None and self.checkpoint_due():
+        if self._committing is None and self.signs() and self.checkpoint_due():
             note = self.sign_checkpoint()
             if note is not None and self.nc is not None:
                 await self.nc.publish(CHECKPOINTS, note.encode())
@@ -553,12 +600,11 @@ class Ledger:
         return self.stream_last_seq
 
     async def close(self) -> None:
-        if self._anchor_task is not None:
-            self._anchor_stop.set()
+        if self._replica_task is not None:
+            self._replica_stop.set()
             with contextlib.suppress(Exception):
-                await asyncio.wait_for(self._anchor_task, 10)
-        if self._anchor_source is not None:
-            self._anchor_source.close()
+                await asyncio.wait_for(self._replica_task, 5)
+        await self._stop_anchors()
         if self.api is not None:
             with contextlib.suppress(Exception):
                 await self.api.stop()
