@@ -63,15 +63,20 @@ class ReplicaProcs:
         if name != self.names[0] and not (data / "ledger.key").exists():
             data.mkdir(parents=True, exist_ok=True)
             shutil.copy(first / "ledger.key", data / "ledger.key")
-        log = (self.base / f"{name}.log").open("ab")
+        log_path = self.base / f"{name}.log"
+        mark = log_path.stat().st_size if log_path.exists() else 0
+        log = log_path.open("ab")
         self.procs[name] = subprocess.Popen(
             [*FLEET, "ledger", "serve", "--nats", self.url, "--data", str(data), "--name",
              name, "--replica", str(self.ttl), "--checkpoint-ms", "200", *self.extra],
             stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
             start_new_session=True)
         log.close()
-        deadline = time.monotonic() + 30
-        while not (data / "ledger.key").exists() and time.monotonic() < deadline:
+        deadline = time.monotonic() + 60
+        while b"serving" not in log_path.read_bytes()[mark:]:
+            if self.procs[name].poll() is not None or time.monotonic() > deadline:
+                raise TimeoutError(f"replica {name} did not start: "
+                                   + log_path.read_text(errors="replace")[-500:])
             time.sleep(0.05)
 
     def start_all(self) -> None:

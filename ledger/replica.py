@@ -15,7 +15,9 @@ holder renews it every ``ttl/4`` by a compare-and-set on its revision (``update`
 try ``create`` as often; when the holder dies its entry ages out and the next ``create``
 wins. A holder acts only while its last renewal is younger than ``ttl/2`` (a paused process
 resumes not leading), and stops at the first failed renewal. Failover takes at most
-``ttl + ttl/4`` plus the new holder's catch-up.
+``ttl + ttl/4`` (the entry ages out ``ttl`` after the last renewal, at most ``ttl/4``
+before the death; the next ``create`` comes within ``ttl/4``) plus the server's expiry
+scheduling (we allow 0.5 s), then the new holder's catch-up before it signs.
 """
 
 from __future__ import annotations
@@ -70,6 +72,7 @@ class Replica:
         self.renewed_at = 0.0
         self.acquired = 0  # how many times this replica took the lease
         self.lease: KeyValue | None = None
+        self.js: JetStreamContext | None = None
         self.beats: KeyValue | None = None
 
     @property
@@ -78,10 +81,20 @@ class Replica:
         return self.revision is not None and time.monotonic() - self.renewed_at < self.ttl / 2
 
     async def start(self, js: JetStreamContext) -> None:
+        """Open (or create) the buckets; replicas starting together may time out on a busy
+        cluster, so a failure here is retried by each :meth:`tick` instead."""
+        self.js = js
+        with contextlib.suppress(Exception):
+            await self._open()
+
+    async def _open(self) -> None:
         replicas = self.ledger.config.replicas
-        self.lease = await open_bucket(js, lease_bucket(self.prefix), self.ttl, replicas)
-        self.beats = await open_bucket(js, replicas_bucket(self.prefix), max(10.0, self.ttl * 5),
-                                       replicas)
+        if self.lease is None:
+            self.lease = await open_bucket(self.js, lease_bucket(self.prefix), self.ttl,
+                                           replicas)
+        if self.beats is None:
+            self.beats = await open_bucket(self.js, replicas_bucket(self.prefix),
+                                           max(10.0, self.ttl * 5), replicas)
 
     async def run(self, stop: asyncio.Event) -> None:
         while not stop.is_set():
@@ -93,6 +106,8 @@ class Replica:
 
     async def tick(self) -> None:
         """Renew or try to take the lease, then publish this replica's heartbeat."""
+        if self.lease is None or self.beats is None:
+            await self._open()
         assert self.lease is not None and self.beats is not None
         value = json.dumps({"holder": self.name, "at": time.time()}).encode()
         try:

@@ -357,7 +357,14 @@ class Ledger:
                 log.warning("no seal worker (%s); verifying seals in line", exc)
         self.nc = await connect(cfg.servers, cfg.nkey, name=f"fleet-ledger-{cfg.name}")
         self.js = self.nc.jetstream(timeout=10.0)
-        await ensure_stream(self.js, cfg.replicas, cfg.dedup_window_s)
+        for attempt in range(5):  # replicas starting together can time out on a cluster
+            try:
+                await ensure_stream(self.js, cfg.replicas, cfg.dedup_window_s)
+                break
+            except nats.errors.TimeoutError:
+                if attempt == 4:
+                    raise
+                await asyncio.sleep(0.5 * (attempt + 1))
         self.api = LedgerApi(self)
         await self.api.start(self.nc)
         if cfg.replica_ttl is not None:

@@ -29,6 +29,7 @@ from fault_helpers import fleet, sealed_run, store_summary, wait_until
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(400)]
 
 TTL = 2.0
+BOUND = TTL * 1.25 + 0.5  # the documented bound (docs/operations.md, running replicas)
 
 
 class RecordingWitness(Witness):
@@ -48,8 +49,8 @@ class RecordingWitness(Witness):
 
 def test_the_lease_moves_on_sigkill_without_a_fork(nats_cluster: NatsCluster,
                                                    tmp_path: Path) -> None:
-    """Each SIGKILL of the holder moves the lease within ttl + ttl/4 (+1 s of polling
-    slack); the witness never sees two roots for one size nor a 422, and cosigns past
+    """Each SIGKILL of the holder moves the lease within ttl + ttl/4 + 0.5 s (+1 s of
+    polling slack); the witness never sees two roots for one size nor a 422, and cosigns past
     every kill; prove answers after each; all replicas end with one log."""
     kills = int(os.environ.get("FLEET_FAILOVER_KILLS", "2"))
     url, pub_url = nats_cluster.url, nats_cluster.urls[0]
@@ -86,8 +87,8 @@ def test_the_lease_moves_on_sigkill_without_a_fork(nats_cluster: NatsCluster,
             for _ in range(kills):
                 wait_until(lambda: any(s == 200 for *_, s in witness.seen), 60, "a cosign")
                 before = max(size for _, size, _, s in witness.seen if s == 200)
-                took += kill_holders(nats_cluster.urls, replicas, 1, TTL * 1.25)
-                assert took[-1] <= TTL * 1.25 + 1.0, took
+                took += kill_holders(nats_cluster.urls, replicas, 1, BOUND)
+                assert took[-1] <= BOUND + 1.0, took  # + polling slack on a loaded machine
                 proved = fleet("prove", runs[-5], "--nats", url, timeout=60, check=False)
                 assert proved.returncode == 0, proved.stderr
                 wait_until(lambda b=before: max(size for _, size, _, s in witness.seen
