@@ -11,7 +11,7 @@ from typing import Any
 
 import click
 
-from cli._app import CheckFailed, UserError, cli
+from cli._app import FLEET, CheckFailed, UserError, cli
 from cli._common import api, emit_json, nats_options, split_servers
 from cli._http import HttpSettings, http_options, http_settings
 
@@ -111,7 +111,7 @@ def ledger_serve(url: str, data: Path, nkey: Path | None, name: str, origin: str
                             replicas=replicas, checkpoint_every=checkpoint_every,
                             checkpoint_ms=checkpoint_ms, dedup_window_s=dedup_window,
                             operator_vkeys=operator_vkeys(operator_vkey),
-                            replica_ttl=replica_ttl)
+                            replica_ttl=replica_ttl, fleet=FLEET["name"])
     anchors = load_anchors_option(anchors_file)
 
     def ready(led: Any) -> None:

@@ -15,7 +15,7 @@ from typing import Any
 
 import click
 
-from cli._app import UserError, cli
+from cli._app import FLEET, UserError, cli
 from cli._common import emit_json, split_servers
 
 KEY_FILE = "operator.key"
@@ -106,7 +106,7 @@ def publish_event(url: str, nkey: Path | None, key_file: Path, kind: int, host: 
     """Sign and publish one control event; returns its stream position and id."""
     from fleet.control import KINDS, encode_event, event_id, sign_event
     from fleet.control_errors import MalformedControl
-    from fleet.subjects import control_subject
+    from fleet.subjects import fleet_names
 
     signer = load_operator_key(key_file)
     try:
@@ -114,7 +114,7 @@ def publish_event(url: str, nkey: Path | None, key_file: Path, kind: int, host: 
     except MalformedControl as exc:
         raise UserError(str(exc)) from None
     data = encode_event(ev)
-    subject = control_subject(KINDS[kind])
+    subject = fleet_names(FLEET["name"]).control_subject(KINDS[kind])
     try:
         stream_seq = asyncio.run(_publish(split_servers(url), nkey, subject, data))
     except Exception as exc:

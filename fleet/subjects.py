@@ -9,11 +9,18 @@
 
 ``<run>`` is the run identity without its ``b3:`` prefix (43 base64url characters), so a
 subject token never holds a dot or a wildcard.
+
+Those are the names of the default fleet, ``fleet``. Several fleets share one NATS cluster
+under their own names (:func:`fleet_names`): fleet ``blue`` has stream ``BLUE``, subjects
+``blue.seg.<host>.<run>``, ``blue.ctl.*``, ``blue.rej.<host>``, ``blue.checkpoint``,
+``blue.api.<endpoint>``, the API service and queue group ``blue-ledger`` and KV buckets
+``blue-ledger-*``; the module's constants are the default fleet's.
 """
 
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from typing import Final
 
 __all__ = [
@@ -22,13 +29,17 @@ __all__ = [
     "API_SERVICE",
     "CHECKPOINTS",
     "CONTROL",
+    "DEFAULT_FLEET",
+    "FLEET_NAME",
     "HOST_NAME",
     "REJECTIONS",
     "SEGMENTS",
     "STREAM",
+    "FleetNames",
     "api_subject",
     "check_host_name",
     "control_subject",
+    "fleet_names",
     "is_control",
     "rejection_subject",
     "run_token",
@@ -80,3 +91,64 @@ def control_subject(kind: str) -> str:
 
 def is_control(subject: str) -> bool:
     return subject.startswith(CONTROL + ".")
+
+
+FLEET_NAME: Final = re.compile(r"[a-z][a-z0-9_-]{0,31}\Z")
+
+
+@dataclass(frozen=True, slots=True)
+class FleetNames:
+    """Every name one fleet uses on a shared NATS cluster (see the module docstring)."""
+
+    fleet: str
+
+    @property
+    def stream(self) -> str:
+        return self.fleet.upper()
+
+    @property
+    def segments(self) -> str:
+        return f"{self.fleet}.seg"
+
+    @property
+    def control(self) -> str:
+        return f"{self.fleet}.ctl"
+
+    @property
+    def checkpoints(self) -> str:
+        return f"{self.fleet}.checkpoint"
+
+    @property
+    def api_service(self) -> str:
+        return f"{self.fleet}-ledger"
+
+    @property
+    def api_queue(self) -> str:
+        return f"{self.fleet}-ledger"
+
+    def segment_subject(self, host: str, run_address: str) -> str:
+        return f"{self.segments}.{host}.{run_token(run_address)}"
+
+    def rejection_subject(self, host: str) -> str:
+        return f"{self.fleet}.rej.{host}"
+
+    def api_subject(self, endpoint: str) -> str:
+        return f"{self.fleet}.api.{endpoint}"
+
+    def control_subject(self, kind: str) -> str:
+        return f"{self.control}.{'operator' if kind == 'operator' else 'host'}"
+
+    def is_control(self, subject: str) -> bool:
+        return subject.startswith(self.control + ".")
+
+
+def fleet_names(name: str = "fleet") -> FleetNames:
+    """The names of fleet ``name`` (1 to 32 of lowercase letters, digits, '-', '_',
+    starting with a letter); ``fleet``: today's names exactly."""
+    if not FLEET_NAME.match(name):
+        raise ValueError(f"a fleet name is 1 to 32 lowercase letters, digits, '-' or '_', "
+                         f"starting with a letter; got {name!r}")
+    return FleetNames(name)
+
+
+DEFAULT_FLEET: Final = fleet_names()

@@ -29,7 +29,6 @@ from nats.micro.request import Request
 from nats.micro.service import Service
 
 from fleet.errors import FleetError
-from fleet.subjects import API_QUEUE, API_SERVICE, api_subject
 from ledger import views
 from ledger.audit_rows import audit_store
 from ledger.replica import read_replicas
@@ -62,8 +61,9 @@ class LedgerApi:
         self.service: Service | None = None
 
     async def start(self, nc: Client) -> None:
+        names = self.ledger.names
         self.service = await add_service(
-            nc, name=API_SERVICE, version="0.1.0", queue_group=API_QUEUE,
+            nc, name=names.api_service, version="0.1.0", queue_group=names.api_queue,
             description="fleet ledger: checkpoints, proofs, run status",
             metadata={"origin": self.ledger.origin, "ledger": self.ledger.config.name},
         )
@@ -73,7 +73,7 @@ class LedgerApi:
             "export": self.export, "rejections": self.rejections, "audit": self.audit,
         }
         for name, handler in endpoints.items():
-            await self.service.add_endpoint(name=name, subject=api_subject(name),
+            await self.service.add_endpoint(name=name, subject=names.api_subject(name),
                                             handler=self._wrap(handler,
                                                                name not in ("status", "audit")))
 

@@ -34,7 +34,7 @@ from fleet.control import BatchControl, ControlAccepted
 from fleet.fold import Accepted, Admission, BatchRuns, HostEntry, Message, Refused, RunSlot
 from fleet.fold_fast import batch_addresses, fold_message, wire_seal_item
 from fleet.note import Signer, parse_note
-from fleet.subjects import CHECKPOINTS, STREAM, is_control, rejection_subject
+from fleet.subjects import fleet_names
 from fleet.wire import EnvelopeWire, envelope_wire, identity
 from ledger.api import LedgerApi
 from ledger.keys import load_or_create_signer
@@ -80,6 +80,9 @@ class LedgerConfig:
     # One of several replicas sharing origin and key (ledger.replica): the lease's time to
     # live in seconds; None, a single ledger that always signs and anchors.
     replica_ttl: float | None = None
+    # The fleet this ledger belongs to: the prefix of its stream, subjects, API and buckets
+    # (fleet.subjects.fleet_names; "fleet" is today's names).
+    fleet: str = "fleet"
 
 
 @dataclass
@@ -108,6 +111,7 @@ class Ledger:
         self.receipts = receipts
         self._anchoring = anchoring
         self.pulling = PullerState.from_config(config.puller)  # fleet status shows it
+        self.names = fleet_names(config.fleet)
         self.store = LedgerStore(config.data_dir)
         self.store.trust_operators(config.operator_vkeys)
         origin = config.origin or f"fleet-ledger.local/{config.name}"
@@ -281,7 +285,8 @@ class Ledger:
         # the batch was prepared with) are checked again in line.
         trusted, retired = self.store.operators()
         control = BatchControl(trusted, hosts, retired)
-        ctx = Admission(control.hosts, BatchRuns(committed), head_at)
+        ctx = Admission(control.hosts, BatchRuns(committed), head_at, self.names.segments)
+        is_control = self.names.is_control
         for (seq, subject, data), wire, seal_ok, addresses in zip(
                 prepared.msgs, prepared.wires, seals, prepared.addresses, strict=True):
             if seq <= watermark:
@@ -359,7 +364,7 @@ class Ledger:
         self.js = self.nc.jetstream(timeout=10.0)
         for attempt in range(5):  # replicas starting together can time out on a cluster
             try:
-                await ensure_stream(self.js, cfg.replicas, cfg.dedup_window_s)
+                await ensure_stream(self.js, cfg.replicas, cfg.dedup_window_s, self.names)
                 break
             except nats.errors.TimeoutError:
                 if attempt == 4:
@@ -368,7 +373,7 @@ class Ledger:
         self.api = LedgerApi(self)
         await self.api.start(self.nc)
         if cfg.replica_ttl is not None:
-            self.replica = Replica(self, cfg.replica_ttl)
+            self.replica = Replica(self, cfg.replica_ttl, cfg.fleet)
             await self.replica.start(self.js)
             self._replica_task = asyncio.create_task(self.replica.run(self._replica_stop))
         elif self._anchoring is not None:
@@ -439,8 +444,9 @@ class Ledger:
             try:
                 if sub is None:
                     durable = await ensure_consumer(self.js, self.config.name,
-                                                    self.store.watermark())
-                    sub = await open_puller(self.nc, self.js, STREAM, durable, self.pulling)
+                                                    self.store.watermark(), self.names)
+                    sub = await open_puller(self.nc, self.js, self.names.stream, durable,
+                                            self.pulling)
                 await self._one_batch(sub)
                 backoff = 0.2
             except asyncio.CancelledError:
@@ -565,7 +571,7 @@ class Ledger:
         if self._committing is None and self.signs() and self.checkpoint_due():
             note = self.sign_checkpoint()
             if note is not None and self.nc is not None:
-                await self.nc.publish(CHECKPOINTS, note.encode())
+                await self.nc.publish(self.names.checkpoints, note.encode())
 
     async def _abandon(self) -> None:
         """Drop the batches in flight after a failure (they were nak'd): wait out a commit
@@ -595,14 +601,15 @@ class Ledger:
             body = {"stream_seq": item.stream_seq, "subject": item.subject, "rule": d.rule,
                     "detail": d.detail, "index": d.index}
             with contextlib.suppress(Exception):
-                await self.nc.publish(rejection_subject(d.host), msgspec.json.encode(body))
+                await self.nc.publish(self.names.rejection_subject(d.host),
+                                      msgspec.json.encode(body))
 
     async def refresh_stream_end(self) -> int:
         """The stream's last sequence, asked of the server (the last known if it does not
         answer); the lag is that minus the watermark, read under the store lock."""
         if self.js is not None:
             with contextlib.suppress(Exception):
-                info = await self.js.stream_info(STREAM)
+                info = await self.js.stream_info(self.names.stream)
                 self.stream_last_seq = info.state.last_seq
         return self.stream_last_seq
 
