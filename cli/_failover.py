@@ -16,24 +16,30 @@ from pathlib import Path
 FLEET = [sys.executable, "-m", "cli"]
 
 
-async def _holder(servers: list[str], prefix: str) -> str | None:
+async def _replicas(servers: list[str], prefix: str) -> tuple[str | None, list[dict]]:
     import nats
 
     from ledger.replica import read_replicas
 
     nc = await nats.connect(servers, connect_timeout=2, max_reconnect_attempts=2)
     try:
-        return (await read_replicas(nc.jetstream(timeout=2.0), prefix))[0]
+        return await read_replicas(nc.jetstream(timeout=2.0), prefix)
     finally:
         await nc.close()
 
 
+def replicas_now(servers: list[str], prefix: str = "fleet") -> tuple[str | None, list[dict]]:
+    """(the lease holder, the replicas' heartbeats); (None, []) if the cluster did not
+    answer."""
+    try:
+        return asyncio.run(_replicas(servers, prefix))
+    except Exception:
+        return None, []
+
+
 def lease_holder(servers: list[str], prefix: str = "fleet") -> str | None:
     """The replica holding the lease now (None: nobody, or the cluster did not answer)."""
-    try:
-        return asyncio.run(_holder(servers, prefix))
-    except Exception:
-        return None
+    return replicas_now(servers, prefix)[0]
 
 
 def wait_takeover(servers: list[str], old: str | None, timeout: float,
