@@ -56,3 +56,25 @@ def test_publishing_needs_the_operator_key_or_data(tmp_path: Path) -> None:
               check=False)
     assert r.returncode == 2 and "--operator-key" in r.stderr
     assert "Traceback" not in r.stderr
+
+
+def test_a_rotation_hands_control_to_the_next_operator_key(nats_server: NatsServer,
+                                                           tmp_path: Path) -> None:
+    """After ``fleet operator rotate``, the old key's events are UnknownOperator and the
+    new key's are folded; a ledger configured with the first key only follows."""
+    url = nats_server.url
+    vkey = fleet("operator", "keygen", "--out", str(tmp_path / "op")).stdout.strip()
+    fleet("operator", "keygen", "--out", str(tmp_path / "op2"))
+    old = ("--nats", url, "--operator-key", str(tmp_path / "op" / "operator.key"))
+    new = ("--nats", url, "--operator-key", str(tmp_path / "op2" / "operator.key"))
+    with LedgerProc(url, tmp_path / "a", "--operator-vkey", vkey) as a:
+        a.start()
+        fleet("operator", "rotate", "--new-vkey", str(tmp_path / "op2" / "operator.vkey"),
+              *old)
+        for name, op in (("h-old", old), ("h-new", new)):
+            fleet("host", "enroll", name, "--pubkey",
+                  encode_key(bytes(host_key(name).verify_key)), *op)
+        wait_until(lambda: store_summary(a.data).watermark == 3, 30, "three events folded")
+        assert store_summary(a.data).rejections == [(2, "UnknownOperator")]
+        status = json.loads(fleet("status", "--json", "--nats", url).stdout)
+        assert [h["name"] for h in status["hosts"]] == ["h-new"]
