@@ -122,6 +122,8 @@ class Replica:
                 log.warning("replica %s took the lease (revision %d)", self.name,
                             self.revision)
             self.renewed_at = time.monotonic()
+            if self.ledger.lead_floor is None:  # the stream's end was not read at takeover
+                await self.ledger.take_lead()
         except Exception as exc:
             if self.revision is not None:
                 await self._lose(f"{type(exc).__name__}: {exc}")

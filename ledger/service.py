@@ -383,7 +383,18 @@ class Ledger:
         """This replica took the lease: it signs once folded to the stream's end as it is
         now, so it never publishes a checkpoint below one its predecessor published."""
         self._lead_floor = None
-        self._lead_floor = await self.refresh_stream_end()
+        assert self.js is not None
+        try:  # not the last known end: a lagging replica's would be its own position
+            info = await self.js.stream_info(self.names.stream)
+        except Exception as exc:  # the replica's next tick asks again
+            log.warning("cannot read the stream's end at takeover: %s", exc)
+            return
+        self.stream_last_seq = max(self.stream_last_seq, info.state.last_seq)
+        self._lead_floor = info.state.last_seq
+
+    @property
+    def lead_floor(self) -> int | None:
+        return self._lead_floor
 
     async def drop_lead(self) -> None:
         self._lead_floor = None
@@ -393,6 +404,8 @@ class Ledger:
         """Whether this ledger signs on the timer, publishes and anchors now."""
         if not self.leading or self._lead_floor is None:
             return False
+        if self.replica is not None and not self.replica.holds:
+            return False  # a renewal too old (a paused process): not until the next tick
         if self.store.watermark() < self._lead_floor:
             return False
         if self._anchoring is not None and self._anchor_task is None:
