@@ -280,6 +280,20 @@ class LedgerStore:
                 trusted[raw] = last
         return trusted, retired
 
+    def host_keys_at(self, run: str) -> dict[str, str]:
+        """Each host's key as it was when ``run``'s last segment was folded: the current key,
+        unless a re-key in the stream came after (then the key before it). A run sealed on
+        both sides of its host's re-key cannot be exported whole (one key per host)."""
+        keys = {h["name"]: h["public_key"] for h in self.host_rows()}
+        row = self.conn.execute("SELECT last_seq FROM runs WHERE run = ?", (run,)).fetchone()
+        if row is None:
+            return keys
+        for host, key in self.conn.execute(
+                "SELECT host, key FROM control_events WHERE kind IN ('enroll', 'rekey')"
+                " AND stream_seq < ? ORDER BY stream_seq", (row[0],)):
+            keys[host] = key
+        return keys
+
     def control_rows(self, host: str | None = None) -> list[dict[str, Any]]:
         """The folded control events (a host's key history), in stream order."""
         rows = self.conn.execute(

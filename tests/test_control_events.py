@@ -94,3 +94,28 @@ def test_batch_control_changes_only_its_copy() -> None:
     assert isinstance(d, ControlAccepted) and batch.changed
     assert operators == {bytes(op.verify_key): 0} and hosts == {}
     assert batch.hosts["h"].enrolled_after == 3
+
+
+def test_records_of_a_rekeyed_host_export_under_the_key_they_were_sealed_with(
+        tmp_path: Path) -> None:
+    """A run sealed before its host's re-key exports with the old key, one after it with
+    the new key, and both record files verify with every seal checked."""
+    from fleet.verify import verify_record
+    from fleet.wire import decode_record
+    from ledger import views
+    from ledger.store import LedgerStore
+
+    stream, info = lifecycle_stream()
+    fold_stream(stream, tmp_path / "s", seed=5, largest=5, operator=info["operator"])
+    store = LedgerStore(tmp_path / "s")
+    try:
+        runs = [r["run"] for r in store.list_runs() if r["host"] == "a"]
+        keys = set()
+        for run in runs:
+            record = decode_record(views.export_record(store, run))
+            keys.add(record.host_key)
+            report = verify_record(record)
+            assert report.sealed and report.segments == len(record.segments)
+    finally:
+        store.close()
+    assert len(runs) == 2 and len(keys) == 2
