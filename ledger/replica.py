@@ -128,6 +128,7 @@ class Replica:
             if self.revision is not None:
                 await self._lose(f"{type(exc).__name__}: {exc}")
         self.ledger.leading = self.holds
+        await self.ledger.refresh_stream_end()  # the lag is behind the stream, not our acks
         await self.beats.put(self.name, json.dumps(self.heartbeat()).encode())
 
     def heartbeat(self) -> dict[str, Any]:

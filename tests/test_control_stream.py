@@ -78,3 +78,27 @@ def test_a_rotation_hands_control_to_the_next_operator_key(nats_server: NatsServ
         assert store_summary(a.data).rejections == [(2, "UnknownOperator")]
         status = json.loads(fleet("status", "--json", "--nats", url).stdout)
         assert [h["name"] for h in status["hosts"]] == ["h-new"]
+
+
+def test_a_published_rekey_moves_the_host_to_its_new_key(nats_server: NatsServer,
+                                                         tmp_path: Path) -> None:
+    """``fleet host rekey --nats``: the host's later segments are folded under the new key,
+    one sealed with the old key after the re-key is BadSeal, earlier ones stay."""
+    from control_helpers import rekeyed, run_with_key
+
+    url = nats_server.url
+    vkey = fleet("operator", "keygen", "--out", str(tmp_path / "op")).stdout.strip()
+    op = ("--nats", url, "--operator-key", str(tmp_path / "op" / "operator.key"))
+    with LedgerProc(url, tmp_path / "a", "--operator-vkey", vkey) as a:
+        a.start()
+        fleet("host", "enroll", "h", "--pubkey", encode_key(bytes(host_key("h").verify_key)),
+              *op)
+        old = run_with_key("h", host_key("h"), "before-rekey", "eee")
+        publish(url, old.messages[:2])
+        fleet("host", "rekey", "h", "--pubkey",
+              encode_key(bytes(rekeyed("h", 1).verify_key)), *op)
+        publish(url, old.messages[2:] + run_with_key("h", rekeyed("h", 1), "after", "ee")
+                .messages)
+        wait_until(lambda: store_summary(a.data).watermark == 7, 30, "all folded")
+        s = store_summary(a.data)
+        assert s.size == 4 and s.rejections == [(5, "BadSeal")]

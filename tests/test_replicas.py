@@ -71,6 +71,9 @@ def test_three_replicas_at_different_speeds_reach_one_log(nats_cluster: NatsClus
         status = _status(url)
         assert status["lease_holder"] in names
         assert {r["name"] for r in status["replicas"]} == set(names)
+        text = fleet("status", "--nats", url).stdout
+        assert f"lease       held by {status['lease_holder']}" in text
+        assert text.count("replica     r") == 3
         assert check_all_consistent([p.data for p in procs], procs[0].data) >= 2
         # A new replica on an empty store with only the operator's verifier key.
         late = replica(url, tmp_path, "r4", vkey, "r1").start()
