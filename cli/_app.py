@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sqlite3
 import sys
 from collections.abc import Callable
@@ -33,6 +34,8 @@ def _set_fleet(_ctx: click.Context, _param: click.Parameter, value: str) -> str:
     except ValueError as exc:
         raise click.BadParameter(str(exc)) from None
     FLEET["name"] = value
+    if value != "fleet":  # commands run as child processes (host simulate) inherit it
+        os.environ["FLEET_NAME"] = value
     return value
 
 

@@ -12,7 +12,7 @@ from typing import Any
 
 import click
 
-from cli._app import CheckFailed, UserError, cli
+from cli._app import FLEET, CheckFailed, UserError, cli
 from cli._common import emit_json, progress, progress_done, split_servers
 
 
@@ -253,7 +253,7 @@ def _one_host(name: str, host_dir: Path, runs: int, servers: list[str], nkey: Pa
         migration = Migration(fraction, folder, peers, source, keys)
     try:
         return asyncio.run(simulate_host(name, host_dir, runs, servers, nkey, on_progress=show,
-                                         migration=migration))
+                                         migration=migration, fleet=FLEET["name"]))
     except (NatsUnreachable, HostKeyError) as exc:
         raise UserError(str(exc)) from None
     except OSError as exc:

@@ -9,6 +9,7 @@ from pathlib import Path
 from http_helpers import publish
 from replica_helpers import enroll, operator
 
+from fleet.seal import encode_key
 from fleet.subjects import DEFAULT_FLEET, fleet_names
 from plumbing.natsd import NatsServer
 
@@ -60,3 +61,17 @@ def test_two_fleets_on_one_server_do_not_see_each_other(nats_server: NatsServer,
         assert (b["origin"], b["tree_size"]) == ("fleet-ledger.local/blue", 2)
         none = fleet("--fleet", "green", "status", "--nats", url, check=False)
         assert none.returncode == 2 and "no ledger" in none.stderr
+        # A simulated host of fleet blue publishes on blue's subjects, into blue's stream.
+        from agents.host import load_or_create_key
+
+        sim = tmp_path / "sim"
+        sim.mkdir()
+        pub = encode_key(bytes(load_or_create_key(sim).verify_key))
+        fleet("--fleet", "blue", "host", "enroll", "sim", "--pubkey", pub, "--nats", url, *op)
+        done = json.loads(fleet("--fleet", "blue", "host", "simulate", "--runs", "2",
+                                "--nats", url, "--data", str(sim), "--name", "sim",
+                                "--json").stdout)
+        assert done["remaining"] == 0 and done["segments_written"] > 0
+        wait_until(lambda: store_summary(blue.data).size == 2 + done["segments_written"], 30,
+                   "blue folded the simulated host")
+        assert store_summary(plain.data).size == 3
