@@ -44,6 +44,7 @@ def bench_failover(kills: int, ttl: float, as_json: bool) -> None:
                      "--data", str(base / "host"), "--name", "h1"],
                     stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                     stderr=subprocess.DEVNULL, start_new_session=True)
+                _wait_for_load(cluster.urls)
                 times = kill_holders(cluster.urls, replicas, kills, bound)
                 folded = max((b["tree_size"] for b in replicas_now(cluster.urls)[1]),
                              default=0)
@@ -61,6 +62,17 @@ def bench_failover(kills: int, ttl: float, as_json: bool) -> None:
     emit_result(result, as_json)
     if max(times) > bound + 2.0:
         raise CheckFailed(f"bench failover: a takeover took {max(times):.2f}s, bound {bound}s")
+
+
+def _wait_for_load(servers: list[str], timeout: float = 60.0) -> None:
+    """Kill only under load: once the replicas have folded some of the host's segments."""
+    from cli._failover import replicas_now
+
+    deadline = time.monotonic() + timeout
+    while max((b["tree_size"] for b in replicas_now(servers)[1]), default=0) == 0:
+        if time.monotonic() > deadline:
+            raise TimeoutError("the simulated host's segments were not folded")
+        time.sleep(0.2)
 
 
 def _enroll_host(url: str, base: Path) -> None:
