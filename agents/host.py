@@ -47,7 +47,7 @@ from fleet.record import RunState
 from fleet.run_codec import state_from_json, state_to_json
 from fleet.seal import encode_key
 from fleet.segment import CallAccount, Claimed, Evicted, Snapshot
-from fleet.subjects import check_host_name, run_token, segment_subject
+from fleet.subjects import check_host_name, fleet_names, run_token
 from fleet.verify import fold_sealed, verify_state
 from fleet.wire import SealedSegment, decode_envelope, decode_record, encode_envelope
 from plumbing import sqlite
@@ -80,8 +80,9 @@ class Host:
 
     def __init__(self, name: str, data_dir: Path | str, *,
                  outbox_limit: int = DEFAULT_LIMIT_BYTES, reserve: float = DEFAULT_RESERVE,
-                 keep_acked_bytes: int = DEFAULT_KEEP_ACKED_BYTES) -> None:
+                 keep_acked_bytes: int = DEFAULT_KEEP_ACKED_BYTES, fleet: str = "fleet") -> None:
         self.name = check_host_name(name)
+        self.names = fleet_names(fleet)  # the fleet's subjects (fleet.subjects.fleet_names)
         self.dir = Path(data_dir)
         self.dir.mkdir(parents=True, exist_ok=True)
         self.key = load_or_create_key(self.dir)
@@ -185,7 +186,7 @@ class HostRun:
         self.host = host
         self.builder = builder
         self.run = format_address(builder.run)
-        self.subject = segment_subject(host.name, self.run)
+        self.subject = host.names.segment_subject(host.name, self.run)
         # Whether this run's state was verified from its record in this process (a new run
         # is, by construction): a resume verifies it first, once.
         self.verified = builder.state.index == 0

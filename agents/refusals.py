@@ -27,7 +27,7 @@ STOPPING = frozenset({"ForeignRun"})
 def run_of(subject: str) -> str | None:
     """The run address of a segment subject (``fleet.seg.<host>.<token>``)."""
     parts = subject.split(".")
-    if len(parts) == 4 and ".".join(parts[:2]) == SEGMENTS:
+    if len(parts) == 4 and parts[1] == SEGMENTS.split(".")[1]:  # any fleet's <fleet>.seg
         return "b3:" + parts[3]
     return None
 
@@ -35,7 +35,9 @@ def run_of(subject: str) -> str | None:
 class RefusalWatcher:
     """Subscribes to the host's refusals and stops the runs they make hopeless."""
 
-    def __init__(self, nc: Any, host: str, outbox: Outbox) -> None:
+    def __init__(self, nc: Any, host: str, outbox: Outbox,
+                 subject: str | None = None) -> None:
+        self.subject = subject or rejection_subject(host)  # another fleet's: its own
         self.nc = nc
         self.host = host
         self.outbox = outbox
@@ -43,7 +45,7 @@ class RefusalWatcher:
         self._sub: Any = None
 
     async def start(self) -> RefusalWatcher:
-        self._sub = await self.nc.subscribe(rejection_subject(self.host), cb=self._on)
+        self._sub = await self.nc.subscribe(self.subject, cb=self._on)
         return self
 
     async def stop(self) -> None:

@@ -279,12 +279,12 @@ def _adopt(host: Host, migration: Migration, run: str, end: float) -> HostRun:
 async def simulate_host(name: str, host_dir: Path, runs: int, servers: list[str],
                         nkey: Path | None = None, drain_timeout: float = 120.0,
                         on_progress: Callable[[int, int], None] | None = None,
-                        migration: Migration | None = None) -> dict:
+                        migration: Migration | None = None, fleet: str = "fleet") -> dict:
     """Record ``runs`` runs and publish everything; returns counts. ``on_progress`` is
     called now and then with (segments acked so far, segments still pending). With
     ``migration``, some runs are handed to the other simulated hosts at a park, and this
     host adopts and finishes theirs."""
-    host = Host(name, host_dir)
+    host = Host(name, host_dir, fleet=fleet)
     if migration is not None:
         host.ledger = (migration.source, migration.ledger_keys)
     started = time.monotonic()
@@ -292,8 +292,10 @@ async def simulate_host(name: str, host_dir: Path, runs: int, servers: list[str]
         nc = await connect(servers, nkey, name=f"fleet-host-{name}",
                            inbox_prefix=f"_INBOX.{name}" if nkey else None)
         try:
-            publisher = Publisher(host.outbox, nc.jetstream(timeout=5.0))
-            watcher = await RefusalWatcher(nc, name, host.outbox).start()
+            publisher = Publisher(host.outbox, nc.jetstream(timeout=5.0),
+                                  stream=host.names.stream)
+            watcher = await RefusalWatcher(nc, name, host.outbox,
+                                           host.names.rejection_subject(name)).start()
             loop = asyncio.get_running_loop()
             acked = 0
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sqlite3
 import sys
 from collections.abc import Callable
@@ -25,8 +26,29 @@ class CheckFailed(click.ClickException):
         click.echo(self.format_message(), err=True)
 
 
+def _set_fleet(_ctx: click.Context, _param: click.Parameter, value: str) -> str:
+    from fleet.subjects import fleet_names
+
+    try:
+        fleet_names(value)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc)) from None
+    FLEET["name"] = value
+    if value != "fleet":  # commands run as child processes (host simulate) inherit it
+        os.environ["FLEET_NAME"] = value
+    return value
+
+
+# The fleet the command works in (``fleet --fleet NAME ...``): the prefix of the stream,
+# subjects, API and buckets (fleet.subjects.fleet_names).
+FLEET = {"name": "fleet"}
+
+
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="fleet-ledger")
+@click.option("--fleet", envvar="FLEET_NAME", default="fleet", show_default=True,
+              expose_value=False, is_eager=True, callback=_set_fleet,
+              help="The fleet's name: several fleets share one NATS cluster apart.")
 def cli() -> None:
     """Fleet ledger: hash-chained run records, a Merkle fleet log, proofs anyone can check."""
 

@@ -10,7 +10,7 @@ from typing import Any, TypeVar
 
 import click
 
-from cli._app import CheckFailed, UserError
+from cli._app import FLEET, CheckFailed, UserError
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -35,7 +35,7 @@ def api(url: str, endpoint: str, body: dict[str, Any] | None = None,
     from ledger.client import ApiError, LedgerUnreachable, call_sync
 
     try:
-        return call_sync(url, endpoint, body, nkey=nkey, timeout=timeout)
+        return call_sync(url, endpoint, body, nkey=nkey, timeout=timeout, fleet=FLEET["name"])
     except LedgerUnreachable as exc:
         raise UserError(str(exc)) from None
     except ApiError as exc:

@@ -19,6 +19,7 @@ from anchors.base import AnchorConfig
 from anchors.factory import build_anchor
 from anchors.runner import AnchorRunner
 from anchors.store import AnchorStore
+from cli._app import FLEET
 from fleet.note import Verifier, parse_verifier_key
 from fleet.record_file import join_pages
 from fleet.wire import decode_record, encode_record
@@ -81,7 +82,8 @@ class LedgerRecordSource:
             while True:
                 page = await call(self.url, "export", {"run": run, "from": first,
                                                        "limit": self.PAGE},
-                                  nkey=self.nkey, timeout=self.timeout, inbox_prefix=self.inbox)
+                                  nkey=self.nkey, timeout=self.timeout, inbox_prefix=self.inbox,
+                                  fleet=FLEET["name"])
                 got = len(decode_record(page).segments)
                 if got == 0:
                     return out
@@ -95,7 +97,7 @@ class LedgerRecordSource:
     def proof(self, run: str, index: int) -> dict[str, Any]:
         return json.loads(asyncio.run(call(self.url, "prove", {"run": run, "index": index},
                                            nkey=self.nkey, timeout=self.timeout,
-                                           inbox_prefix=self.inbox)))
+                                           inbox_prefix=self.inbox, fleet=FLEET["name"])))
 
 
 def ledger_keys(text_or_path: str) -> list[Verifier]:

@@ -1,5 +1,6 @@
-"""Host commands: ``host enroll``, ``host revoke`` (operator actions on a ledger's data
-folder) and ``host simulate`` (the traffic generator)."""
+"""Host commands: ``host enroll``, ``host revoke``, ``host rekey`` (operator actions: signed
+control events published to the stream, or, offline, on a ledger's data folder) and ``host
+simulate`` (the traffic generator)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from typing import Any
 
 import click
 
-from cli._app import CheckFailed, UserError, cli
+from cli._app import FLEET, CheckFailed, UserError, cli
 from cli._common import emit_json, progress, progress_done, split_servers
 
 
@@ -41,25 +42,76 @@ def _on_store(data: Path, action: Callable[[Any], None]) -> None:
         store.close()
 
 
+def _control(fn: Any) -> Any:
+    """The options of the published form (``--nats`` with ``--operator-key``)."""
+    for option in reversed([
+        click.option("--data", type=click.Path(file_okay=False, path_type=Path),
+                     help="Offline bootstrap: write into this ledger data folder instead."),
+        click.option("--nats", "url", help="Publish a signed control event to this NATS."),
+        click.option("--nkey", type=click.Path(dir_okay=False, path_type=Path),
+                     help="NATS nkey seed file."),
+        click.option("--operator-key", "key_file",
+                     type=click.Path(dir_okay=False, exists=True, path_type=Path),
+                     help="The operator key file (fleet operator keygen) to sign with."),
+        click.option("--seq", type=click.IntRange(1, 2**64 - 1),
+                     help="Event sequence number (default: the time in microseconds)."),
+        click.option("--json", "as_json", is_flag=True, help="Print JSON."),
+    ]):
+        fn = option(fn)
+    return fn
+
+
+def _publish(kind: str, name: str, pubkey: str | None, url: str | None, nkey: Path | None,
+             key_file: Path | None, seq: int | None, as_json: bool) -> None:
+    from cli.operator_cmds import _report, parse_vkey, publish_event
+    from fleet.control import KINDS
+
+    if url is None or key_file is None:
+        raise UserError("give --data (offline) or --nats with --operator-key (published)")
+    code = {v: k for k, v in KINDS.items()}[kind]
+    key = None if pubkey is None else parse_vkey(pubkey)
+    _report(publish_event(url, nkey, key_file, code, name, key, seq), as_json)
+
+
 @host.command("enroll")
 @click.argument("name")
 @click.option("--pubkey", required=True, help="The host's Ed25519 public key (base64).")
-@click.option("--data", type=click.Path(file_okay=False, path_type=Path), required=True,
-              help="The ledger's data folder (the ledger may be running).")
-def host_enroll(name: str, pubkey: str, data: Path) -> None:
-    """Let the ledger fold segments sealed by this host key (from now on)."""
+@_control
+def host_enroll(name: str, pubkey: str, data: Path | None, url: str | None,
+                nkey: Path | None, key_file: Path | None, seq: int | None,
+                as_json: bool) -> None:
+    """Let ledgers fold segments sealed by this host key (after the event's position)."""
+    if data is None:
+        return _publish("enroll", name, pubkey, url, nkey, key_file, seq, as_json)
     _on_store(data, lambda store: store.enroll(name, pubkey))
     click.echo(f"enrolled {name}")
+    return None
 
 
 @host.command("revoke")
 @click.argument("name")
-@click.option("--data", type=click.Path(file_okay=False, path_type=Path), required=True,
-              help="The ledger's data folder (the ledger may be running).")
-def host_revoke(name: str, data: Path) -> None:
+@_control
+def host_revoke(name: str, data: Path | None, url: str | None, nkey: Path | None,
+                key_file: Path | None, seq: int | None, as_json: bool) -> None:
     """Refuse the host's later segments; its earlier ones stay in the log."""
+    if data is None:
+        return _publish("revoke", name, None, url, nkey, key_file, seq, as_json)
     _on_store(data, lambda store: store.revoke(name))
     click.echo(f"revoked {name}")
+    return None
+
+
+@host.command("rekey")
+@click.argument("name")
+@click.option("--pubkey", required=True, help="The host's new Ed25519 public key (base64).")
+@_control
+def host_rekey(name: str, pubkey: str, data: Path | None, url: str | None,
+               nkey: Path | None, key_file: Path | None, seq: int | None,
+               as_json: bool) -> None:
+    """Replace the host's key for later segments (earlier ones stay, under the old key)."""
+    if data is not None:
+        raise UserError("a re-key is published (--nats, --operator-key); offline, enroll again")
+    _publish("rekey", name, pubkey, url, nkey, key_file, seq, as_json)
 
 
 @host.command("simulate")
@@ -201,7 +253,7 @@ def _one_host(name: str, host_dir: Path, runs: int, servers: list[str], nkey: Pa
         migration = Migration(fraction, folder, peers, source, keys)
     try:
         return asyncio.run(simulate_host(name, host_dir, runs, servers, nkey, on_progress=show,
-                                         migration=migration))
+                                         migration=migration, fleet=FLEET["name"]))
     except (NatsUnreachable, HostKeyError) as exc:
         raise UserError(str(exc)) from None
     except OSError as exc:

@@ -11,7 +11,7 @@ from typing import Any
 
 import click
 
-from cli._app import CheckFailed, UserError, cli
+from cli._app import FLEET, CheckFailed, UserError, cli
 from cli._common import api, emit_json, nats_options, split_servers
 from cli._http import HttpSettings, http_options, http_settings
 
@@ -84,15 +84,24 @@ def ledger() -> None:
               help="The ledger's data folder (store and signing key).")
 @click.option("--nkey", type=click.Path(dir_okay=False, path_type=Path),
               help="NATS nkey seed file of the ledger user.")
+@click.option("--operator-vkey", "operator_vkey", multiple=True,
+              help="An operator verifier key (base64 or file) control events are checked "
+                   "under; repeatable.")
+@click.option("--replica", "replica_ttl", type=click.FloatRange(0.5, 60), default=None,
+              help="Run as one of several replicas sharing this origin and key: sign and "
+                   "anchor only while holding the lease, whose time to live is this many "
+                   "seconds (e.g. 2).")
 @ledger_options
 @http_options(None, None)
 def ledger_serve(url: str, data: Path, nkey: Path | None, name: str, origin: str | None,
                  replicas: int, checkpoint_every: int, checkpoint_ms: int,
                  dedup_window: float, http_address: str | None, ops_address: str | None,
                  ready_max_unsigned: float, http_busy_rate: float, log_format: str,
-                 anchors_file: Path | None = None) -> None:
+                 anchors_file: Path | None = None, operator_vkey: tuple[str, ...] = (),
+                 replica_ttl: float | None = None) -> None:
     """The ledger and its API, against an existing NATS server or cluster."""
     from cli.anchor_cmds import load_anchors_option
+    from cli.operator_cmds import operator_vkeys
     from plumbing import logs
 
     logs.configure(log_format)
@@ -100,7 +109,9 @@ def ledger_serve(url: str, data: Path, nkey: Path | None, name: str, origin: str
     servers = split_servers(url)
     config = _ledger_config(data, servers, name=name, origin=origin, nkey=nkey,
                             replicas=replicas, checkpoint_every=checkpoint_every,
-                            checkpoint_ms=checkpoint_ms, dedup_window_s=dedup_window)
+                            checkpoint_ms=checkpoint_ms, dedup_window_s=dedup_window,
+                            operator_vkeys=operator_vkeys(operator_vkey),
+                            replica_ttl=replica_ttl, fleet=FLEET["name"])
     anchors = load_anchors_option(anchors_file)
 
     def ready(led: Any) -> None:
@@ -271,6 +282,12 @@ def status(url: str, nkey: Path | None, data: Path | None, as_json: bool) -> Non
         error = f"   error ({a['failures']}x) {a['error']}" if a["error"] else ""
         click.echo(f"anchor      {a['name']} ({a['kind']}): anchored size {a['anchored_size']}"
                    f"   lag {a['lag']} leaves, {a['lag_s'] or 0:.1f}s{error}")
+    if "replicas" in doc:
+        click.echo(f"lease       held by {doc['lease_holder'] or 'nobody'}")
+    for r in doc.get("replicas", []):
+        click.echo(f"replica     {r['name']}: stream seq {r['stream_seq']}   tree size "
+                   f"{r['tree_size']}   lag {r['lag']}"
+                   + ("   (lease holder)" if r["leading"] else ""))
 
 
 @cli.command()

@@ -57,7 +57,7 @@ from fleet.kernel import Step, genesis
 from fleet.leaf import encode_leaf
 from fleet.record import RunState, chain
 from fleet.seal import bad_seal, check_seal
-from fleet.subjects import SEGMENTS, segment_subject
+from fleet.subjects import SEGMENTS, run_token, segment_subject
 from fleet.verify import check_next
 from fleet.wire import Envelope, EnvelopeWire, decode_envelope, envelope_from_wire
 
@@ -192,12 +192,13 @@ class Admission:
     hosts: Mapping[str, HostEntry]
     runs: BatchRuns
     head_at: Callable[[bytes, int], bytes | None]
+    segments: str = SEGMENTS  # the fleet's segment subjects' prefix (fleet.subjects)
 
 
 def subject_host(subject: str) -> str | None:
     """The host token of a segment subject, if the subject has the segment shape."""
     parts = subject.split(".")
-    if len(parts) == 4 and f"{parts[0]}.{parts[1]}" == SEGMENTS:
+    if len(parts) == 4 and parts[1] == SEGMENTS.split(".")[1]:  # any fleet's <fleet>.seg
         return parts[2]
     return None
 
@@ -236,7 +237,8 @@ def admit(ctx: Admission, subject: str, host: str, run: bytes, run_text: str, un
     """Checks 2-4: (the host's entry, the run's slot or ``None`` for a new run, the run's
     state), or the named refusal. ``run_text``: the run's canonical address text; ``kind``:
     the segment's kind (who may seal it depends on it: :func:`fleet.kernel.check_holder`)."""
-    if subject != segment_subject(host, run_text):
+    if subject != (segment_subject(host, run_text) if ctx.segments == SEGMENTS
+                   else f"{ctx.segments}.{host}.{run_token(run_text)}"):
         raise SubjectMismatch(
             f"published on {subject!r}, not on its own host's and run's subject", segment=index)
     entry = ctx.hosts.get(host)

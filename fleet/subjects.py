@@ -1,17 +1,26 @@
 """Names on the wire: NATS subjects, the stream, host names. Pure constants and checks.
 
     fleet.seg.<host>.<run>    a host's sealed segments of one run (stream FLEET)
+    fleet.ctl.host            operator control events: enroll, revoke, re-key (stream FLEET)
+    fleet.ctl.operator        operator key rotations (stream FLEET)
     fleet.rej.<host>          refusals the ledger publishes for that host
     fleet.checkpoint          every checkpoint the ledger signs (the signed note text)
     fleet.api.<endpoint>      the ledger's request/reply API (nats.micro, queue group)
 
 ``<run>`` is the run identity without its ``b3:`` prefix (43 base64url characters), so a
 subject token never holds a dot or a wildcard.
+
+Those are the names of the default fleet, ``fleet``. Several fleets share one NATS cluster
+under their own names (:func:`fleet_names`): fleet ``blue`` has stream ``BLUE``, subjects
+``blue.seg.<host>.<run>``, ``blue.ctl.*``, ``blue.rej.<host>``, ``blue.checkpoint``,
+``blue.api.<endpoint>``, the API service and queue group ``blue-ledger`` and KV buckets
+``blue-ledger-*``; the module's constants are the default fleet's.
 """
 
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from typing import Final
 
 __all__ = [
@@ -19,12 +28,19 @@ __all__ = [
     "API_QUEUE",
     "API_SERVICE",
     "CHECKPOINTS",
+    "CONTROL",
+    "DEFAULT_FLEET",
+    "FLEET_NAME",
     "HOST_NAME",
     "REJECTIONS",
     "SEGMENTS",
     "STREAM",
+    "FleetNames",
     "api_subject",
     "check_host_name",
+    "control_subject",
+    "fleet_names",
+    "is_control",
     "rejection_subject",
     "run_token",
     "segment_subject",
@@ -33,6 +49,7 @@ __all__ = [
 
 STREAM: Final = "FLEET"
 SEGMENTS: Final = "fleet.seg"
+CONTROL: Final = "fleet.ctl"
 REJECTIONS: Final = "fleet.rej"
 CHECKPOINTS: Final = "fleet.checkpoint"
 API: Final = "fleet.api"
@@ -65,3 +82,73 @@ def rejection_subject(host: str) -> str:
 
 def api_subject(endpoint: str) -> str:
     return f"{API}.{endpoint}"
+
+
+def control_subject(kind: str) -> str:
+    """``fleet.ctl.host`` for host events, ``fleet.ctl.operator`` for rotations."""
+    return f"{CONTROL}.{'operator' if kind == 'operator' else 'host'}"
+
+
+def is_control(subject: str) -> bool:
+    return subject.startswith(CONTROL + ".")
+
+
+FLEET_NAME: Final = re.compile(r"[a-z][a-z0-9_-]{0,31}\Z")
+
+
+@dataclass(frozen=True, slots=True)
+class FleetNames:
+    """Every name one fleet uses on a shared NATS cluster (see the module docstring)."""
+
+    fleet: str
+
+    @property
+    def stream(self) -> str:
+        return self.fleet.upper()
+
+    @property
+    def segments(self) -> str:
+        return f"{self.fleet}.seg"
+
+    @property
+    def control(self) -> str:
+        return f"{self.fleet}.ctl"
+
+    @property
+    def checkpoints(self) -> str:
+        return f"{self.fleet}.checkpoint"
+
+    @property
+    def api_service(self) -> str:
+        return f"{self.fleet}-ledger"
+
+    @property
+    def api_queue(self) -> str:
+        return f"{self.fleet}-ledger"
+
+    def segment_subject(self, host: str, run_address: str) -> str:
+        return f"{self.segments}.{host}.{run_token(run_address)}"
+
+    def rejection_subject(self, host: str) -> str:
+        return f"{self.fleet}.rej.{host}"
+
+    def api_subject(self, endpoint: str) -> str:
+        return f"{self.fleet}.api.{endpoint}"
+
+    def control_subject(self, kind: str) -> str:
+        return f"{self.control}.{'operator' if kind == 'operator' else 'host'}"
+
+    def is_control(self, subject: str) -> bool:
+        return subject.startswith(self.control + ".")
+
+
+def fleet_names(name: str = "fleet") -> FleetNames:
+    """The names of fleet ``name`` (1 to 32 of lowercase letters, digits, '-', '_',
+    starting with a letter); ``fleet``: today's names exactly."""
+    if not FLEET_NAME.match(name):
+        raise ValueError(f"a fleet name is 1 to 32 lowercase letters, digits, '-' or '_', "
+                         f"starting with a letter; got {name!r}")
+    return FleetNames(name)
+
+
+DEFAULT_FLEET: Final = fleet_names()

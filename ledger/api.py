@@ -11,6 +11,9 @@ error header (code and one-line description) that the CLI prints as is.
     fleet.api.export       {"run"}                     -> the run's record file
     fleet.api.rejections   {"limit"?, "host"?}         -> {"rejections": [...]}
     fleet.api.audit        {"since"?, "cheap_factor"?} -> the audit (fleet.audit)
+
+Every request may carry ``"min_seq"``: a replica answers only once it has folded the
+stream up to that sequence (waiting up to 2 s), else replies 503 saying how far it is.
 """
 
 from __future__ import annotations
@@ -26,9 +29,9 @@ from nats.micro.request import Request
 from nats.micro.service import Service
 
 from fleet.errors import FleetError
-from fleet.subjects import API_QUEUE, API_SERVICE, api_subject
 from ledger import views
 from ledger.audit_rows import audit_store
+from ledger.replica import read_replicas
 from ledger.store import ReadOnlyStore
 
 if TYPE_CHECKING:
@@ -58,8 +61,9 @@ class LedgerApi:
         self.service: Service | None = None
 
     async def start(self, nc: Client) -> None:
+        names = self.ledger.names
         self.service = await add_service(
-            nc, name=API_SERVICE, version="0.1.0", queue_group=API_QUEUE,
+            nc, name=names.api_service, version="0.1.0", queue_group=names.api_queue,
             description="fleet ledger: checkpoints, proofs, run status",
             metadata={"origin": self.ledger.origin, "ledger": self.ledger.config.name},
         )
@@ -69,7 +73,7 @@ class LedgerApi:
             "export": self.export, "rejections": self.rejections, "audit": self.audit,
         }
         for name, handler in endpoints.items():
-            await self.service.add_endpoint(name=name, subject=api_subject(name),
+            await self.service.add_endpoint(name=name, subject=names.api_subject(name),
                                             handler=self._wrap(handler,
                                                                name not in ("status", "audit")))
 
@@ -85,6 +89,11 @@ class LedgerApi:
                 body = json.loads(req.data or b"{}")
                 if not isinstance(body, dict):
                     raise BadRequest("the request must be a JSON object")
+                if not await self._folded_to(_field(body, "min_seq", int, required=False)):
+                    await req.respond_error("503", f"behind: folded to stream sequence "
+                                            f"{self.ledger.store.watermark()}, asked min_seq "
+                                            f"{body['min_seq']}")
+                    return
                 if locked:
                     async with self.ledger.store_lock:
                         result = await handler(body)
@@ -105,16 +114,35 @@ class LedgerApi:
             await req.respond(result if isinstance(result, bytes) else views.encode(result))
         return respond
 
+    async def _folded_to(self, min_seq: int | None, wait_s: float = 2.0) -> bool:
+        """Whether this replica has folded up to ``min_seq`` (waiting up to ``wait_s``)."""
+        if min_seq is None:
+            return True
+        deadline = asyncio.get_running_loop().time() + wait_s
+        while self.ledger.store.watermark() < min_seq:
+            if asyncio.get_running_loop().time() > deadline:
+                return False
+            await asyncio.sleep(0.02)
+        return True
+
     async def status(self, body: dict[str, Any]) -> Any:
         led = self.ledger
         end = await led.refresh_stream_end()  # a NATS request: not under the store lock
+        replicas = None
+        if led.replica is not None and led.js is not None:
+            replicas = await read_replicas(led.js, led.replica.prefix)
         async with led.store_lock:
-            return views.status(led.store, origin=led.origin,
-                                vkey=led.signer.verifier().text(),
-                                lag=max(0, end - led.store.watermark()),
-                                healthy=led.healthy, detail=led.health_detail,
-                                receipts=led.receipts,
-                                puller=led.pulling.as_json())
+            doc = views.status(led.store, origin=led.origin,
+                               vkey=led.signer.verifier().text(),
+                               lag=max(0, end - led.store.watermark()),
+                               healthy=led.healthy, detail=led.health_detail,
+                               receipts=led.receipts,
+                               puller=led.pulling.as_json())
+        doc["replica"] = {"name": led.config.name, "leading": led.leading,
+                          "signing": led.signs()}
+        if replicas is not None:
+            doc["lease_holder"], doc["replicas"] = replicas
+        return doc
 
     async def checkpoint(self, body: dict[str, Any]) -> Any:
         led = self.ledger

@@ -12,7 +12,7 @@ import nats
 from nats.errors import NoRespondersError
 from nats.errors import TimeoutError as NatsTimeout
 
-from fleet.subjects import api_subject
+from fleet.subjects import fleet_names
 
 DEFAULT_URL = "nats://127.0.0.1:4222"
 
@@ -35,7 +35,7 @@ def default_url() -> str:
 
 async def call(url: str, endpoint: str, body: dict[str, Any] | None = None, *,
                nkey: Path | None = None, timeout: float = 10.0,
-               inbox_prefix: str = "_INBOX.reader") -> bytes:
+               inbox_prefix: str = "_INBOX.reader", fleet: str = "fleet") -> bytes:
     """One API request; its raw JSON reply, or :class:`ApiError` / :class:`LedgerUnreachable`.
     With ``nkey``, replies come to ``inbox_prefix`` (the user's own: the reader's, or a
     host's, ``ledger.nats_config.inbox_prefix``)."""
@@ -59,7 +59,8 @@ async def call(url: str, endpoint: str, body: dict[str, Any] | None = None, *,
     except Exception as exc:
         raise LedgerUnreachable(f"cannot reach NATS at {url}: {_reason(exc)}") from None
     try:
-        msg = await nc.request(api_subject(endpoint), json.dumps(body or {}).encode(),
+        msg = await nc.request(fleet_names(fleet).api_subject(endpoint),
+                               json.dumps(body or {}).encode(),
                                timeout=timeout)
     except NoRespondersError:
         raise LedgerUnreachable(f"no ledger is serving its API on {url}") from None

@@ -10,8 +10,9 @@ Users and what they may do (publish / subscribe; everything else is denied)::
     host <h>   pub  fleet.seg.<h>.>                     its own segments only
                     fleet.api.export, fleet.api.prove    records and proofs of runs to adopt
                sub  fleet.rej.<h>, _INBOX.<h>.>          its refusals, its replies
-    ledger     pub  fleet.>, $JS.API.>, $JS.ACK.>, $JS.FC.>, $SRV.>, _INBOX.>
+    ledger     pub  fleet.>, $JS.API.>, $JS.ACK.>, $JS.FC.>, $SRV.>, $KV.>, _INBOX.>
                sub  fleet.>, $SRV.>, _INBOX.>
+                    ($KV.>: the replicas' lease and heartbeats, ledger.replica)
     reader     pub  fleet.api.>, $SRV.*.fleet-ledger[.*]  the API and its discovery
                sub  fleet.checkpoint[.cosigned], _INBOX.reader.>
     sys        (system account SYS) server monitoring and events
@@ -105,7 +106,7 @@ def host_permissions(host: str) -> Permissions:
 
 def ledger_permissions() -> Permissions:
     return Permissions(
-        publish=("fleet.>", "$JS.API.>", "$JS.ACK.>", "$JS.FC.>", "$SRV.>", "_INBOX.>"),
+        publish=("fleet.>", "$JS.API.>", "$JS.ACK.>", "$JS.FC.>", "$SRV.>", "$KV.>", "_INBOX.>"),
         subscribe=("fleet.>", "$SRV.>", "_INBOX.>"),
     )
 

@@ -30,15 +30,17 @@ from nats.js import JetStreamContext
 from nats.js.errors import FetchTimeoutError
 
 from fleet.checkpoint import check_consistent_then_sign, make_checkpoint, parse_checkpoint
-from fleet.fold import Accepted, Admission, BatchRuns, HostEntry, Message, RunSlot
+from fleet.control import BatchControl, ControlAccepted
+from fleet.fold import Accepted, Admission, BatchRuns, HostEntry, Message, Refused, RunSlot
 from fleet.fold_fast import batch_addresses, fold_message, wire_seal_item
 from fleet.note import Signer, parse_note
-from fleet.subjects import CHECKPOINTS, STREAM, rejection_subject
+from fleet.subjects import fleet_names
 from fleet.wire import EnvelopeWire, envelope_wire, identity
 from ledger.api import LedgerApi
 from ledger.keys import load_or_create_signer
 from ledger.metrics import FoldMetrics, new_registry
 from ledger.pull import Delivery, PullerState, ack_all, nak, open_puller
+from ledger.replica import Replica
 from ledger.seal_worker import SealTicket, SealWorker
 from ledger.store import CheckpointReader, HostsChanged, Incoming, LedgerStore
 from ledger.stream import ensure_consumer, ensure_stream
@@ -72,6 +74,15 @@ class LedgerConfig:
     # version it is tested against, else nats-py's fetch; "lean" or "fetch" forces one
     # ("auto" defers to the FLEET_PULLER environment variable).
     puller: str = "auto"
+    # The operator verifier keys (32 bytes each) control events are checked under
+    # (fleet.control); rotations in the stream hand over to later keys.
+    operator_vkeys: tuple[bytes, ...] = ()
+    # One of several replicas sharing origin and key (ledger.replica): the lease's time to
+    # live in seconds; None, a single ledger that always signs and anchors.
+    replica_ttl: float | None = None
+    # The fleet this ledger belongs to: the prefix of its stream, subjects, API and buckets
+    # (fleet.subjects.fleet_names; "fleet" is today's names).
+    fleet: str = "fleet"
 
 
 @dataclass
@@ -100,7 +111,9 @@ class Ledger:
         self.receipts = receipts
         self._anchoring = anchoring
         self.pulling = PullerState.from_config(config.puller)  # fleet status shows it
+        self.names = fleet_names(config.fleet)
         self.store = LedgerStore(config.data_dir)
+        self.store.trust_operators(config.operator_vkeys)
         origin = config.origin or f"fleet-ledger.local/{config.name}"
         self.signer: Signer = load_or_create_signer(config.data_dir, origin)
         self.origin = self.signer.name
@@ -128,6 +141,14 @@ class Ledger:
         self._anchor_task: asyncio.Task[None] | None = None
         self._anchor_stop = asyncio.Event()
         self._anchor_source: CheckpointReader | None = None
+        # Signing on the timer, publishing and anchoring: always for a single ledger; for a
+        # replica, while it holds the lease and has folded up to ``_lead_floor`` (the
+        # stream's end when it took the lease).
+        self.leading = config.replica_ttl is None
+        self._lead_floor: int | None = None if config.replica_ttl is not None else 0
+        self.replica: Replica | None = None
+        self._replica_task: asyncio.Task[None] | None = None
+        self._replica_stop = asyncio.Event()
 
     # -- state helpers --------------------------------------------------------------------
 
@@ -259,13 +280,24 @@ class Ledger:
                 return None
             return self._get_run(run)
 
-        ctx = Admission(hosts, BatchRuns(committed), head_at)
+        # Control events change the host table in stream order: the batch decides against
+        # its own copy, and once one is accepted, the seals checked before (with the table
+        # the batch was prepared with) are checked again in line.
+        trusted, retired = self.store.operators()
+        control = BatchControl(trusted, hosts, retired)
+        ctx = Admission(control.hosts, BatchRuns(committed), head_at, self.names.segments)
+        is_control = self.names.is_control
         for (seq, subject, data), wire, seal_ok, addresses in zip(
                 prepared.msgs, prepared.wires, seals, prepared.addresses, strict=True):
             if seq <= watermark:
                 continue
-            decision = fold_message(ctx, Message(subject, data, seq, wire, seal_ok, addresses),
-                                    fast)
+            decision: Accepted | Refused | ControlAccepted
+            if is_control(subject):
+                decision = control.fold(seq, data)
+            else:
+                decision = fold_message(
+                    ctx, Message(subject, data, seq, wire, None if control.changed else seal_ok,
+                                 addresses), fast)
             batch.append(Incoming(seq, subject, data, decision))
             if seq > top:
                 top = seq
@@ -330,11 +362,55 @@ class Ledger:
                 log.warning("no seal worker (%s); verifying seals in line", exc)
         self.nc = await connect(cfg.servers, cfg.nkey, name=f"fleet-ledger-{cfg.name}")
         self.js = self.nc.jetstream(timeout=10.0)
-        await ensure_stream(self.js, cfg.replicas, cfg.dedup_window_s)
+        for attempt in range(5):  # replicas starting together can time out on a cluster
+            try:
+                await ensure_stream(self.js, cfg.replicas, cfg.dedup_window_s, self.names)
+                break
+            except nats.errors.TimeoutError:
+                if attempt == 4:
+                    raise
+                await asyncio.sleep(0.5 * (attempt + 1))
         self.api = LedgerApi(self)
         await self.api.start(self.nc)
-        if self._anchoring is not None:
+        if cfg.replica_ttl is not None:
+            self.replica = Replica(self, cfg.replica_ttl, cfg.fleet)
+            await self.replica.start(self.js)
+            self._replica_task = asyncio.create_task(self.replica.run(self._replica_stop))
+        elif self._anchoring is not None:
             self._start_anchors(self._anchoring)
+
+    async def take_lead(self) -> None:
+        """This replica took the lease: it signs once folded to the stream's end as it is
+        now, so it never publishes a checkpoint below one its predecessor published."""
+        self._lead_floor = None
+        assert self.js is not None
+        try:  # not the last known end: a lagging replica's would be its own position
+            info = await self.js.stream_info(self.names.stream)
+        except Exception as exc:  # the replica's next tick asks again
+            log.warning("cannot read the stream's end at takeover: %s", exc)
+            return
+        self.stream_last_seq = max(self.stream_last_seq, info.state.last_seq)
+        self._lead_floor = info.state.last_seq
+
+    @property
+    def lead_floor(self) -> int | None:
+        return self._lead_floor
+
+    async def drop_lead(self) -> None:
+        self._lead_floor = None
+        await self._stop_anchors()
+
+    def signs(self) -> bool:
+        """Whether this ledger signs on the timer, publishes and anchors now."""
+        if not self.leading or self._lead_floor is None:
+            return False
+        if self.replica is not None and not self.replica.holds:
+            return False  # a renewal too old (a paused process): not until the next tick
+        if self.store.watermark() < self._lead_floor:
+            return False
+        if self._anchoring is not None and self._anchor_task is None:
+            self._start_anchors(self._anchoring)
+        return True
 
     def _start_anchors(self, anchoring: AnchorTaskFactory) -> None:
         """Anchor checkpoints in a task of its own, reading them through its own store
@@ -343,7 +419,18 @@ class Ledger:
         publish = None if nc is None else nc.publish
         self._anchor_source = CheckpointReader(self.store.path)
         task = anchoring(self._anchor_source, publish)
+        self._anchor_stop = asyncio.Event()
         self._anchor_task = asyncio.create_task(task.run(self._anchor_stop))
+
+    async def _stop_anchors(self) -> None:
+        if self._anchor_task is not None:
+            self._anchor_stop.set()
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self._anchor_task, 10)
+            self._anchor_task = None
+        if self._anchor_source is not None:
+            self._anchor_source.close()
+            self._anchor_source = None
 
     async def run(self, stop: asyncio.Event) -> None:
         """Fold until ``stop`` is set.
@@ -370,8 +457,9 @@ class Ledger:
             try:
                 if sub is None:
                     durable = await ensure_consumer(self.js, self.config.name,
-                                                    self.store.watermark())
-                    sub = await open_puller(self.nc, self.js, STREAM, durable, self.pulling)
+                                                    self.store.watermark(), self.names)
+                    sub = await open_puller(self.nc, self.js, self.names.stream, durable,
+                                            self.pulling)
                 await self._one_batch(sub)
                 backoff = 0.2
             except asyncio.CancelledError:
@@ -493,10 +581,10 @@ class Ledger:
     async def _checkpoint_if_due(self) -> None:
         """Sign and publish a checkpoint when N leaves or T ms have passed since the last
         (only between commits: the store then holds exactly what was committed)."""
-        if self._committing is None and self.checkpoint_due():
+        if self._committing is None and self.signs() and self.checkpoint_due():
             note = self.sign_checkpoint()
             if note is not None and self.nc is not None:
-                await self.nc.publish(CHECKPOINTS, note.encode())
+                await self.nc.publish(self.names.checkpoints, note.encode())
 
     async def _abandon(self) -> None:
         """Drop the batches in flight after a failure (they were nak'd): wait out a commit
@@ -521,29 +609,29 @@ class Ledger:
         assert self.nc is not None
         for item in batch:
             d = item.decision
-            if isinstance(d, Accepted) or d.host is None:
+            if not isinstance(d, Refused) or d.host is None:
                 continue
             body = {"stream_seq": item.stream_seq, "subject": item.subject, "rule": d.rule,
                     "detail": d.detail, "index": d.index}
             with contextlib.suppress(Exception):
-                await self.nc.publish(rejection_subject(d.host), msgspec.json.encode(body))
+                await self.nc.publish(self.names.rejection_subject(d.host),
+                                      msgspec.json.encode(body))
 
     async def refresh_stream_end(self) -> int:
         """The stream's last sequence, asked of the server (the last known if it does not
         answer); the lag is that minus the watermark, read under the store lock."""
         if self.js is not None:
             with contextlib.suppress(Exception):
-                info = await self.js.stream_info(STREAM)
+                info = await self.js.stream_info(self.names.stream)
                 self.stream_last_seq = info.state.last_seq
         return self.stream_last_seq
 
     async def close(self) -> None:
-        if self._anchor_task is not None:
-            self._anchor_stop.set()
+        if self._replica_task is not None:
+            self._replica_stop.set()
             with contextlib.suppress(Exception):
-                await asyncio.wait_for(self._anchor_task, 10)
-        if self._anchor_source is not None:
-            self._anchor_source.close()
+                await asyncio.wait_for(self._replica_task, 5)
+        await self._stop_anchors()
         if self.api is not None:
             with contextlib.suppress(Exception):
                 await self.api.stop()

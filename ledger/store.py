@@ -41,10 +41,11 @@ from typing import Any
 import msgspec
 
 from fleet.address import format_address, id_text, parse_address
+from fleet.control import OPERATOR, ControlAccepted
 from fleet.fold import Accepted, HostEntry, Refused, RunSlot
 from fleet.merkle import leaf_hash
 from fleet.run_codec import state_from_json, state_to_json
-from fleet.seal import decode_key
+from fleet.seal import decode_key, encode_key
 from fleet.subjects import check_host_name
 from ledger.tree_store import TreeStore
 from plumbing import sqlite
@@ -70,6 +71,13 @@ _SCHEMA = (
     " subject TEXT NOT NULL, host TEXT, run TEXT, idx INTEGER, rule TEXT NOT NULL,"
     " detail TEXT NOT NULL, payload BLOB NOT NULL, at REAL NOT NULL)",
     "CREATE INDEX IF NOT EXISTS rejections_rule ON rejections (rule)",
+    # Control events folded from the stream (fleet.control) and the operator keys they
+    # are decided with: the hosts they enroll are rows of ``hosts`` with source 'stream'.
+    "CREATE TABLE IF NOT EXISTS control_events (stream_seq INTEGER PRIMARY KEY,"
+    " kind TEXT NOT NULL, operator TEXT NOT NULL, seq INTEGER NOT NULL, host TEXT,"
+    " key TEXT NOT NULL, payload BLOB NOT NULL)",
+    "CREATE TABLE IF NOT EXISTS operators (key TEXT PRIMARY KEY, last_seq INTEGER NOT NULL,"
+    " retired INTEGER NOT NULL DEFAULT 0)",
     "CREATE TABLE IF NOT EXISTS checkpoints (size INTEGER PRIMARY KEY, root BLOB NOT NULL,"
     " note TEXT NOT NULL, at REAL NOT NULL)",
 )
@@ -90,7 +98,7 @@ class Incoming(msgspec.Struct, frozen=True, gc=False):
     stream_seq: int
     subject: str
     payload: bytes
-    decision: Accepted | Refused
+    decision: Accepted | Refused | ControlAccepted
 
 
 def open_db(path: Path) -> sqlite3.Connection:
@@ -114,6 +122,7 @@ class LedgerStore:
                 self.conn.execute(statement)
             self.tree = TreeStore(self.conn)
             self._add_segment_times()
+            self._add_host_source()
             self._merge_hosts_file()
 
     def close(self) -> None:
@@ -124,6 +133,14 @@ class LedgerStore:
         columns = {row[1] for row in self.conn.execute("PRAGMA table_info(segments)")}
         if "at" not in columns:
             self.conn.execute("ALTER TABLE segments ADD COLUMN at REAL")
+
+    def _add_host_source(self) -> None:
+        """Hosts enrolled offline (``hosts.json``) and from the stream are told apart: only
+        the former are the file's."""
+        columns = {row[1] for row in self.conn.execute("PRAGMA table_info(hosts)")}
+        if "source" not in columns:
+            self.conn.execute("ALTER TABLE hosts ADD COLUMN source TEXT NOT NULL"
+                              " DEFAULT 'offline'")
 
     def transaction(self) -> AbstractContextManager[sqlite3.Connection]:
         return immediate(self.conn)
@@ -177,20 +194,21 @@ class LedgerStore:
             self._write_hosts_file()
 
     def _upsert_host(self, name: str, public_key: str, enrolled_after: int,
-                     revoked_after: int | None) -> None:
+                     revoked_after: int | None, source: str = "offline") -> None:
         self.conn.execute(
-            "INSERT INTO hosts (name, public_key, enrolled_after, revoked_after, enrolled_at)"
-            " VALUES (?, ?, ?, ?, ?) ON CONFLICT(name) DO UPDATE SET"
+            "INSERT INTO hosts (name, public_key, enrolled_after, revoked_after, enrolled_at,"
+            " source) VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT(name) DO UPDATE SET"
             " public_key = excluded.public_key, enrolled_after = excluded.enrolled_after,"
-            " revoked_after = excluded.revoked_after, enrolled_at = excluded.enrolled_at",
-            (name, public_key, enrolled_after, revoked_after, time.time()),
+            " revoked_after = excluded.revoked_after, enrolled_at = excluded.enrolled_at,"
+            " source = excluded.source",
+            (name, public_key, enrolled_after, revoked_after, time.time(), source),
         )
         self._bump_hosts_version()
 
     def _write_hosts_file(self) -> None:
         """Rewrite ``hosts.json`` from the hosts table (inside the caller's transaction, so
         a failed write rolls the change back): a temporary file, fsync'd, then renamed."""
-        doc = {"format": HOSTS_FORMAT, "hosts": self.host_rows()}
+        doc = {"format": HOSTS_FORMAT, "hosts": self.host_rows(offline=True)}
         path = self.dir / HOSTS_FILE
         try:
             write_atomically(path, (json.dumps(doc, indent=1) + "\n").encode())
@@ -210,7 +228,7 @@ class LedgerStore:
             raise StoreError(f"cannot read {path}: {exc}") from None
         if not isinstance(doc, dict) or doc.get("format") != HOSTS_FORMAT:
             raise StoreError(f"{path} is not a {HOSTS_FORMAT} file")
-        held = {h["name"]: h for h in self.host_rows()}
+        held = {h["name"]: h for h in self.host_rows(offline=True)}
         listed = doc.get("hosts", [])
         for h in listed:
             row = {k: h.get(k) for k in _HOST_KEYS}
@@ -222,7 +240,7 @@ class LedgerStore:
             if held.get(row["name"]) != row:
                 self._upsert_host(row["name"], row["public_key"], row["enrolled_after"],
                                   row["revoked_after"])
-        if [h.get("name") for h in listed] != [h["name"] for h in self.host_rows()]:
+        if [h.get("name") for h in listed] != [h["name"] for h in self.host_rows(offline=True)]:
             self._write_hosts_file()  # the database held hosts the file lacked
 
     def hosts(self) -> dict[str, HostEntry]:
@@ -233,11 +251,77 @@ class LedgerStore:
             for name, key, enrolled, revoked in rows
         }
 
-    def host_rows(self) -> list[dict[str, Any]]:
+    def host_rows(self, offline: bool = False) -> list[dict[str, Any]]:
+        """The hosts table (``offline``: only the hosts enrolled offline, ``hosts.json``'s)."""
         rows = self.conn.execute("SELECT name, public_key, enrolled_after, revoked_after"
-                                 " FROM hosts ORDER BY name")
+                                 " FROM hosts" + (" WHERE source = 'offline'" if offline else "")
+                                 + " ORDER BY name")
         return [{"name": n, "public_key": k, "enrolled_after": e, "revoked_after": r}
                 for n, k, e, r in rows]
+
+    # -- operators and control events -----------------------------------------------------
+
+    def trust_operators(self, keys: Collection[bytes]) -> None:
+        """Trust these operator keys (the ledger's configuration) unless a rotation in the
+        stream retired them; keys already known keep their last sequence number."""
+        with self.transaction():
+            self.conn.executemany("INSERT OR IGNORE INTO operators (key, last_seq) VALUES (?, 0)",
+                                  [(encode_key(k),) for k in keys])
+
+    def operators(self) -> tuple[dict[bytes, int], set[bytes]]:
+        """(trusted operator key -> its last folded seq, the retired keys)."""
+        trusted: dict[bytes, int] = {}
+        retired: set[bytes] = set()
+        for key, last, gone in self.conn.execute("SELECT key, last_seq, retired FROM operators"):
+            raw = bytes(decode_key(key))
+            if gone:
+                retired.add(raw)
+            else:
+                trusted[raw] = last
+        return trusted, retired
+
+    def host_keys_at(self, run: str) -> dict[str, str]:
+        """Each host's key as it was when ``run``'s last segment was folded: the current key,
+        unless a re-key in the stream came after (then the key before it). A run sealed on
+        both sides of its host's re-key cannot be exported whole (one key per host)."""
+        keys = {h["name"]: h["public_key"] for h in self.host_rows()}
+        row = self.conn.execute("SELECT last_seq FROM runs WHERE run = ?", (run,)).fetchone()
+        if row is None:
+            return keys
+        for host, key in self.conn.execute(
+                "SELECT host, key FROM control_events WHERE kind IN ('enroll', 'rekey')"
+                " AND stream_seq < ? ORDER BY stream_seq", (row[0],)):
+            keys[host] = key
+        return keys
+
+    def control_rows(self, host: str | None = None) -> list[dict[str, Any]]:
+        """The folded control events (a host's key history), in stream order."""
+        rows = self.conn.execute(
+            "SELECT stream_seq, kind, operator, seq, host, key FROM control_events"
+            + (" WHERE host = ?" if host else "") + " ORDER BY stream_seq",
+            (host,) if host else ())
+        keys = ("stream_seq", "kind", "operator", "seq", "host", "key")
+        return [dict(zip(keys, row, strict=True)) for row in rows]
+
+    def _write_control(self, accepted: Sequence[tuple[ControlAccepted, bytes]]) -> None:
+        db = self.conn
+        for d, payload in accepted:
+            ev = d.event
+            op = encode_key(ev.operator)
+            db.execute("INSERT INTO control_events (stream_seq, kind, operator, seq, host, key,"
+                       " payload) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                       (d.stream_seq, ev.kind_name, op, ev.seq, ev.host or None,
+                        encode_key(ev.key), payload))
+            db.execute("UPDATE operators SET last_seq = ? WHERE key = ?", (ev.seq, op))
+            if ev.kind == OPERATOR:
+                db.execute("UPDATE operators SET retired = 1 WHERE key = ?", (op,))
+                db.execute("INSERT OR IGNORE INTO operators (key, last_seq) VALUES (?, 0)",
+                           (encode_key(ev.key),))
+            else:
+                e = d.entry
+                assert e is not None
+                self._upsert_host(e.name, encode_key(e.public_key), e.enrolled_after,
+                                  e.revoked_after, "stream")
 
     # -- runs -----------------------------------------------------------------------------
 
@@ -312,10 +396,13 @@ class LedgerStore:
         runs: dict[str, tuple[bytes, int]] = {}  # run text -> (run, its last stream seq)
         first_seq: dict[str, int] = {}
         refusals = []
+        control: list[tuple[ControlAccepted, bytes]] = []
         now = time.time()
         for item in batch:
             d = item.decision
-            if isinstance(d, Accepted):
+            if isinstance(d, ControlAccepted):
+                control.append((d, item.payload))
+            elif isinstance(d, Accepted):
                 run = id_text(d.run)
                 segment_rows.append((run, d.index, d.head_text or format_address(d.head), d.kind,
                                      size + len(leaves), item.stream_seq, item.payload))
@@ -343,6 +430,8 @@ class LedgerStore:
         )
         db.executemany("INSERT INTO rejections (stream_seq, subject, host, run, idx, rule,"
                        " detail, payload, at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)", refusals)
+        if control:
+            self._write_control(control)
         new_size = self.tree.append(leaves)
         self.set_meta("watermark", str(watermark))
         return new_size

@@ -16,16 +16,17 @@ from nats.js.api import (
 )
 from nats.js.errors import NotFoundError
 
-from fleet.subjects import SEGMENTS, STREAM
+from fleet.subjects import DEFAULT_FLEET, FleetNames
 from fleet.wire import MAX_MESSAGE
 
 log = logging.getLogger(__name__)
 
 
-def stream_config(replicas: int = 1, dedup_window_s: float = 120.0) -> StreamConfig:
+def stream_config(replicas: int = 1, dedup_window_s: float = 120.0,
+                  names: FleetNames = DEFAULT_FLEET) -> StreamConfig:
     return StreamConfig(
-        name=STREAM,
-        subjects=[f"{SEGMENTS}.>"],
+        name=names.stream,
+        subjects=[f"{names.segments}.>", f"{names.control}.>"],
         retention=RetentionPolicy.LIMITS,
         storage=StorageType.FILE,
         num_replicas=replicas,
@@ -39,12 +40,13 @@ def stream_config(replicas: int = 1, dedup_window_s: float = 120.0) -> StreamCon
 
 
 async def ensure_stream(
-    js: JetStreamContext, replicas: int = 1, dedup_window_s: float = 120.0
+    js: JetStreamContext, replicas: int = 1, dedup_window_s: float = 120.0,
+    names: FleetNames = DEFAULT_FLEET,
 ) -> None:
     """Create the stream, or update it to this configuration (replicas, window, limits)."""
-    config = stream_config(replicas, dedup_window_s)
+    config = stream_config(replicas, dedup_window_s, names)
     try:
-        await js.stream_info(STREAM)
+        await js.stream_info(names.stream)
     except NotFoundError:
         await js.add_stream(config)
         return
@@ -55,7 +57,8 @@ def consumer_name(ledger: str) -> str:
     return f"ledger-{ledger}"
 
 
-async def ensure_consumer(js: JetStreamContext, ledger: str, watermark: int) -> str:
+async def ensure_consumer(js: JetStreamContext, ledger: str, watermark: int,
+                          names: FleetNames = DEFAULT_FLEET) -> str:
     """The ledger's own durable pull consumer, positioned just after ``watermark``.
 
     A consumer that is ahead of the store (the store was deleted or restored from an old
@@ -67,24 +70,26 @@ async def ensure_consumer(js: JetStreamContext, ledger: str, watermark: int) -> 
     """
     durable = consumer_name(ledger)
     try:
-        info = await js.consumer_info(STREAM, durable)
+        info = await js.consumer_info(names.stream, durable)
     except NotFoundError:
         info = None
     if info is not None:
         floor = info.ack_floor.stream_seq if info.ack_floor else 0
         delivered = info.delivered.stream_seq if info.delivered else 0
-        if floor <= watermark and delivered <= watermark:
+        # A consumer from before control events filtered on segments only: it would miss
+        # them, so it is recreated (unfiltered: the stream holds segments and control).
+        filtered = info.config.filter_subject is not None
+        if floor <= watermark and delivered <= watermark and not filtered:
             return durable
         log.warning("consumer %s is at %d (delivered %d), store at %d: replaying from the"
                     " store's position", durable, floor, delivered, watermark)
-        await js.delete_consumer(STREAM, durable)
-    await js.add_consumer(STREAM, ConsumerConfig(
+        await js.delete_consumer(names.stream, durable)
+    await js.add_consumer(names.stream, ConsumerConfig(
         durable_name=durable,
         deliver_policy=DeliverPolicy.BY_START_SEQUENCE,
         opt_start_seq=watermark + 1,
         ack_policy=AckPolicy.ALL,
         ack_wait=30.0,
         max_ack_pending=20_000,
-        filter_subject=f"{SEGMENTS}.>",
     ))
     return durable

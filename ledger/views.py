@@ -142,7 +142,7 @@ def export_record(store: LedgerStore, run: str) -> bytes:
         raise NotFound(f"no run {run} in this ledger")
     envelopes = [decode_envelope(p) for p in store.payloads(run)]
     assert envelopes[0].run == parse_address(run)
-    keys = {h["name"]: h["public_key"] for h in store.host_rows()}
+    keys = store.host_keys_at(run)
     sealers = [e.host for e in envelopes]
     unit, grants = row["state"]["unit_id"], row["state"]["grants_id"]
     if len(set(sealers)) == 1:
@@ -167,7 +167,7 @@ def export_page(store: LedgerStore, run: str, first: int, limit: int) -> bytes:
     if row is None:
         raise NotFound(f"no run {run} in this ledger")
     envelopes = [decode_envelope(p) for p in store.payloads(run, first, limit)]
-    keys = {h["name"]: h["public_key"] for h in store.host_rows()}
+    keys = store.host_keys_at(run)
     return encode_record(RecordWire(
         unit_id=row["state"]["unit_id"], grants_id=row["state"]["grants_id"], run=run,
         hosts={name: keys[name] for name in sorted({e.host for e in envelopes})},

@@ -74,7 +74,9 @@ def fleet(*args: str, timeout: float = 60.0, check: bool = True
 class LedgerProc:
     """``fleet ledger serve`` in a child process; stopped (by pid) when the context exits."""
 
-    def __init__(self, url: str, data: Path, *extra: str, log: Path | None = None) -> None:
+    def __init__(self, url: str, data: Path, *extra: str, log: Path | None = None,
+                 fleet_name: str | None = None) -> None:
+        self.fleet_name = fleet_name  # ``fleet --fleet NAME ledger serve``
         self.url = url
         self.data = data
         self.extra = list(extra)
@@ -89,7 +91,8 @@ class LedgerProc:
         # Output goes through a pipe (copied to the log file by a thread here), so a child
         # whose file writes are made to fail still logs.
         self.proc = subprocess.Popen(
-            [*FLEET, "ledger", "serve", "--nats", self.url, "--data", str(self.data),
+            [*FLEET, *(["--fleet", self.fleet_name] if self.fleet_name else []),
+             "ledger", "serve", "--nats", self.url, "--data", str(self.data),
              "--checkpoint-ms", "200", *self.extra],
             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
             start_new_session=True, preexec_fn=preexec,

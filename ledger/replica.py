@@ -1,0 +1,174 @@
+"""Ledger replicas with one identity: a lease in a NATS KV bucket says which replica signs
+checkpoints on the timer, publishes them and drives the anchors; every replica folds and
+serves the API. Heartbeats in a second bucket say where each replica is (``fleet status``).
+
+Safety does not rest on the lease. Replicas share the origin and signing key, fold one
+stream into the same log (control events make the host table part of the stream), and
+Ed25519 signatures are deterministic: the checkpoint of size ``n`` is byte for byte the same
+whichever replica signs it, so no two checkpoints can conflict. The lease only keeps one
+replica publishing and anchoring (the witness then sees one growing sequence), and a new
+holder signs only once it has folded up to the stream's end as it was when it took the
+lease, so it never publishes a checkpoint smaller than one its predecessor published.
+
+The lease is the KV key ``leader`` in a bucket whose entries live ``ttl`` seconds: the
+holder renews it every ``ttl/4`` by a compare-and-set on its revision (``update``), others
+try ``create`` as often; when the holder dies its entry ages out and the next ``create``
+wins. A holder acts only while its last renewal is younger than ``ttl/2`` (a paused process
+resumes not leading), and stops at the first failed renewal. Failover takes at most
+``ttl + ttl/4`` (the entry ages out ``ttl`` after the last renewal, at most ``ttl/4``
+before the death; the next ``create`` comes within ``ttl/4``) plus the server's expiry
+scheduling (we allow 0.5 s), then the new holder's catch-up before it signs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import time
+from typing import TYPE_CHECKING, Any
+
+from nats.js import JetStreamContext
+from nats.js.api import KeyValueConfig
+from nats.js.errors import BucketNotFoundError
+from nats.js.kv import KeyValue
+
+if TYPE_CHECKING:
+    from ledger.service import Ledger
+
+log = logging.getLogger(__name__)
+
+LEASE_KEY = "leader"
+
+
+def lease_bucket(prefix: str = "fleet") -> str:
+    return f"{prefix}-ledger-lease"
+
+
+def replicas_bucket(prefix: str = "fleet") -> str:
+    return f"{prefix}-ledger-replicas"
+
+
+async def open_bucket(js: JetStreamContext, bucket: str, ttl: float, replicas: int
+                      ) -> KeyValue:
+    """The KV bucket, created (history 1, entries living ``ttl`` s) if it is missing."""
+    try:
+        return await js.key_value(bucket)
+    except BucketNotFoundError:
+        return await js.create_key_value(KeyValueConfig(bucket=bucket, history=1, ttl=ttl,
+                                                        replicas=replicas))
+
+
+class Replica:
+    """The lease and heartbeat task of one ledger replica (``ledger.leading`` follows it)."""
+
+    def __init__(self, ledger: Ledger, ttl: float = 2.0, prefix: str = "fleet") -> None:
+        self.ledger = ledger
+        self.ttl = ttl
+        self.prefix = prefix
+        self.name = ledger.config.name
+        self.revision: int | None = None
+        self.renewed_at = 0.0
+        self.acquired = 0  # how many times this replica took the lease
+        self.lease: KeyValue | None = None
+        self.js: JetStreamContext | None = None
+        self.beats: KeyValue | None = None
+
+    @property
+    def holds(self) -> bool:
+        """Holding a lease renewed less than ttl/2 ago."""
+        return self.revision is not None and time.monotonic() - self.renewed_at < self.ttl / 2
+
+    async def start(self, js: JetStreamContext) -> None:
+        """Open (or create) the buckets; replicas starting together may time out on a busy
+        cluster, so a failure here is retried by each :meth:`tick` instead."""
+        self.js = js
+        with contextlib.suppress(Exception):
+            await self._open()
+
+    async def _open(self) -> None:
+        replicas = self.ledger.config.replicas
+        if self.lease is None:
+            self.lease = await open_bucket(self.js, lease_bucket(self.prefix), self.ttl,
+                                           replicas)
+        if self.beats is None:
+            self.beats = await open_bucket(self.js, replicas_bucket(self.prefix),
+                                           max(10.0, self.ttl * 5), replicas)
+
+    async def run(self, stop: asyncio.Event) -> None:
+        while not stop.is_set():
+            with contextlib.suppress(Exception):
+                await self.tick()
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(stop.wait(), self.ttl / 4)
+        await self.release()
+
+    async def tick(self) -> None:
+        """Renew or try to take the lease, then publish this replica's heartbeat."""
+        if self.lease is None or self.beats is None:
+            await self._open()
+        assert self.lease is not None and self.beats is not None
+        value = json.dumps({"holder": self.name, "at": time.time()}).encode()
+        try:
+            if self.revision is not None and self.holds:
+                self.revision = await self.lease.update(LEASE_KEY, value, last=self.revision)
+            else:
+                if self.revision is not None:
+                    await self._lose("renewal too late")
+                self.revision = await self.lease.create(LEASE_KEY, value)
+                self.acquired += 1
+                await self.ledger.take_lead()
+                log.warning("replica %s took the lease (revision %d)", self.name,
+                            self.revision)
+            self.renewed_at = time.monotonic()
+            if self.ledger.lead_floor is None:  # the stream's end was not read at takeover
+                await self.ledger.take_lead()
+        except Exception as exc:
+            if self.revision is not None:
+                await self._lose(f"{type(exc).__name__}: {exc}")
+        self.ledger.leading = self.holds
+        await self.ledger.refresh_stream_end()  # the lag is behind the stream, not our acks
+        await self.beats.put(self.name, json.dumps(self.heartbeat()).encode())
+
+    def heartbeat(self) -> dict[str, Any]:
+        led = self.ledger
+        watermark = led.store.watermark()
+        return {"name": self.name, "stream_seq": watermark, "tree_size": led.store.tree.size(),
+                "lag": max(0, led.stream_last_seq - watermark), "leading": self.holds,
+                "healthy": led.healthy, "at": time.time()}
+
+    async def _lose(self, why: str) -> None:
+        log.warning("replica %s lost the lease: %s", self.name, why)
+        self.revision = None
+        self.ledger.leading = False
+        await self.ledger.drop_lead()
+
+    async def release(self) -> None:
+        """Give the lease up on a clean stop, so the next replica need not wait it out."""
+        if self.revision is not None and self.lease is not None:
+            with contextlib.suppress(Exception):
+                await self.lease.delete(LEASE_KEY, last=self.revision)
+            self.revision = None
+        if self.beats is not None:
+            with contextlib.suppress(Exception):
+                await self.beats.delete(self.name)
+
+
+async def read_replicas(js: JetStreamContext, prefix: str = "fleet"
+                        ) -> tuple[str | None, list[dict[str, Any]]]:
+    """(the lease holder, every replica's last heartbeat) as the buckets hold them."""
+    holder = None
+    beats: list[dict[str, Any]] = []
+    with contextlib.suppress(Exception):
+        entry = await (await js.key_value(lease_bucket(prefix))).get(LEASE_KEY)
+        if entry.value:
+            holder = json.loads(entry.value)["holder"]
+    with contextlib.suppress(Exception):
+        kv = await js.key_value(replicas_bucket(prefix))
+        for key in await kv.keys():
+            with contextlib.suppress(Exception):
+                e = await kv.get(key)
+                if e.value:
+                    beats.append(json.loads(e.value))
+    return holder, sorted(beats, key=lambda b: b["name"])
