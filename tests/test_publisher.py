@@ -9,6 +9,7 @@ from collections.abc import Awaitable, Callable
 
 import nats
 import nats.errors
+import nats.js.errors
 import nkeys
 import pytest
 from nats.js.errors import APIError
@@ -67,7 +68,18 @@ async def _with_js(
                        reconnect_time_wait=0.1)
     try:
         js = nc.jetstream()
-        await js.add_stream(name=STREAM, subjects=["fleet.seg.>"], num_replicas=replicas)
+        # A cluster just started may not yet count every peer online for an R3 placement
+        # (error 10005, seen on a loaded machine): ask again for a while.
+        deadline = asyncio.get_running_loop().time() + 30
+        while True:
+            try:
+                await js.add_stream(name=STREAM, subjects=["fleet.seg.>"],
+                                    num_replicas=replicas)
+                break
+            except nats.js.errors.BadRequestError as exc:
+                if exc.err_code != 10005 or asyncio.get_running_loop().time() > deadline:
+                    raise
+                await asyncio.sleep(0.5)
         return await body(nc, js)
     finally:
         await nc.close()
