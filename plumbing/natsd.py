@@ -443,13 +443,27 @@ class NatsCluster(_Managed):
                         node.wait_http("/healthz", deadline)
                         leaders.add(self._meta_leader_of(node))
                 (leader,) = leaders if len(leaders) == 1 else (None,)
-                if leader is not None and self.nodes[leader].running:
+                if (leader is not None and self.nodes[leader].running
+                        and self._peers_current(self.nodes[leader])):
                     return leader
             except OSError:
                 pass
             if time.monotonic() > deadline:
                 raise NatsServerError(f"the cluster did not agree on a meta leader: {leaders}")
             time.sleep(0.1)
+
+    def _peers_current(self, leader: NatsServer) -> bool:
+        """Whether the meta leader counts every other running node as a current, online
+        peer: until it does, an R3 stream may be refused placement ("peer offline")."""
+        status, body = leader.monitor("/jsz")
+        if status != 200 or not body:
+            return False
+        peers = {p.get("name"): p for p in (body.get("meta_cluster") or {}).get("replicas")
+                 or []}
+        running = [name for name, node in self.nodes.items() if node.running
+                   and node is not leader]
+        return all(name in peers and peers[name].get("current") and not peers[name].get(
+            "offline") for name in running)
 
     @staticmethod
     def _meta_leader_of(node: NatsServer) -> str | None:
