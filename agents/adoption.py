@@ -22,7 +22,7 @@ Each refusal is a named :class:`ResumeRefused` and changes nothing.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any, Protocol
 
 from fleet.address import format_address, parse_address
@@ -77,10 +77,11 @@ class RecordUnavailable(ResumeRefused):
     and has no ledger to fetch it from."""
 
 
-def verify_adoption(run: str, data: bytes, bundle: dict[str, Any],
+def verify_adoption(run: str, data: bytes, prove: Callable[[int], dict[str, Any]],
                     ledger_keys: Iterable[Verifier]) -> RunState:
     """The state of the parked run ``run`` after checking its record file ``data`` from
-    genesis (every seal) and its head against ``bundle`` under the ledger's keys."""
+    genesis (every seal) and its head against the proof ``prove(index)`` gives of the
+    segment it verified to, under the ledger's keys."""
     try:
         record = decode_record(data)
         if record.run is not None and record.run != run:
@@ -92,6 +93,7 @@ def verify_adoption(run: str, data: bytes, bundle: dict[str, Any],
         raise RecordInvalid("the record names no host key: its seals cannot be checked")
     if format_address(state.run) != run:
         raise RecordInvalid(f"the record is of run {format_address(state.run)}, not {run}")
+    bundle = prove(state.index)
     try:
         proved = verify_bundle(bundle, ledger_keys)
     except (LogError, FleetError) as exc:

@@ -30,7 +30,6 @@ from nacl.signing import SigningKey
 
 from agents.adoption import (
     NotParked,
-    RecordInvalid,
     RecordSource,
     RecordUnavailable,
     parse_run,
@@ -41,7 +40,6 @@ from agents.environment import Environment, resume_manifest
 from agents.outbox import DEFAULT_KEEP_ACKED_BYTES, DEFAULT_LIMIT_BYTES, DEFAULT_RESERVE, Outbox
 from fleet.address import format_address
 from fleet.builder import RecordBuilder
-from fleet.errors import FleetError
 from fleet.note import Verifier
 from fleet.record import RunState
 from fleet.run_codec import state_from_json, state_to_json
@@ -123,7 +121,7 @@ class Host:
         and manifest; anything else is refused by the record's rules, nothing sealed)."""
         run = parse_run(run)
         data = source.record(run)
-        state = verify_adoption(run, data, source.proof(run, _segments(data)),
+        state = verify_adoption(run, data, lambda index: source.proof(run, index),
                                 list(ledger_keys))
         held = self._db.execute("SELECT 1 FROM runs WHERE run = ?", (run,)).fetchone()
         if held is not None or self.outbox.payloads_after(run, 0):
@@ -161,7 +159,7 @@ class Host:
             # be parked where this host parked it, under the ledger's signed log).
             source, keys = self.ledger
             data = source.record(run)
-            start = verify_adoption(run, data, source.proof(run, _segments(data)), keys)
+            start = verify_adoption(run, data, lambda index: source.proof(run, index), keys)
             payloads = self.outbox.payloads_after(run, start.index)
         return verify_local(hr.state, start, payloads, {self.name: self.key.verify_key})
 
@@ -169,14 +167,6 @@ class Host:
         self._db.execute("INSERT INTO runs (run, state) VALUES (?, ?) ON CONFLICT(run)"
                          " DO UPDATE SET state = excluded.state",
                          (run, msgspec.json.encode(state_to_json(builder.state))))
-
-
-def _segments(data: bytes) -> int:
-    """How many segments a record file holds (its proof is asked for the last one)."""
-    try:
-        return len(decode_record(data).segments)
-    except FleetError as exc:
-        raise RecordInvalid(f"{exc.rule}: {exc}") from None
 
 
 class HostRun:

@@ -152,10 +152,6 @@ class RunState:
         """The kernel's step for the next segment, or the named refusal; changes nothing."""
         return segment_step(self, self.index + 1, segment, attestation)
 
-    def check(self, segment: Segment, attestation: Attestation | None = None) -> str:
-        """The phase after ``segment``, or the named refusal; changes nothing."""
-        return self.step(segment, attestation)[1]
-
     def prepare(self, segment: Segment, attestation: Attestation | None = None
                 ) -> tuple[Step, bytes]:
         """The step and head ``segment`` would lead to, or the named refusal; changes nothing."""

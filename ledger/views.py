@@ -22,10 +22,10 @@ from fleet.errors import FleetError
 from fleet.leaf import encode_leaf
 from fleet.note import parse_note
 from fleet.proof_bundle import build_bundle
+from fleet.record_file import join_pages
 from fleet.run_codec import state_from_json
-from fleet.seal import decode_key
 from fleet.wait_proof import verdict_json
-from fleet.wire import RecordWire, decode_envelope, encode_record, segment_to_wire
+from fleet.wire import EnvelopeWire, RecordWire, encode_record, envelope_wire
 from ledger.store import LedgerStore
 from plumbing.anchoring import ReceiptStore
 
@@ -136,49 +136,43 @@ def consistency(store: LedgerStore, old: int, new: int) -> dict[str, Any]:
 def export_record(store: LedgerStore, run: str) -> bytes:
     """The run's record file (``fleet verify`` reads it), rebuilt from the folded messages:
     sealed under one ``host_key``, or, for a run that moved between hosts, with each host's
-    key in ``hosts`` and each segment naming the host that sealed it."""
-    row = store.run_row(run)
-    if row is None:
-        raise NotFound(f"no run {run} in this ledger")
-    envelopes = [decode_envelope(p) for p in store.payloads(run)]
-    assert envelopes[0].run == parse_address(run)
-    keys = store.host_keys_at(run)
-    sealers = [e.host for e in envelopes]
-    unit, grants = row["state"]["unit_id"], row["state"]["grants_id"]
-    if len(set(sealers)) == 1:
-        host_key = keys.get(sealers[0])
-        if host_key is not None:
-            decode_key(host_key)
-        record = RecordWire(unit_id=unit, grants_id=grants, run=run, host_key=host_key,
-                            segments=[segment_to_wire(e.sealed) for e in envelopes])
-    else:
-        record = RecordWire(
-            unit_id=unit, grants_id=grants, run=run,
-            hosts={name: keys[name] for name in sorted(set(sealers))},
-            segments=[segment_to_wire(e.sealed, host=e.host) for e in envelopes])
-    return encode_record(record)
+    key in ``hosts`` and each segment naming the host that sealed it: the whole record as
+    one page, joined (:func:`fleet.record_file.join_pages`)."""
+    return encode_record(join_pages([_page(store, run, 1, -1)]))
 
 
 def export_page(store: LedgerStore, run: str, first: int, limit: int) -> bytes:
     """Segments ``first`` .. ``first + limit - 1`` of the run's record, each naming the host
     that sealed it, with those hosts' keys: a page of the record, for records too large for
     one reply (:func:`fleet.record_file.join_pages` puts the pages back together)."""
+    return encode_record(_page(store, run, first, limit))
+
+
+def _page(store: LedgerStore, run: str, first: int, limit: int) -> RecordWire:
+    # The folded messages' own wire forms: they decoded once to be folded, so each segment
+    # is taken as it is (no objects, no attestation hashed again), naming its host.
     row = store.run_row(run)
     if row is None:
         raise NotFound(f"no run {run} in this ledger")
-    envelopes = [decode_envelope(p) for p in store.payloads(run, first, limit)]
+    wires = [_wire(p) for p in store.payloads(run, first, limit)]
     keys = store.host_keys_at(run)
-    return encode_record(RecordWire(
+    return RecordWire(
         unit_id=row["state"]["unit_id"], grants_id=row["state"]["grants_id"], run=run,
-        hosts={name: keys[name] for name in sorted({e.host for e in envelopes})},
-        segments=[segment_to_wire(e.sealed, host=e.host) for e in envelopes]))
+        hosts={name: keys[name] for name in sorted({w.host for w in wires})},
+        segments=[msgspec.structs.replace(w.segment, host=w.host) for w in wires])
+
+
+def _wire(payload: bytes) -> EnvelopeWire:
+    wire = envelope_wire(payload)
+    assert wire is not None, "a folded message always decodes"
+    return wire
 
 
 def holders(store: LedgerStore, run: str) -> list[dict[str, Any]]:
     """Which host held the run for which segments, in order: ``{"host", "first", "last"}``."""
     out: list[dict[str, Any]] = []
     for index, payload in enumerate(store.payloads(run), start=1):
-        host = decode_envelope(payload).host
+        host = _wire(payload).host
         if out and out[-1]["host"] == host:
             out[-1]["last"] = index
         else:
