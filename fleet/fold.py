@@ -57,7 +57,7 @@ from fleet.kernel import Step, genesis
 from fleet.leaf import encode_leaf
 from fleet.record import RunState, chain
 from fleet.seal import bad_seal, check_seal
-from fleet.subjects import SEGMENTS, run_token, segment_subject
+from fleet.subjects import DEFAULT_FLEET, SEGMENTS, FleetNames
 from fleet.verify import check_next
 from fleet.wire import Envelope, EnvelopeWire, decode_envelope, envelope_from_wire
 
@@ -192,7 +192,7 @@ class Admission:
     hosts: Mapping[str, HostEntry]
     runs: BatchRuns
     head_at: Callable[[bytes, int], bytes | None]
-    segments: str = SEGMENTS  # the fleet's segment subjects' prefix (fleet.subjects)
+    names: FleetNames = DEFAULT_FLEET  # the fleet's names (fleet.subjects)
 
 
 def subject_host(subject: str) -> str | None:
@@ -237,8 +237,7 @@ def admit(ctx: Admission, subject: str, host: str, run: bytes, run_text: str, un
     """Checks 2-4: (the host's entry, the run's slot or ``None`` for a new run, the run's
     state), or the named refusal. ``run_text``: the run's canonical address text; ``kind``:
     the segment's kind (who may seal it depends on it: :func:`fleet.kernel.check_holder`)."""
-    if subject != (segment_subject(host, run_text) if ctx.segments == SEGMENTS
-                   else f"{ctx.segments}.{host}.{run_token(run_text)}"):
+    if subject != ctx.names.segment_subject(host, run_text):
         raise SubjectMismatch(
             f"published on {subject!r}, not on its own host's and run's subject", segment=index)
     entry = ctx.hosts.get(host)

@@ -47,15 +47,6 @@ __all__ = [
 ]
 
 
-STREAM: Final = "FLEET"
-SEGMENTS: Final = "fleet.seg"
-CONTROL: Final = "fleet.ctl"
-REJECTIONS: Final = "fleet.rej"
-CHECKPOINTS: Final = "fleet.checkpoint"
-API: Final = "fleet.api"
-API_SERVICE: Final = "fleet-ledger"
-API_QUEUE: Final = "fleet-ledger"
-
 HOST_NAME: Final = re.compile(r"[A-Za-z0-9_-]{1,64}\Z")
 
 
@@ -70,27 +61,6 @@ def check_host_name(name: str) -> str:
 def run_token(run_address: str) -> str:
     """The subject token of a run (its address without ``b3:``)."""
     return run_address.removeprefix("b3:")
-
-
-def segment_subject(host: str, run_address: str) -> str:
-    return f"{SEGMENTS}.{host}.{run_token(run_address)}"
-
-
-def rejection_subject(host: str) -> str:
-    return f"{REJECTIONS}.{host}"
-
-
-def api_subject(endpoint: str) -> str:
-    return f"{API}.{endpoint}"
-
-
-def control_subject(kind: str) -> str:
-    """``fleet.ctl.host`` for host events, ``fleet.ctl.operator`` for rotations."""
-    return f"{CONTROL}.{'operator' if kind == 'operator' else 'host'}"
-
-
-def is_control(subject: str) -> bool:
-    return subject.startswith(CONTROL + ".")
 
 
 FLEET_NAME: Final = re.compile(r"[a-z][a-z0-9_-]{0,31}\Z")
@@ -115,8 +85,16 @@ class FleetNames:
         return f"{self.fleet}.ctl"
 
     @property
+    def rejections(self) -> str:
+        return f"{self.fleet}.rej"
+
+    @property
     def checkpoints(self) -> str:
         return f"{self.fleet}.checkpoint"
+
+    @property
+    def api(self) -> str:
+        return f"{self.fleet}.api"
 
     @property
     def api_service(self) -> str:
@@ -130,12 +108,13 @@ class FleetNames:
         return f"{self.segments}.{host}.{run_token(run_address)}"
 
     def rejection_subject(self, host: str) -> str:
-        return f"{self.fleet}.rej.{host}"
+        return f"{self.rejections}.{host}"
 
     def api_subject(self, endpoint: str) -> str:
-        return f"{self.fleet}.api.{endpoint}"
+        return f"{self.api}.{endpoint}"
 
     def control_subject(self, kind: str) -> str:
+        """``<fleet>.ctl.host`` for host events, ``<fleet>.ctl.operator`` for rotations."""
         return f"{self.control}.{'operator' if kind == 'operator' else 'host'}"
 
     def is_control(self, subject: str) -> bool:
@@ -152,3 +131,19 @@ def fleet_names(name: str = "fleet") -> FleetNames:
 
 
 DEFAULT_FLEET: Final = fleet_names()
+
+# The default fleet's names, as constants and functions (every layout is FleetNames's).
+STREAM: Final = DEFAULT_FLEET.stream
+SEGMENTS: Final = DEFAULT_FLEET.segments
+CONTROL: Final = DEFAULT_FLEET.control
+REJECTIONS: Final = DEFAULT_FLEET.rejections
+CHECKPOINTS: Final = DEFAULT_FLEET.checkpoints
+API: Final = DEFAULT_FLEET.api
+API_SERVICE: Final = DEFAULT_FLEET.api_service
+API_QUEUE: Final = DEFAULT_FLEET.api_queue
+segment_subject = DEFAULT_FLEET.segment_subject
+rejection_subject = DEFAULT_FLEET.rejection_subject
+api_subject = DEFAULT_FLEET.api_subject
+control_subject = DEFAULT_FLEET.control_subject
+is_control = DEFAULT_FLEET.is_control
+

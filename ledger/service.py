@@ -285,7 +285,7 @@ class Ledger:
         # the batch was prepared with) are checked again in line.
         trusted, retired = self.store.operators()
         control = BatchControl(trusted, hosts, retired)
-        ctx = Admission(control.hosts, BatchRuns(committed), head_at, self.names.segments)
+        ctx = Admission(control.hosts, BatchRuns(committed), head_at, self.names)
         is_control = self.names.is_control
         for (seq, subject, data), wire, seal_ok, addresses in zip(
                 prepared.msgs, prepared.wires, seals, prepared.addresses, strict=True):
