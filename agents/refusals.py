@@ -16,7 +16,7 @@ import logging
 from typing import Any
 
 from agents.outbox import Outbox
-from fleet.subjects import SEGMENTS, rejection_subject
+from fleet.subjects import parse_segment_subject, rejection_subject
 
 log = logging.getLogger(__name__)
 
@@ -25,11 +25,9 @@ STOPPING = frozenset({"ForeignRun"})
 
 
 def run_of(subject: str) -> str | None:
-    """The run address of a segment subject (``fleet.seg.<host>.<token>``)."""
-    parts = subject.split(".")
-    if len(parts) == 4 and parts[1] == SEGMENTS.split(".")[1]:  # any fleet's <fleet>.seg
-        return "b3:" + parts[3]
-    return None
+    """The run address of a segment subject (``<fleet>.seg.<host>.<token>``)."""
+    parsed = parse_segment_subject(subject)
+    return None if parsed is None else parsed[1]
 
 
 class RefusalWatcher:

@@ -57,7 +57,7 @@ from fleet.kernel import Step, genesis
 from fleet.leaf import encode_leaf
 from fleet.record import RunState, chain
 from fleet.seal import bad_seal, check_seal
-from fleet.subjects import DEFAULT_FLEET, SEGMENTS, FleetNames
+from fleet.subjects import DEFAULT_FLEET, FleetNames, parse_segment_subject
 from fleet.verify import check_next
 from fleet.wire import Envelope, EnvelopeWire, decode_envelope, envelope_from_wire
 
@@ -197,10 +197,8 @@ class Admission:
 
 def subject_host(subject: str) -> str | None:
     """The host token of a segment subject, if the subject has the segment shape."""
-    parts = subject.split(".")
-    if len(parts) == 4 and parts[1] == SEGMENTS.split(".")[1]:  # any fleet's <fleet>.seg
-        return parts[2]
-    return None
+    parsed = parse_segment_subject(subject)
+    return None if parsed is None else parsed[0]
 
 
 def decode(subject: str, data: bytes, wire: EnvelopeWire | None = None) -> Envelope | Refused:

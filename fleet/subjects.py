@@ -41,6 +41,7 @@ __all__ = [
     "control_subject",
     "fleet_names",
     "is_control",
+    "parse_segment_subject",
     "rejection_subject",
     "run_token",
     "segment_subject",
@@ -63,6 +64,9 @@ def run_token(run_address: str) -> str:
     return run_address.removeprefix("b3:")
 
 
+# The token after the fleet's name in its segment subjects.
+_SEG: Final = "seg"
+
 FLEET_NAME: Final = re.compile(r"[a-z][a-z0-9_-]{0,31}\Z")
 
 
@@ -78,7 +82,7 @@ class FleetNames:
 
     @property
     def segments(self) -> str:
-        return f"{self.fleet}.seg"
+        return f"{self.fleet}.{_SEG}"
 
     @property
     def control(self) -> str:
@@ -119,6 +123,15 @@ class FleetNames:
 
     def is_control(self, subject: str) -> bool:
         return subject.startswith(self.control + ".")
+
+
+def parse_segment_subject(subject: str) -> tuple[str, str] | None:
+    """(host, run address) of any fleet's segment subject ``<fleet>.seg.<host>.<token>``,
+    or ``None`` for a subject of another shape."""
+    parts = subject.split(".")
+    if len(parts) == 4 and parts[1] == _SEG:
+        return parts[2], "b3:" + parts[3]
+    return None
 
 
 def fleet_names(name: str = "fleet") -> FleetNames:
