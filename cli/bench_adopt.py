@@ -50,15 +50,14 @@ async def _measure(workdir: Path, segments: int, repeats: int) -> dict[str, Any]
     from nacl.signing import SigningKey
 
     from agents.host import Host
-    from cli._wiring import LedgerRecordSource, make_ledger
+    from cli._embedded import embedded_ledger
+    from cli._wiring import LedgerRecordSource
     from fleet.address import digest, format_address
     from fleet.builder import RecordBuilder
     from fleet.seal import encode_key, seal_message
     from fleet.segment import make_snapshot
     from fleet.subjects import segment_subject
     from fleet.wire import encode_envelope
-    from ledger.service import LedgerConfig
-    from plumbing.natsd import NatsServer
 
     key = SigningKey(bytes([7]) * 32)
     b = RecordBuilder(key, digest(b"bench-adopt/unit"), digest(b"bench-adopt/grants"))
@@ -67,49 +66,39 @@ async def _measure(workdir: Path, segments: int, repeats: int) -> dict[str, Any]
                   journal_root=digest(b"j%d" % i))
     b.suspend(make_snapshot(transcript=digest(b"transcript")), digest(b"manifest"))
     run = format_address(b.run)
-    with NatsServer(store_dir=workdir / "nats", die_with_parent=True) as server:
-        ledger = make_ledger(LedgerConfig(data_dir=workdir / "ledger", servers=[server.url],
-                                          name="bench-adopt", checkpoint_ms=100))
+    async with embedded_ledger(workdir) as (server, ledger):
         ledger.store.enroll("origin", encode_key(bytes(key.verify_key)))
-        stop = asyncio.Event()
-        await ledger.start()
-        task = asyncio.create_task(ledger.run(stop))
-        try:
-            assert ledger.js is not None
-            subject = segment_subject("origin", run)
-            acks = [ledger.js.publish(subject, encode_envelope(
-                "origin", b.run, b.state.unit_id, b.state.grants_id, s),
-                headers={"Nats-Msg-Id": format_address(s.head)}) for s in b.sealed]
-            for first in range(0, len(acks), 500):
-                await asyncio.gather(*acks[first:first + 500])
-            deadline = time.monotonic() + 120
-            while ledger.store.watermark() < segments:
-                if time.monotonic() > deadline:
-                    raise CheckFailed("bench adopt: the ledger did not fold the run in time")
-                await asyncio.sleep(0.05)
-            await ledger.sign_checkpoint_now()
-            keys = [ledger.signer.verifier()]
-            source = LedgerRecordSource(server.url, timeout=60.0)
-            rounds = []
-            for n in range(repeats):
-                host = Host(f"adopter{n}", workdir / f"adopter{n}")
-                timed = _Timed(source)
-                t = time.perf_counter()
-                held = await asyncio.to_thread(host.adopt_run, run, timed, keys)
-                total = time.perf_counter() - t
-                host.close()
-                assert held.state.index == segments and held.state.phase == "parked"
-                rounds.append((total, timed.fetch_s, timed.prove_s))
-            messages = [(seal_message(b.run, s.index, s.head), s.seal) for s in b.sealed]
+        assert ledger.js is not None
+        subject = segment_subject("origin", run)
+        acks = [ledger.js.publish(subject, encode_envelope(
+            "origin", b.run, b.state.unit_id, b.state.grants_id, s),
+            headers={"Nats-Msg-Id": format_address(s.head)}) for s in b.sealed]
+        for first in range(0, len(acks), 500):
+            await asyncio.gather(*acks[first:first + 500])
+        deadline = time.monotonic() + 120
+        while ledger.store.watermark() < segments:
+            if time.monotonic() > deadline:
+                raise CheckFailed("bench adopt: the ledger did not fold the run in time")
+            await asyncio.sleep(0.05)
+        await ledger.sign_checkpoint_now()
+        keys = [ledger.signer.verifier()]
+        source = LedgerRecordSource(server.url, timeout=60.0)
+        rounds = []
+        for n in range(repeats):
+            host = Host(f"adopter{n}", workdir / f"adopter{n}")
+            timed = _Timed(source)
             t = time.perf_counter()
-            for message, signature in messages:
-                key.verify_key.verify(message, signature)
-            bare = time.perf_counter() - t
-            size = len(await asyncio.to_thread(source.record, run))
-        finally:
-            stop.set()
-            await task
-            await ledger.close()
+            held = await asyncio.to_thread(host.adopt_run, run, timed, keys)
+            total = time.perf_counter() - t
+            host.close()
+            assert held.state.index == segments and held.state.phase == "parked"
+            rounds.append((total, timed.fetch_s, timed.prove_s))
+        messages = [(seal_message(b.run, s.index, s.head), s.seal) for s in b.sealed]
+        t = time.perf_counter()
+        for message, signature in messages:
+            key.verify_key.verify(message, signature)
+        bare = time.perf_counter() - t
+        size = len(await asyncio.to_thread(source.record, run))
 
     def med(i: int) -> float:
         return statistics.median(r[i] for r in rounds)
