@@ -145,7 +145,6 @@ class ExecGuard:
         self._lock = threading.Lock()
         self._cache: collections.OrderedDict[tuple[int, ...], bytes] = (
             collections.OrderedDict())
-        self._journaled: set[tuple[bytes, str]] = set()
         self._fan = -1
         self._group: UnitGroup | None = None
         self._watchdog: Watchdog | None = None
@@ -296,15 +295,12 @@ class ExecGuard:
         with self._lock:
             self._policy = policy
             self._cache.clear()
-            self._journaled.clear()
 
     def seal_interval(self) -> bytes:
         """End the journal's interval; its root (what the interval's attestation commits to)."""
         if self.journal is None:
             raise RuntimeError("this guard keeps no journal")
-        with self._lock:
-            self._journaled.clear()
-            return self.journal.seal_interval()[1]
+        return self.journal.seal_interval()[1]
 
     # -- answering events --------------------------------------------------------------------
 
@@ -456,20 +452,17 @@ class ExecGuard:
                 policy: ExecPolicy, label: str | None, fd: int) -> None:
         if self.journal is None:
             return
-        if allow:
-            if policy.default != DENY:
-                return
-            with self._lock:
-                if (content, access) in self._journaled:
-                    return
-                self._journaled.add((content, access))
+        if allow and (policy.default != DENY or self.journal.journaled(
+                content=content, access=access, verdict=ALLOW, policy=policy.address)):
+            return
         try:  # bytes, so a name that is not UTF-8 is journaled as \xNN escapes
             path = os.readlink(b"/proc/self/fd/%d" % fd).decode("utf-8", "backslashreplace")
         except OSError:
             path = ""
-        self.journal.append(access=access, verdict=ALLOW if allow else DENY,
-                            cause="policy" if pinned else "unpinned", content=content,
-                            policy=policy.address, label=label or DEFAULT_LABEL, path=path)
+        append = self.journal.append_once if allow else self.journal.append
+        append(access=access, verdict=ALLOW if allow else DENY,
+               cause="policy" if pinned else "unpinned", content=content,
+               policy=policy.address, label=label or DEFAULT_LABEL, path=path)
 
     def _lease_loop(self) -> None:
         holds: list[tuple[int, int, tuple[int, int], tuple[int, int] | None, float]] = []

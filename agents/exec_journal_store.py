@@ -51,6 +51,7 @@ class ExecJournal:
                                         " seq", (self.interval,)):
             self._chain.root = digest(self._chain.root + body)
             self._chain.count += 1
+        self._once: set[tuple[bytes, str, str, bytes]] = set()
         self._lock = threading.Lock()
         self.error: Exception | None = None
         self._rows: queue.Queue[Any] = queue.Queue()
@@ -62,12 +63,33 @@ class ExecJournal:
                label: str, path: str) -> JournalEntry:
         """Journal one decision in the current interval."""
         with self._lock:
-            self._seq += 1
-            entry = JournalEntry(self._seq, time.time_ns(), access, verdict, cause, content,
-                                 policy, label, clip_path(path))
-            body = self._chain.add(entry)
-            self._rows.put((self.interval, entry, body))
+            return self._append(access, verdict, cause, content, policy, label, path)
+
+    def append_once(self, *, access: str, verdict: str, cause: str, content: bytes,
+                    policy: bytes, label: str, path: str) -> JournalEntry | None:
+        """As :meth:`append`, but only if the current interval has no entry of the same
+        (content, access, verdict, policy) from this method yet (``None`` then): the
+        allow-listed mode's first allow of each address per interval, however the
+        interval is sealed."""
+        key = (content, access, verdict, policy)
+        with self._lock:
+            if key in self._once:
+                return None
+            self._once.add(key)
+            return self._append(access, verdict, cause, content, policy, label, path)
+
+    def _append(self, access: str, verdict: str, cause: str, content: bytes, policy: bytes,
+                label: str, path: str) -> JournalEntry:
+        self._seq += 1
+        entry = JournalEntry(self._seq, time.time_ns(), access, verdict, cause, content,
+                             policy, label, clip_path(path))
+        body = self._chain.add(entry)
+        self._rows.put((self.interval, entry, body))
         return entry
+
+    def journaled(self, *, content: bytes, access: str, verdict: str, policy: bytes) -> bool:
+        """Whether :meth:`append_once` with these fields would journal nothing now."""
+        return (content, access, verdict, policy) in self._once
 
     def root(self) -> bytes:
         """The root of the current interval's entries so far."""
@@ -81,6 +103,7 @@ class ExecJournal:
             self._rows.put(("seal", *sealed))
             self.interval += 1
             self._chain = JournalChain()
+            self._once.clear()
         self.flush()
         return sealed
 

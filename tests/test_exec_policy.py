@@ -14,7 +14,7 @@ from click.testing import CliRunner
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agents.exec_guard import reachable_filesystems
+from agents.exec_guard import ExecGuard, reachable_filesystems
 from agents.exec_journal_store import ExecJournal, read_journal
 from agents.seccomp_filter import ARCHES, RET_ALLOW, RET_KILL_PROCESS, program
 from cli import cli as fleet_cli
@@ -204,6 +204,34 @@ def test_the_journal_file_keeps_intervals_and_shows_tampering(tmp_path):
     db.close()
     code, text = _fleet("exec", "journal", str(path), "--json")
     assert code == 1 and "do not match" in text
+
+
+def test_the_first_allow_is_journaled_again_in_each_interval_however_it_is_sealed(tmp_path):
+    """In allow-listed mode the guard journals the first allow of each address per
+    interval: sealing through the journal itself (as ``fleet exec run`` does) starts the
+    next interval with its first allow journaled again, as sealing through the guard does;
+    a new policy journals it again too."""
+    ok = digest(b"ok")
+    policy = build_policy("deny", [(ok, "allow", "ok")])
+    j = ExecJournal(tmp_path / "exec.db")
+    guard = ExecGuard(policy, marks=[], journal=j)
+    with open(tmp_path / "exec.db", "rb") as f:
+        def allow() -> None:
+            guard._record("exec", True, True, ok, guard.policy, "ok", f.fileno())
+        allow()
+        allow()
+        assert j.seal_interval()[2] == 1
+        allow()
+        allow()
+        assert j.seal_interval()[2] == 1
+        allow()
+        guard.seal_interval()
+        guard.update_policy(build_policy("deny", [(ok, "allow", "ok2")]))
+        allow()
+        allow()
+    j.close()
+    counts = [i["entries"] for i in read_journal(tmp_path / "exec.db")["intervals"]]
+    assert counts == [1, 1, 1, 1]
 
 
 @pytest.mark.parametrize("arch", sorted(ARCHES))
