@@ -191,6 +191,9 @@ def test_the_journal_file_keeps_intervals_and_shows_tampering(tmp_path):
                  policy=policy, label="z", path="/u/z")
     assert e.seq == 3 and j.root() == journal_root([e])
     j.close()
+    j = ExecJournal(path)  # resumed mid-interval: the chain is rebuilt from the fields
+    assert j.interval == 2 and j.root() == journal_root([e])
+    j.close()
     doc = read_journal(path)
     assert [i["interval"] for i in doc["intervals"]] == [1, 2]
     assert doc["intervals"][0]["root"] == format_address(first[1]) and first[2] == 2
