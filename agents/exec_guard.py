@@ -132,15 +132,12 @@ class ExecGuard:
     def __init__(self, policy: ExecPolicy, *, marks: Sequence[str] | None = None,
                  journal: ExecJournal | None = None,
                  probe: Callable[[], str | None] = fanotify.probe,
-                 user: int | None = None, group: int | None = None,
-                 lease: bool = True, cache: bool = True) -> None:
+                 user: int | None = None, group: int | None = None) -> None:
         self._policy = policy
         self.marks = list(marks) if marks is not None else reachable_filesystems()
         self.journal = journal
         self._probe = probe
         self._user, self._gid = user, group
-        self._lease = lease
-        self._use_cache = cache
         self.stats = GuardStats()
         self._lock = threading.Lock()
         self._cache: collections.OrderedDict[tuple[int, ...], bytes] = (
@@ -344,13 +341,12 @@ class ExecGuard:
         # Bytes already hashed are decided here, without a hand-over to the hashing thread;
         # the rest (``False``) wait for it, so hashing never delays anyone else's answer.
         try:
-            if self._use_cache:
-                st = os.fstat(ev.fd)
-                with self._lock:
-                    known = _key(st) in self._cache
-                if known or not stat.S_ISREG(st.st_mode):
-                    self._decide(ev)
-                    return True
+            st = os.fstat(ev.fd)
+            with self._lock:
+                known = _key(st) in self._cache
+            if known or not stat.S_ISREG(st.st_mode):
+                self._decide(ev)
+                return True
             return False
         except BaseException:
             self._answer(ev.fd, False)
@@ -401,9 +397,8 @@ class ExecGuard:
         pinned, leased, old_exe = True, False, None
         if access == "exec":
             old_exe = _exe_of(ev.pid)
-            if self._lease:
-                leased, pinned = _take_lease(fd)
-                self.stats.leases += leased
+            leased, pinned = _take_lease(fd)
+            self.stats.leases += leased
             st = os.fstat(fd)
         content, stable = self._content(fd, st)
         pinned = pinned and stable
@@ -427,23 +422,21 @@ class ExecGuard:
         """BLAKE3 of the file's bytes through ``fd`` (cached by inode and times), and whether
         they held still while being read."""
         key = _key(st)
-        if self._use_cache:
-            with self._lock:
-                held = self._cache.get(key)
-            if held is not None:
-                self.stats.cache_hits += 1
-                return held, True
+        with self._lock:
+            held = self._cache.get(key)
+        if held is not None:
+            self.stats.cache_hits += 1
+            return held, True
         content = b""
         for _ in range(3):
             content = _hash_fd(fd)
             self.stats.hashed += 1
             now = _key(os.fstat(fd))
             if now == key:
-                if self._use_cache:
-                    with self._lock:
-                        self._cache[key] = content
-                        if len(self._cache) > _CACHE_LIMIT:
-                            self._cache.popitem(last=False)
+                with self._lock:
+                    self._cache[key] = content
+                    if len(self._cache) > _CACHE_LIMIT:
+                        self._cache.popitem(last=False)
                 return content, True
             key = now
         return content, False
