@@ -50,8 +50,6 @@ from __future__ import annotations
 
 import collections
 import contextlib
-import ctypes
-import ctypes.util
 import errno
 import fcntl
 import os
@@ -67,10 +65,9 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any
 
-from blake3 import blake3
-
 from agents import fanotify
 from agents.exec_journal_store import ExecJournal
+from agents.host_linux import hash_fd, load_libc, mounts
 from agents.seccomp_filter import Filter, SeccompUnavailable
 from agents.unit_cgroup import CgroupUnavailable, UnitGroup, Watchdog
 from fleet.address import format_address
@@ -86,7 +83,6 @@ PSEUDO_FS = frozenset({
     "securityfs", "pstore", "bpf", "configfs", "fusectl", "autofs", "binfmt_misc",
     "rpc_pipefs", "nsfs", "efivarfs", "selinuxfs", "hugetlbfs"})
 LEASE_HOLD_S = 0.05
-_CHUNK = 1 << 20
 _CACHE_LIMIT = 1 << 16
 PR_SET_PDEATHSIG = 1
 
@@ -95,14 +91,9 @@ def reachable_filesystems(mountinfo: str = "/proc/self/mountinfo") -> list[str]:
     """One mount point per filesystem that can hold files (pseudo filesystems left out),
     as this process (and so a unit it starts) sees them."""
     seen: dict[str, str] = {}
-    with open(mountinfo) as f:
-        for line in f:
-            left, _, right = line.partition(" - ")
-            parts = left.split(" ")
-            fstype = right.split(" ", 1)[0]
-            if fstype in PSEUDO_FS or parts[2] in seen:
-                continue
-            seen[parts[2]] = parts[4].replace("\\040", " ")
+    for m in mounts(mountinfo):
+        if m.fstype not in PSEUDO_FS and m.device not in seen:
+            seen[m.device] = m.mount_point
     return sorted(seen.values())
 
 
@@ -267,8 +258,7 @@ class ExecGuard:
     def _child_setup(self) -> Callable[[], None]:
         group, filt, parent = self._group, self._filter, os.getpid()
         uid, gid, kill = self._user, self._gid, int(signal.SIGKILL)
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
-        prctl = libc.prctl
+        prctl = load_libc().prctl
         assert group is not None
 
         def setup() -> None:  # in the child, between fork and exec
@@ -429,7 +419,7 @@ class ExecGuard:
             return held, True
         content = b""
         for _ in range(3):
-            content = _hash_fd(fd)
+            content = hash_fd(fd)
             self.stats.hashed += 1
             now = _key(os.fstat(fd))
             if now == key:
@@ -511,10 +501,3 @@ def _take_lease(fd: int) -> tuple[bool, bool]:
     return True, True
 
 
-def _hash_fd(fd: int) -> bytes:
-    h = blake3()
-    offset = 0
-    while chunk := os.pread(fd, _CHUNK, offset):
-        h.update(chunk)
-        offset += len(chunk)
-    return h.digest()

@@ -33,8 +33,6 @@ from fleet.exec_policy import (
     policy_to_json,
 )
 
-_CHUNK = 1 << 20
-
 
 @cli.group("exec")
 def exec_group() -> None:
@@ -48,13 +46,10 @@ def policy_group() -> None:
 
 def file_address(path: Path) -> bytes:
     """BLAKE3 of a file's bytes."""
-    from blake3 import blake3
+    from agents.host_linux import hash_fd
 
-    h = blake3()
     with path.open("rb") as f:
-        while chunk := f.read(_CHUNK):
-            h.update(chunk)
-    return h.digest()
+        return hash_fd(f.fileno())
 
 
 def _target(spec: str, verdict: str) -> tuple[bytes, str, str]:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import sqlite3
 import struct
+from pathlib import Path
 
 import gen_vectors_exec as gv
 import pytest
@@ -17,6 +18,7 @@ from hypothesis import strategies as st
 from agents.exec_guard import ExecGuard, reachable_filesystems
 from agents.exec_journal_store import ExecJournal, read_journal
 from agents.seccomp_filter import ARCHES, RET_ALLOW, RET_KILL_PROCESS, program
+from agents.unit_cgroup import cgroup2_mount
 from cli import cli as fleet_cli
 from fleet.address import digest, format_address, parse_address
 from fleet.errors import FleetError
@@ -264,6 +266,10 @@ def test_reachable_filesystems_leave_out_pseudo_filesystems(tmp_path):
         "26 22 0:30 / /sys/fs/cgroup/unified rw - cgroup2 cgroup2 rw\n"
         "27 22 0:40 / /mnt/with\\040space rw - tmpfs x rw\n")
     assert reachable_filesystems(str(info)) == ["/", "/dev/shm", "/mnt/with space"]
+    # The cgroup2 lookup reads the same table through the same parser (escapes undone).
+    assert cgroup2_mount(str(info)) == Path("/sys/fs/cgroup/unified")
+    info.write_text("26 22 0:30 / /sys/fs/c\\134g\\040v2 rw - cgroup2 cgroup2 rw\n")
+    assert cgroup2_mount(str(info)) == Path("/sys/fs/c\\g v2")
 
 
 def test_journaled_paths_are_utf8_cut_at_a_character_boundary():
