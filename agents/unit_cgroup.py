@@ -97,13 +97,6 @@ class UnitGroup:
                 return line == self._line or line.startswith(self._line + b"/")
         return False
 
-    def pids(self) -> list[int]:
-        """The processes in the group now."""
-        try:
-            return [int(x) for x in (self.path / "cgroup.procs").read_text().split()]
-        except FileNotFoundError:
-            return []
-
     def populated(self) -> bool:
         try:
             fd = os.open(self._events, os.O_RDONLY)
