@@ -50,8 +50,6 @@ from __future__ import annotations
 
 import collections
 import contextlib
-import ctypes
-import ctypes.util
 import errno
 import fcntl
 import os
@@ -67,10 +65,9 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any
 
-from blake3 import blake3
-
 from agents import fanotify
 from agents.exec_journal_store import ExecJournal
+from agents.host_linux import hash_fd, load_libc, mounts
 from agents.seccomp_filter import Filter, SeccompUnavailable
 from agents.unit_cgroup import CgroupUnavailable, UnitGroup, Watchdog
 from fleet.address import format_address
@@ -86,7 +83,6 @@ PSEUDO_FS = frozenset({
     "securityfs", "pstore", "bpf", "configfs", "fusectl", "autofs", "binfmt_misc",
     "rpc_pipefs", "nsfs", "efivarfs", "selinuxfs", "hugetlbfs"})
 LEASE_HOLD_S = 0.05
-_CHUNK = 1 << 20
 _CACHE_LIMIT = 1 << 16
 PR_SET_PDEATHSIG = 1
 
@@ -95,14 +91,9 @@ def reachable_filesystems(mountinfo: str = "/proc/self/mountinfo") -> list[str]:
     """One mount point per filesystem that can hold files (pseudo filesystems left out),
     as this process (and so a unit it starts) sees them."""
     seen: dict[str, str] = {}
-    with open(mountinfo) as f:
-        for line in f:
-            left, _, right = line.partition(" - ")
-            parts = left.split(" ")
-            fstype = right.split(" ", 1)[0]
-            if fstype in PSEUDO_FS or parts[2] in seen:
-                continue
-            seen[parts[2]] = parts[4].replace("\\040", " ")
+    for m in mounts(mountinfo):
+        if m.fstype not in PSEUDO_FS and m.device not in seen:
+            seen[m.device] = m.mount_point
     return sorted(seen.values())
 
 
@@ -132,20 +123,16 @@ class ExecGuard:
     def __init__(self, policy: ExecPolicy, *, marks: Sequence[str] | None = None,
                  journal: ExecJournal | None = None,
                  probe: Callable[[], str | None] = fanotify.probe,
-                 user: int | None = None, group: int | None = None,
-                 lease: bool = True, cache: bool = True) -> None:
+                 user: int | None = None, group: int | None = None) -> None:
         self._policy = policy
         self.marks = list(marks) if marks is not None else reachable_filesystems()
         self.journal = journal
         self._probe = probe
         self._user, self._gid = user, group
-        self._lease = lease
-        self._use_cache = cache
         self.stats = GuardStats()
         self._lock = threading.Lock()
         self._cache: collections.OrderedDict[tuple[int, ...], bytes] = (
             collections.OrderedDict())
-        self._journaled: set[tuple[bytes, str]] = set()
         self._fan = -1
         self._group: UnitGroup | None = None
         self._watchdog: Watchdog | None = None
@@ -271,8 +258,7 @@ class ExecGuard:
     def _child_setup(self) -> Callable[[], None]:
         group, filt, parent = self._group, self._filter, os.getpid()
         uid, gid, kill = self._user, self._gid, int(signal.SIGKILL)
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
-        prctl = libc.prctl
+        prctl = load_libc().prctl
         assert group is not None
 
         def setup() -> None:  # in the child, between fork and exec
@@ -296,15 +282,12 @@ class ExecGuard:
         with self._lock:
             self._policy = policy
             self._cache.clear()
-            self._journaled.clear()
 
     def seal_interval(self) -> bytes:
         """End the journal's interval; its root (what the interval's attestation commits to)."""
         if self.journal is None:
             raise RuntimeError("this guard keeps no journal")
-        with self._lock:
-            self._journaled.clear()
-            return self.journal.seal_interval()[1]
+        return self.journal.seal_interval()[1]
 
     # -- answering events --------------------------------------------------------------------
 
@@ -348,13 +331,12 @@ class ExecGuard:
         # Bytes already hashed are decided here, without a hand-over to the hashing thread;
         # the rest (``False``) wait for it, so hashing never delays anyone else's answer.
         try:
-            if self._use_cache:
-                st = os.fstat(ev.fd)
-                with self._lock:
-                    known = _key(st) in self._cache
-                if known or not stat.S_ISREG(st.st_mode):
-                    self._decide(ev)
-                    return True
+            st = os.fstat(ev.fd)
+            with self._lock:
+                known = _key(st) in self._cache
+            if known or not stat.S_ISREG(st.st_mode):
+                self._decide(ev)
+                return True
             return False
         except BaseException:
             self._answer(ev.fd, False)
@@ -405,9 +387,8 @@ class ExecGuard:
         pinned, leased, old_exe = True, False, None
         if access == "exec":
             old_exe = _exe_of(ev.pid)
-            if self._lease:
-                leased, pinned = _take_lease(fd)
-                self.stats.leases += leased
+            leased, pinned = _take_lease(fd)
+            self.stats.leases += leased
             st = os.fstat(fd)
         content, stable = self._content(fd, st)
         pinned = pinned and stable
@@ -431,23 +412,21 @@ class ExecGuard:
         """BLAKE3 of the file's bytes through ``fd`` (cached by inode and times), and whether
         they held still while being read."""
         key = _key(st)
-        if self._use_cache:
-            with self._lock:
-                held = self._cache.get(key)
-            if held is not None:
-                self.stats.cache_hits += 1
-                return held, True
+        with self._lock:
+            held = self._cache.get(key)
+        if held is not None:
+            self.stats.cache_hits += 1
+            return held, True
         content = b""
         for _ in range(3):
-            content = _hash_fd(fd)
+            content = hash_fd(fd)
             self.stats.hashed += 1
             now = _key(os.fstat(fd))
             if now == key:
-                if self._use_cache:
-                    with self._lock:
-                        self._cache[key] = content
-                        if len(self._cache) > _CACHE_LIMIT:
-                            self._cache.popitem(last=False)
+                with self._lock:
+                    self._cache[key] = content
+                    if len(self._cache) > _CACHE_LIMIT:
+                        self._cache.popitem(last=False)
                 return content, True
             key = now
         return content, False
@@ -456,20 +435,17 @@ class ExecGuard:
                 policy: ExecPolicy, label: str | None, fd: int) -> None:
         if self.journal is None:
             return
-        if allow:
-            if policy.default != DENY:
-                return
-            with self._lock:
-                if (content, access) in self._journaled:
-                    return
-                self._journaled.add((content, access))
+        if allow and (policy.default != DENY or self.journal.journaled(
+                content=content, access=access, verdict=ALLOW, policy=policy.address)):
+            return
         try:  # bytes, so a name that is not UTF-8 is journaled as \xNN escapes
             path = os.readlink(b"/proc/self/fd/%d" % fd).decode("utf-8", "backslashreplace")
         except OSError:
             path = ""
-        self.journal.append(access=access, verdict=ALLOW if allow else DENY,
-                            cause="policy" if pinned else "unpinned", content=content,
-                            policy=policy.address, label=label or DEFAULT_LABEL, path=path)
+        append = self.journal.append_once if allow else self.journal.append
+        append(access=access, verdict=ALLOW if allow else DENY,
+               cause="policy" if pinned else "unpinned", content=content,
+               policy=policy.address, label=label or DEFAULT_LABEL, path=path)
 
     def _lease_loop(self) -> None:
         holds: list[tuple[int, int, tuple[int, int], tuple[int, int] | None, float]] = []
@@ -525,10 +501,3 @@ def _take_lease(fd: int) -> tuple[bool, bool]:
     return True, True
 
 
-def _hash_fd(fd: int) -> bytes:
-    h = blake3()
-    offset = 0
-    while chunk := os.pread(fd, _CHUNK, offset):
-        h.update(chunk)
-        offset += len(chunk)
-    return h.digest()

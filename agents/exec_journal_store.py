@@ -1,10 +1,13 @@
 """The exec journal's file: a small SQLite database in the run's host folder.
 
-Tables: ``meta`` (the run it belongs to, when given), ``entries`` (interval, seq, the
-canonical bytes of :mod:`fleet.exec_journal` and their decoded fields for reading) and
-``intervals`` (each sealed interval's root and entry count). The chain is computed in
-memory as entries arrive (so :meth:`ExecJournal.root` is exact at once); rows are written
-by one writer thread in batches, so a decision never waits for an fsync.
+Tables: ``meta`` (the run it belongs to, when given), ``entries`` (interval, seq, an
+entry's fields, and ``body``, its canonical bytes of :mod:`fleet.exec_journal`, kept in
+the file's format for outside readers) and ``intervals`` (each sealed interval's root and
+entry count). The chain is computed in memory as entries arrive (so
+:meth:`ExecJournal.root` is exact at once); rows are written by one writer thread in
+batches, so a decision never waits for an fsync. Resuming and reading rebuild each entry
+from its fields and chain it with the core's :class:`~fleet.exec_journal.JournalChain`:
+``body`` is never read back.
 """
 
 from __future__ import annotations
@@ -12,10 +15,11 @@ from __future__ import annotations
 import queue
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from fleet.address import digest, format_address, parse_address
+from fleet.address import format_address, parse_address
 from fleet.exec_journal import JournalChain, JournalEntry, clip_path, journal_root
 from plumbing import sqlite
 from plumbing.transactions import immediate
@@ -47,10 +51,9 @@ class ExecJournal:
         row = self._db.execute("SELECT max(interval) FROM intervals").fetchone()
         self.interval = (row[0] or 0) + 1
         self._chain = JournalChain()
-        for (body,) in self._db.execute("SELECT body FROM entries WHERE interval = ? ORDER BY"
-                                        " seq", (self.interval,)):
-            self._chain.root = digest(self._chain.root + body)
-            self._chain.count += 1
+        for e in _entries(self._db, self.interval):
+            self._chain.add(e)
+        self._once: set[tuple[bytes, str, str, bytes]] = set()
         self._lock = threading.Lock()
         self.error: Exception | None = None
         self._rows: queue.Queue[Any] = queue.Queue()
@@ -62,12 +65,33 @@ class ExecJournal:
                label: str, path: str) -> JournalEntry:
         """Journal one decision in the current interval."""
         with self._lock:
-            self._seq += 1
-            entry = JournalEntry(self._seq, time.time_ns(), access, verdict, cause, content,
-                                 policy, label, clip_path(path))
-            body = self._chain.add(entry)
-            self._rows.put((self.interval, entry, body))
+            return self._append(access, verdict, cause, content, policy, label, path)
+
+    def append_once(self, *, access: str, verdict: str, cause: str, content: bytes,
+                    policy: bytes, label: str, path: str) -> JournalEntry | None:
+        """As :meth:`append`, but only if the current interval has no entry of the same
+        (content, access, verdict, policy) from this method yet (``None`` then): the
+        allow-listed mode's first allow of each address per interval, however the
+        interval is sealed."""
+        key = (content, access, verdict, policy)
+        with self._lock:
+            if key in self._once:
+                return None
+            self._once.add(key)
+            return self._append(access, verdict, cause, content, policy, label, path)
+
+    def _append(self, access: str, verdict: str, cause: str, content: bytes, policy: bytes,
+                label: str, path: str) -> JournalEntry:
+        self._seq += 1
+        entry = JournalEntry(self._seq, time.time_ns(), access, verdict, cause, content,
+                             policy, label, clip_path(path))
+        body = self._chain.add(entry)
+        self._rows.put((self.interval, entry, body))
         return entry
+
+    def journaled(self, *, content: bytes, access: str, verdict: str, policy: bytes) -> bool:
+        """Whether :meth:`append_once` with these fields would journal nothing now."""
+        return (content, access, verdict, policy) in self._once
 
     def root(self) -> bytes:
         """The root of the current interval's entries so far."""
@@ -81,6 +105,7 @@ class ExecJournal:
             self._rows.put(("seal", *sealed))
             self.interval += 1
             self._chain = JournalChain()
+            self._once.clear()
         self.flush()
         return sealed
 
@@ -143,12 +168,8 @@ def read_journal(path: Path | str) -> dict[str, Any]:
         stored = {n: (root, count) for n, root, count in
                   db.execute("SELECT interval, root, entries FROM intervals")}
         by_interval: dict[int, list[JournalEntry]] = {}
-        for row in db.execute("SELECT interval, seq, time_ns, access, verdict, cause, bytes,"
-                              " policy, label, path FROM entries ORDER BY seq"):
-            n, seq, t, access, verdict, cause, content, policy, label, p = row
-            by_interval.setdefault(n, []).append(JournalEntry(
-                seq, t, access, verdict, cause, parse_address(content), parse_address(policy),
-                label, p))
+        for n, e in _rows(db, "ORDER BY seq", ()):
+            by_interval.setdefault(n, []).append(e)
     finally:
         db.close()
     intervals = []
@@ -163,3 +184,18 @@ def read_journal(path: Path | str) -> dict[str, Any]:
             item["root_matches"] = stored[n][0] == root and stored[n][1] == len(entries)
         intervals.append(item)
     return {"run": meta.get("run"), "intervals": intervals}
+
+
+def _rows(db: Any, where: str, args: tuple[Any, ...]) -> Iterator[tuple[int, JournalEntry]]:
+    """(interval, entry) of the stored rows, rebuilt from their columns: the chain is the
+    core's (:class:`~fleet.exec_journal.JournalChain`) over these, never a stored copy."""
+    for row in db.execute("SELECT interval, seq, time_ns, access, verdict, cause, bytes,"
+                          " policy, label, path FROM entries " + where, args):
+        n, seq, t, access, verdict, cause, content, policy, label, p = row
+        yield n, JournalEntry(seq, t, access, verdict, cause, parse_address(content),
+                              parse_address(policy), label, p)
+
+
+def _entries(db: Any, interval: int) -> Iterator[JournalEntry]:
+    for _n, e in _rows(db, "WHERE interval = ? ORDER BY seq", (interval,)):
+        yield e

@@ -21,6 +21,8 @@ import struct
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from agents.host_linux import load_libc
+
 FAN_CLOEXEC = 0x01
 FAN_NONBLOCK = 0x02
 FAN_CLASS_CONTENT = 0x04
@@ -31,7 +33,6 @@ FAN_MARK_INODE = 0x00
 FAN_MARK_FILESYSTEM = 0x100
 FAN_OPEN_PERM = 0x00010000
 FAN_OPEN_EXEC_PERM = 0x00040000
-FAN_Q_OVERFLOW = 0x00004000
 PERM_EVENTS = FAN_OPEN_PERM | FAN_OPEN_EXEC_PERM
 FAN_ALLOW = 0x01
 FAN_DENY = 0x02
@@ -41,7 +42,7 @@ AT_FDCWD = -100
 _METADATA = struct.Struct("=IBBHQii")
 _RESPONSE = struct.Struct("=iI")
 
-_libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
+_libc = load_libc()
 _init = getattr(_libc, "fanotify_init", None)
 _mark = getattr(_libc, "fanotify_mark", None)
 if _init is not None and _mark is not None:

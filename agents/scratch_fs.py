@@ -14,8 +14,10 @@ import os
 from collections.abc import Iterator
 from pathlib import Path
 
+from agents.host_linux import load_libc
+
 MNT_DETACH = 2
-_libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
+_libc = load_libc()
 
 
 @contextlib.contextmanager

@@ -35,6 +35,8 @@ import platform
 import struct
 from dataclasses import dataclass
 
+from agents.host_linux import load_libc
+
 # seccomp_data: int nr; u32 arch; u64 instruction_pointer; u64 args[6] (little-endian here)
 _OFF_NR, _OFF_ARCH, _OFF_ARG0 = 0, 4, 16
 _LD_W_ABS = 0x20
@@ -136,7 +138,7 @@ class Filter:
         code = b"".join(program(self.arch))
         self._buf = ctypes.create_string_buffer(code, len(code))
         self._prog = _SockFprog(len(code) // 8, ctypes.addressof(self._buf))
-        self._libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
+        self._libc = load_libc()
         self._prctl = self._libc.prctl
         self._prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_void_p,
                                 ctypes.c_ulong, ctypes.c_ulong]

@@ -24,6 +24,8 @@ import signal
 import time
 from pathlib import Path
 
+from agents.host_linux import mounts
+
 _COUNTER = itertools.count(1)
 _DONE = b"d"  # the supervisor's "I cleaned up; just exit"
 
@@ -35,11 +37,7 @@ class CgroupUnavailable(OSError):
 def cgroup2_mount(mountinfo: str = "/proc/self/mountinfo") -> Path:
     """Where the cgroup v2 hierarchy is mounted (``/sys/fs/cgroup`` on a unified host,
     ``/sys/fs/cgroup/unified`` on a hybrid one)."""
-    found = []
-    for line in Path(mountinfo).read_text().splitlines():
-        left, _, right = line.partition(" - ")
-        if right.split(" ", 1)[0] == "cgroup2":
-            found.append(Path(left.split(" ")[4]))
+    found = [Path(m.mount_point) for m in mounts(mountinfo) if m.fstype == "cgroup2"]
     if not found:
         raise CgroupUnavailable(errno.ENOENT, "no cgroup2 filesystem is mounted")
     return min(found, key=lambda p: len(p.parts))
@@ -98,13 +96,6 @@ class UnitGroup:
             if line.startswith(b"0::"):
                 return line == self._line or line.startswith(self._line + b"/")
         return False
-
-    def pids(self) -> list[int]:
-        """The processes in the group now."""
-        try:
-            return [int(x) for x in (self.path / "cgroup.procs").read_text().split()]
-        except FileNotFoundError:
-            return []
 
     def populated(self) -> bool:
         try:

@@ -157,9 +157,6 @@ class WarmPool:
         self._db = sqlite.connect(path)
         for stmt in _SCHEMA:
             self._db.execute(stmt)
-        columns = {r[1] for r in self._db.execute("PRAGMA table_info(slots)")}
-        if "recorded" not in columns:  # a pool made before evictions went on the record
-            self._db.execute("ALTER TABLE slots ADD COLUMN recorded INTEGER")
 
     def close(self) -> None:
         self._db.close()
@@ -199,12 +196,17 @@ class WarmPool:
 
     # -- reading -----------------------------------------------------------------------------
 
-    def slot(self, sid: str) -> Slot:
-        row = self._db.execute(f"SELECT {_COLUMNS} FROM slots WHERE id = ? AND pool = ?",
-                               (sid, self.name)).fetchone()
+    def _row(self, sid: str) -> tuple[Any, ...]:
+        """Slot ``sid``'s row in this pool, or :class:`UnknownSlot`."""
+        row: tuple[Any, ...] | None = self._db.execute(
+            f"SELECT {_COLUMNS} FROM slots WHERE id = ? AND pool = ?", (sid, self.name)
+        ).fetchone()
         if row is None:
             raise UnknownSlot(f"pool {self.name!r} has no slot {sid}")
-        return _slot(row)
+        return row
+
+    def slot(self, sid: str) -> Slot:
+        return _slot(self._row(sid))
 
     def slots(self, state: str | None = None) -> list[Slot]:
         rows = self._db.execute(f"SELECT {_COLUMNS} FROM slots WHERE pool = ? ORDER BY seq",
@@ -213,10 +215,7 @@ class WarmPool:
 
     def accrued(self, sid: str) -> Accrued:
         """A slot's energy so far (a warm slot's, up to now; an ended one's, as ended)."""
-        row = self._db.execute(f"SELECT {_COLUMNS} FROM slots WHERE id = ? AND pool = ?",
-                               (sid, self.name)).fetchone()
-        if row is None:
-            raise UnknownSlot(f"pool {self.name!r} has no slot {sid}")
+        row = self._row(sid)
         s = _slot(row)
         if s.state == WARM:
             return self._accrue(s, self._clock())
@@ -262,11 +261,7 @@ class WarmPool:
 
     def _end(self, sid: str, state: str, run: str | None) -> Accrued:
         with immediate(self._db):
-            row = self._db.execute(f"SELECT {_COLUMNS} FROM slots WHERE id = ? AND pool = ?",
-                                   (sid, self.name)).fetchone()
-            if row is None:
-                raise UnknownSlot(f"pool {self.name!r} has no slot {sid}")
-            s = _slot(row)
+            s = _slot(self._row(sid))
             if s.state == EVICTED:
                 raise SlotEvicted(f"slot {sid} was evicted at {s.ended_at}; its energy is the "
                                   f"pool's overhead and it cannot start a run")

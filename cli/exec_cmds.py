@@ -33,8 +33,6 @@ from fleet.exec_policy import (
     policy_to_json,
 )
 
-_CHUNK = 1 << 20
-
 
 @cli.group("exec")
 def exec_group() -> None:
@@ -48,13 +46,10 @@ def policy_group() -> None:
 
 def file_address(path: Path) -> bytes:
     """BLAKE3 of a file's bytes."""
-    from blake3 import blake3
+    from agents.host_linux import hash_fd
 
-    h = blake3()
     with path.open("rb") as f:
-        while chunk := f.read(_CHUNK):
-            h.update(chunk)
-    return h.digest()
+        return hash_fd(f.fileno())
 
 
 def _target(spec: str, verdict: str) -> tuple[bytes, str, str]:
@@ -245,16 +240,35 @@ def exec_run(policy_file: Path, journal: Path, run_id: str | None, marks: tuple[
     sys.exit(code)
 
 
-def match_record(journal: dict[str, Any], record: dict[str, Any]) -> list[dict[str, Any]]:
-    """For each executed segment of a (verified) record file: the exec-journal interval whose
-    root is its attestation's journal root, with that interval's counts (``interval``:
-    ``None`` when no interval has that root, e.g. a root folded with a replay journal's)."""
+def check_roots(journal: dict[str, Any], journal_file: Path) -> None:
+    """Refuse a journal file (read by ``read_journal``) whose stored interval roots do not
+    match their entries."""
+    bad = [i["interval"] for i in journal["intervals"] if i.get("root_matches") is False]
+    if bad:
+        raise CheckFailed(f"{journal_file}: stored roots of intervals {bad} do not match "
+                          "their entries")
+
+
+def audit_journal(journal: dict[str, Any], data: bytes, what: str) -> list[dict[str, Any]]:
+    """Verify a record file's bytes (refused as ``what: rule: reason``), then, for each of
+    its executed segments, the exec-journal interval whose root is its attestation's
+    journal root, with that interval's counts (``interval``: ``None`` when no interval has
+    that root, e.g. a root folded with a replay journal's)."""
+    from fleet.errors import FleetError
+    from fleet.verify import verify_record
+    from fleet.wire import ExecutedWire, decode_record
+
+    try:
+        record = decode_record(data)
+        verify_record(record)
+    except FleetError as exc:
+        raise CheckFailed(f"{what}: {exc.rule}: {exc}") from None
     roots = {i["root"]: i for i in journal["intervals"]}
     out = []
-    for number, seg in enumerate(record["segments"], 1):
-        if seg.get("kind") != "executed":
+    for number, seg in enumerate(record.segments, 1):
+        if not isinstance(seg, ExecutedWire):
             continue
-        root = seg["attestation_object"]["journal_root"]
+        root = seg.attestation_object.journal_root
         hit = roots.get(root)
         out.append({"segment": number, "journal_root": root,
                     "interval": hit["interval"] if hit else None,
@@ -278,7 +292,6 @@ def exec_journal(journal_file: Path, record_file: Path | None, show_all: bool,
     if not journal_file.is_file():
         raise UserError(f"{journal_file}: no such file")
     doc = read_journal(journal_file)
-    bad = [i["interval"] for i in doc["intervals"] if i.get("root_matches") is False]
     if record_file is not None:
         doc["record"] = _audit_record(doc, record_file)
     if as_json:
@@ -299,25 +312,15 @@ def exec_journal(journal_file: Path, record_file: Path | None, show_all: bool,
             where = (f"interval {m['interval']} ({m['denied']} denied)" if m["interval"]
                      else "no interval of this journal")
             click.echo(f"  segment {m['segment']}: journal root {m['journal_root']} = {where}")
-    if bad:
-        raise CheckFailed(f"{journal_file}: stored roots of intervals {bad} do not match "
-                          "their entries")
+    check_roots(doc, journal_file)
 
 
 def _audit_record(journal: dict[str, Any], record_file: Path) -> list[dict[str, Any]]:
-    from fleet.errors import FleetError
-    from fleet.verify import verify_record
-    from fleet.wire import decode_record
-
     try:
         data = record_file.read_bytes()
     except FileNotFoundError:
         raise UserError(f"{record_file}: no such file") from None
-    try:
-        verify_record(decode_record(data))
-    except FleetError as exc:
-        raise CheckFailed(f"{record_file}: invalid: {exc.rule}: {exc}") from None
-    return match_record(journal, json.loads(data))
+    return audit_journal(journal, data, f"{record_file}: invalid")
 
 
 @exec_group.command("probe")

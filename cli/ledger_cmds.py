@@ -382,32 +382,20 @@ def _exec_evidence(run_id: str, journal_file: Path, url: str, nkey: Path | None
                    ) -> list[dict[str, Any]]:
     """Each executed segment of the run's verified record, with the exec decisions its
     journal root commits to (the denials listed)."""
-    import json
-
     from agents.exec_journal_store import read_journal
     from cli._wiring import LedgerRecordSource
-    from cli.exec_cmds import match_record
-    from fleet.errors import FleetError
-    from fleet.verify import verify_record
-    from fleet.wire import decode_record
+    from cli.exec_cmds import audit_journal, check_roots
 
     if not journal_file.is_file():
         raise UserError(f"{journal_file}: no such file")
     journal = read_journal(journal_file)
-    bad = [i["interval"] for i in journal["intervals"] if i.get("root_matches") is False]
-    if bad:
-        raise CheckFailed(f"{journal_file}: stored roots of intervals {bad} do not match "
-                          "their entries")
+    check_roots(journal, journal_file)
     data = _CliSource(LedgerRecordSource(url, nkey)).record(run_id)
-    try:
-        verify_record(decode_record(data))
-    except FleetError as exc:
-        raise CheckFailed(f"run {run_id}: its record does not verify: {exc.rule}: {exc}"
-                          ) from None
+    matched = audit_journal(journal, data, f"run {run_id}: its record does not verify")
     decisions = {i["interval"]: i["decisions"] for i in journal["intervals"]}
     return [{**m, "denials": [d for d in decisions.get(m["interval"], [])
                               if d["verdict"] == "deny"]}
-            for m in match_record(journal, json.loads(data))]
+            for m in matched]
 
 
 @run.command("list")

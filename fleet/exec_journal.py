@@ -24,7 +24,7 @@ The entries of one interval chain into its root::
 A runtime that keeps no other journal uses the root as the interval's ``journal_root``; one
 that keeps its own replay journal commits to both with :func:`fold_roots`. Either way the
 interval's attestation, and with it the run record, commits to every decision.
-``docs/spec/exec-policy.md`` §5 is the normative text.
+``docs/spec/exec-policy.md`` §4 is the normative text.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ from typing import Any, Final
 
 from fleet.address import digest, format_address
 from fleet.errors import ValueOutOfRange
-from fleet.exec_policy import VERDICTS
+from fleet.exec_policy import VERDICTS, code_of
 from fleet.kernel import check_digest, check_u64, encode_text
 
 __all__ = [
@@ -97,21 +97,15 @@ def clip_path(path: str) -> str:
     return raw[:MAX_PATH].decode("utf-8", "ignore")
 
 
-def _code(table: dict[str, int], value: object, what: str) -> int:
-    code = table.get(value) if type(value) is str else None  # type: ignore[arg-type]
-    if code is None:
-        raise ValueOutOfRange(f"{what} must be one of {sorted(table)}, got {value!r}")
-    return code
-
-
 def entry_bytes(e: JournalEntry) -> bytes:
     """The canonical bytes of one entry."""
     path = e.path.encode("utf-8")
     if len(path) > MAX_PATH:
         raise ValueOutOfRange(f"a journaled path is {len(path)} bytes, the limit is {MAX_PATH}")
     return (_HEAD.pack(check_u64(e.seq, "seq"), check_u64(e.time_ns, "time_ns"),
-                       _code(ACCESSES, e.access, "access"),
-                       _code(VERDICTS, e.verdict, "verdict"), _code(CAUSES, e.cause, "cause"))
+                       code_of(ACCESSES, e.access, "access"),
+                       code_of(VERDICTS, e.verdict, "verdict"),
+                       code_of(CAUSES, e.cause, "cause"))
             + check_digest(e.content, "content") + check_digest(e.policy, "policy")
             + encode_text(e.label, "label") + _U16.pack(len(path)) + path)
 

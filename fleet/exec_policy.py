@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from fleet.address import digest, format_address, parse_address
-from fleet.errors import MalformedAddress, ValueOutOfRange
+from fleet.errors import FleetError, MalformedAddress, ValueOutOfRange
 from fleet.exec_errors import MalformedPolicy, PolicyMismatch
 from fleet.kernel import MAX_TEXT, encode_text
 
@@ -48,6 +48,7 @@ __all__ = [
     "ExecPolicy",
     "Rule",
     "build_policy",
+    "code_of",
     "decode_policy",
     "policy_from_json",
     "policy_to_json",
@@ -115,11 +116,17 @@ class ExecPolicy:
         return {ALLOW: len(self.rules) - denied, DENY: denied}
 
 
-def _verdict_code(value: object, what: str) -> int:
-    code = VERDICTS.get(value) if type(value) is str else None  # type: ignore[arg-type]
+def code_of(table: Mapping[str, int], value: object, what: str,
+            error: type[FleetError] = ValueOutOfRange) -> int:
+    """The byte code of ``value`` (a name in ``table``), or ``error`` naming the choices."""
+    code = table.get(value) if type(value) is str else None  # type: ignore[arg-type]
     if code is None:
-        raise MalformedPolicy(f"{what} must be 'allow' or 'deny', got {value!r}")
+        raise error(f"{what} must be one of {', '.join(map(repr, table))}, got {value!r}")
     return code
+
+
+def _verdict_code(value: object, what: str) -> int:
+    return code_of(VERDICTS, value, what, MalformedPolicy)
 
 
 def _label(value: object) -> bytes:

@@ -124,6 +124,7 @@ __all__ = [
     "resumed_bytes",
     "resumed_step",
     "snapshot_bytes",
+    "snapshot_parts",
     "suspended_bytes",
     "suspended_step",
 ]
@@ -304,6 +305,19 @@ def snapshot_bytes(fs_root: bytes | None, mem_image: bytes | None,
     if mem_image is None:
         return fs + _B_IMAGE
     return fs + _B_IMAGE_MEM + _snapshot_digest(mem_image, "mem_image")
+
+
+def snapshot_parts(raw: bytes) -> tuple[bytes | None, bytes | None, bytes | None]:
+    """``(fs_root, mem_image, transcript)`` of a park reference's canonical bytes (the
+    inverse of :func:`snapshot_bytes`), or :class:`MalformedSnapshot`."""
+    form = raw[DIGEST:DIGEST + 1]
+    if len(raw) == DIGEST + 1 and form == _B_TRANSCRIPT:
+        return None, None, raw[:DIGEST]
+    if len(raw) == DIGEST + 1 and form == _B_IMAGE:
+        return raw[:DIGEST], None, None
+    if len(raw) == 2 * DIGEST + 1 and form == _B_IMAGE_MEM:
+        return raw[:DIGEST], raw[DIGEST + 1:], None
+    raise MalformedSnapshot("not the canonical bytes of a snapshot")
 
 
 def _snapshot_digest(value: object, what: str) -> bytes:

@@ -14,15 +14,11 @@ import msgspec
 from msgspec.structs import force_setattr
 
 from fleet import kernel
-from fleet.errors import MalformedSnapshot
 from fleet.kernel import (
     CLAIMED,
     CLOSED,
     EVICTED,
     EXECUTED,
-    FORM_IMAGE,
-    FORM_IMAGE_WITH_MEMORY,
-    FORM_TRANSCRIPT,
     RESUMED,
     SUSPENDED,
 )
@@ -90,14 +86,10 @@ def make_snapshot(
 
 def snapshot_from_bytes(raw: bytes) -> Snapshot:
     """The snapshot whose canonical bytes are ``raw`` (as a park holds them)."""
-    form = raw[32:33]
-    if len(raw) == 33 and form == bytes((FORM_TRANSCRIPT,)):
-        return TranscriptSnapshot(raw[:32])
-    if len(raw) == 33 and form == bytes((FORM_IMAGE,)):
-        return ImageSnapshot(raw[:32])
-    if len(raw) == 65 and form == bytes((FORM_IMAGE_WITH_MEMORY,)):
-        return ImageSnapshot(raw[:32], raw[33:])
-    raise MalformedSnapshot("not the canonical bytes of a snapshot")
+    fs_root, mem_image, transcript = kernel.snapshot_parts(raw)
+    if transcript is not None:
+        return TranscriptSnapshot(transcript)
+    return ImageSnapshot(fs_root, mem_image)  # type: ignore[arg-type]
 
 
 class CallAccount(msgspec.Struct, frozen=True):

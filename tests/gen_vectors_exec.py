@@ -52,8 +52,26 @@ def _refused(fn: Any, *args: Any) -> str | None:
     return None
 
 
+def _hand_built() -> dict[str, bytes]:
+    """Canonical bytes of some policies written out from the spec's layout with the
+    hand-builders below, not by ``build_policy``: the positive cases are pinned to them."""
+    deny = sorted([("nc", b"netcat"), ("evil.py", b"evil script"), ("busybox", b"bb")],
+                  key=lambda r: content(r[0]))
+    return {
+        "empty denylist": _head(1, 0),
+        "empty allowlist": _head(2, 0),
+        "denylist, rules given out of order": _head(1, 3) + b"".join(
+            _rule(name, 2, label) for name, label in deny),
+        # one rule per bytes: deny wins, with the smallest deny label
+        "deny beats allow, the smallest label of the winner is kept": (
+            _head(1, 1) + _rule("sh", 2, b"alpha")),
+    }
+
+
 def policy_case(name: str, default: str, rules: list[tuple[str, str, str]]) -> dict[str, Any]:
     policy = build_policy(default, [(content(p), v, label) for p, v, label in rules])
+    pinned = _hand_built().get(name)
+    assert pinned is None or policy.canonical == pinned, name
     return {
         "name": name,
         "input": {"default": default,
@@ -159,6 +177,7 @@ def journal_case() -> dict[str, Any]:
 
 
 def render() -> str:
+    assert set(_hand_built()) <= {name for name, _d, _r in POLICIES}  # no pin left unchecked
     doc = {
         "format": "fleet.execpolicy/1 vectors",
         "note": "program bytes are stood in for by BLAKE3(program name); see "

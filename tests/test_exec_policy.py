@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import sqlite3
 import struct
+from pathlib import Path
 
 import gen_vectors_exec as gv
 import pytest
@@ -14,9 +15,10 @@ from click.testing import CliRunner
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agents.exec_guard import reachable_filesystems
+from agents.exec_guard import ExecGuard, reachable_filesystems
 from agents.exec_journal_store import ExecJournal, read_journal
 from agents.seccomp_filter import ARCHES, RET_ALLOW, RET_KILL_PROCESS, program
+from agents.unit_cgroup import cgroup2_mount
 from cli import cli as fleet_cli
 from fleet.address import digest, format_address, parse_address
 from fleet.errors import FleetError
@@ -191,6 +193,9 @@ def test_the_journal_file_keeps_intervals_and_shows_tampering(tmp_path):
                  policy=policy, label="z", path="/u/z")
     assert e.seq == 3 and j.root() == journal_root([e])
     j.close()
+    j = ExecJournal(path)  # resumed mid-interval: the chain is rebuilt from the fields
+    assert j.interval == 2 and j.root() == journal_root([e])
+    j.close()
     doc = read_journal(path)
     assert [i["interval"] for i in doc["intervals"]] == [1, 2]
     assert doc["intervals"][0]["root"] == format_address(first[1]) and first[2] == 2
@@ -204,6 +209,34 @@ def test_the_journal_file_keeps_intervals_and_shows_tampering(tmp_path):
     db.close()
     code, text = _fleet("exec", "journal", str(path), "--json")
     assert code == 1 and "do not match" in text
+
+
+def test_the_first_allow_is_journaled_again_in_each_interval_however_it_is_sealed(tmp_path):
+    """In allow-listed mode the guard journals the first allow of each address per
+    interval: sealing through the journal itself (as ``fleet exec run`` does) starts the
+    next interval with its first allow journaled again, as sealing through the guard does;
+    a new policy journals it again too."""
+    ok = digest(b"ok")
+    policy = build_policy("deny", [(ok, "allow", "ok")])
+    j = ExecJournal(tmp_path / "exec.db")
+    guard = ExecGuard(policy, marks=[], journal=j)
+    with open(tmp_path / "exec.db", "rb") as f:
+        def allow() -> None:
+            guard._record("exec", True, True, ok, guard.policy, "ok", f.fileno())
+        allow()
+        allow()
+        assert j.seal_interval()[2] == 1
+        allow()
+        allow()
+        assert j.seal_interval()[2] == 1
+        allow()
+        guard.seal_interval()
+        guard.update_policy(build_policy("deny", [(ok, "allow", "ok2")]))
+        allow()
+        allow()
+    j.close()
+    counts = [i["entries"] for i in read_journal(tmp_path / "exec.db")["intervals"]]
+    assert counts == [1, 1, 1, 1]
 
 
 @pytest.mark.parametrize("arch", sorted(ARCHES))
@@ -233,6 +266,10 @@ def test_reachable_filesystems_leave_out_pseudo_filesystems(tmp_path):
         "26 22 0:30 / /sys/fs/cgroup/unified rw - cgroup2 cgroup2 rw\n"
         "27 22 0:40 / /mnt/with\\040space rw - tmpfs x rw\n")
     assert reachable_filesystems(str(info)) == ["/", "/dev/shm", "/mnt/with space"]
+    # The cgroup2 lookup reads the same table through the same parser (escapes undone).
+    assert cgroup2_mount(str(info)) == Path("/sys/fs/cgroup/unified")
+    info.write_text("26 22 0:30 / /sys/fs/c\\134g\\040v2 rw - cgroup2 cgroup2 rw\n")
+    assert cgroup2_mount(str(info)) == Path("/sys/fs/c\\g v2")
 
 
 def test_journaled_paths_are_utf8_cut_at_a_character_boundary():

@@ -237,3 +237,15 @@ def test_kernel_refusals_are_named_errors_not_python_errors():
     ):
         with pytest.raises(FleetError):
             call()
+
+
+def test_snapshot_parts_inverts_snapshot_bytes_and_refuses_other_bytes():
+    """The kernel decodes the park forms it encodes (fleet.segment builds its objects from
+    that); any other length or form byte is a MalformedSnapshot."""
+    a, b = digest(b"a"), digest(b"b")
+    for parts in ((a, None, None), (a, b, None), (None, None, b)):
+        raw = kernel.snapshot_bytes(*parts)
+        assert kernel.snapshot_parts(raw) == parts
+    for raw in (a, a + b"\x01", a + b"\x00" + b, a + b"\x03", a + b"\x02" + b, b""):
+        with pytest.raises(MalformedSnapshot):
+            kernel.snapshot_parts(raw)
