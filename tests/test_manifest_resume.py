@@ -17,6 +17,7 @@ from agents.host import Host, HostRun
 from agents.simulate import host_environments, record_runs
 from fleet import jsonc
 from fleet.address import digest, format_address
+from fleet.errors import ManifestMismatch, SnapshotMismatch
 from fleet.manifest import manifest_of_text, read_manifest_file, sign
 from fleet.manifest_errors import EnvironmentMismatch, Widening
 from fleet.note import signer_from_seed
@@ -71,6 +72,27 @@ def test_a_resume_in_another_environment_is_refused_on_the_host(tmp_path: Path) 
         widened.write_text(json.dumps({**jsonc.loads(PYTHON.read_bytes()), "privileged": True}))
         with pytest.raises(Widening):
             run.resume(run.state.parked, environment=widened, **IDLE)
+        assert _held(host, run) == before
+    finally:
+        host.close()
+
+
+def test_a_wrong_snapshot_is_named_before_a_wrong_environment(tmp_path: Path) -> None:
+    """The record's order holds through environment=: a resume offering another snapshot
+    in another environment is SnapshotMismatch (the kernel checks the snapshot first), not
+    EnvironmentMismatch; nothing is sealed."""
+    host = Host("h1", tmp_path / "host")
+    try:
+        run = _parked(host, b"unit-order")
+        before = _held(host, run)
+        other = make_snapshot(transcript=digest(b"another transcript"))
+        with pytest.raises(SnapshotMismatch) as caught:
+            run.resume(other, environment=NODE, **IDLE)
+        assert not isinstance(caught.value, ManifestMismatch)
+        assert caught.value.rule == "SnapshotMismatch" and caught.value.segment == 3
+        assert _held(host, run) == before
+        with pytest.raises(EnvironmentMismatch):
+            run.resume(run.state.parked, environment=NODE, **IDLE)
         assert _held(host, run) == before
     finally:
         host.close()
