@@ -30,7 +30,7 @@ from agents.host import Host, HostRun
 from agents.publisher import Publisher
 from agents.refusals import RefusalWatcher
 from fleet.address import digest
-from fleet.manifest import manifest_of_text, sign
+from fleet.manifest import Manifest, manifest_of_text, sign
 from fleet.note import Verifier, signer_from_seed
 from fleet.segment import CallAccount, Snapshot, make_snapshot
 from fleet.subjects import run_token
@@ -110,9 +110,16 @@ def work(rounds: int) -> bytes:
     return h
 
 
-def advance(run: HostRun, steps: list[Step], number: int, environment: Path) -> bool:
-    """Record the run's next planned step (parks and resumes in ``environment``, a manifest
-    file: the resume checks it against the park); False when the plan is done."""
+def host_manifests(host: Host) -> list[Manifest]:
+    """The host's environments (:func:`host_environments`) read and verified once, for a
+    simulation's every park and resume."""
+    return [environment_manifest(path) for path in host_environments(host)]
+
+
+def advance(run: HostRun, steps: list[Step], number: int, environment: Manifest) -> bool:
+    """Record the run's next planned step (parks and resumes in ``environment``, the manifest
+    of one of the host's files: the resume checks it against the park); False when the plan
+    is done."""
     i = run.state.index
     if i >= len(steps):
         return False
@@ -138,7 +145,7 @@ def advance(run: HostRun, steps: list[Step], number: int, environment: Path) -> 
         run.execute(uj=r.uj, provenance=r.provenance, meter=r.meter,
                     journal_root=digest(journal), calls=calls)
     elif step.kind == "suspended":
-        run.suspend(snapshot_for(run, step.form), environment_manifest(environment).digest)
+        run.suspend(snapshot_for(run, step.form), environment.digest)
     elif step.kind == "resumed":
         snap = run.state.parked
         assert snap is not None
@@ -210,7 +217,7 @@ def record_runs(host: Host, runs: int, migration: Migration | None = None) -> in
     """Record every planned step of ``runs`` runs on ``host`` (a migrating run only up to its
     first park, then offered to the other hosts); returns segments written."""
     s = salt(host.dir)
-    environments = host_environments(host)
+    environments = host_manifests(host)
     active: list[tuple[HostRun, list[Step], int]] = []
     moving: set[int] = set()
     parking = 0
@@ -244,7 +251,7 @@ def adopt_offers(host: Host, migration: Migration, deadline_s: float = 120.0) ->
     (retrying while the ledger has not yet logged its park) and finish its plan. Returns
     (runs adopted, segments written)."""
     adopted = written = 0
-    environments = host_environments(host)
+    environments = host_manifests(host)
     end = time.monotonic() + deadline_s
     while time.monotonic() < end:
         offer = migration.claim(host.name)
