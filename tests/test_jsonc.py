@@ -10,7 +10,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from fleet.jsonc import MAX_DEPTH, MAX_SAFE_INTEGER, blank, loads
+from fleet.jsonc import MAX_BYTES, MAX_DEPTH, MAX_SAFE_INTEGER, blank, loads
 from fleet.manifest_errors import (
     ByteOrderMark,
     DuplicateKey,
@@ -95,6 +95,18 @@ def test_jsonc_inputs_read_as_their_value(text: str, value: Any) -> None:
     """Comments and single trailing commas are read past; strings keep what looks like one."""
     assert same(loads(text), value)
     assert same(loads(text.encode()), value)
+
+
+def test_the_size_limit_counts_bytes_for_text_as_for_bytes() -> None:
+    """A str is held to MAX_BYTES in UTF-8 bytes, not characters: a document of fewer than
+    MAX_BYTES characters but more than MAX_BYTES bytes is refused either way it is given."""
+    text = '["' + "\u00e9" * (MAX_BYTES // 2) + '"]'
+    assert len(text) < MAX_BYTES < len(text.encode("utf-8"))
+    for form in (text, text.encode("utf-8")):
+        with pytest.raises(JsoncSyntax, match="larger than"):
+            loads(form)
+    fits = '["' + "\u00e9" * (MAX_BYTES // 2 - 2) + '"]'
+    assert loads(fits) == loads(fits.encode("utf-8")) == ["\u00e9" * (MAX_BYTES // 2 - 2)]
 
 
 def test_plain_json_mode_refuses_comments_and_trailing_commas() -> None:
