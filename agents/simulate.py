@@ -25,12 +25,12 @@ from typing import Any
 
 from agents.adoption import RecordSource
 from agents.energy import IntervalMeter, image_park_idle, transcript_park_idle
-from agents.environment import environment_manifest
 from agents.host import Host, HostRun
 from agents.publisher import Publisher
 from agents.refusals import RefusalWatcher
 from fleet.address import digest
-from fleet.manifest import Manifest, manifest_of_text, sign
+from fleet.manifest import Manifest, manifest_of_text, read_manifest_file, sign
+from fleet.manifest_errors import ManifestError
 from fleet.note import Verifier, signer_from_seed
 from fleet.segment import CallAccount, Snapshot, make_snapshot
 from fleet.subjects import run_token
@@ -82,9 +82,11 @@ def snapshot_for(run: HostRun, form: str) -> Snapshot:
     return make_snapshot(fs_root=digest(b"fs" + tag), mem_image=digest(b"mem" + tag))
 
 
-def host_environments(host: Host) -> list[Path]:
-    """One manifest file per sample declaration, built once into the host's folder and
-    signed with the host's key under its name: the environments its runs live in."""
+def _built_environments(host: Host) -> list[tuple[Path, Manifest]]:
+    """Each sample declaration's manifest file in the host's folder, with its manifest. A
+    file is (re)built and signed with the host's key under its name when it is missing, does
+    not verify, is signed by another key, or holds another address than its declaration has
+    now (a sample edited since the host first built it)."""
     samples = Path(os.environ.get("FLEET_DEVCONTAINERS") or SAMPLES)
     declarations = sorted(samples.glob("*/devcontainer.json"))
     if not declarations:
@@ -96,11 +98,30 @@ def host_environments(host: Host) -> list[Path]:
     out = []
     for declaration in declarations:
         path = folder / f"{declaration.parent.name}.manifest.json"
-        if not path.exists():
-            signed = sign(manifest_of_text(declaration.read_bytes()), signer)
-            write_atomically(path, signed.file_text().encode("utf-8"))
-        out.append(path)
+        wanted = manifest_of_text(declaration.read_bytes())
+        try:
+            stored = read_manifest_file(path.read_bytes())
+            current = (stored.manifest.digest == wanted.digest
+                       and stored.signer == signer.verifier())
+        except (FileNotFoundError, ManifestError):
+            current = False
+        if not current:
+            write_atomically(path, sign(wanted, signer).file_text().encode("utf-8"))
+        out.append((path, wanted))
     return out
+
+
+def host_environments(host: Host) -> list[Path]:
+    """One manifest file per sample declaration, built into the host's folder (again when
+    its declaration has changed) and signed with the host's key under its name: the
+    environments its runs live in."""
+    return [path for path, _ in _built_environments(host)]
+
+
+def host_manifests(host: Host) -> list[Manifest]:
+    """The manifests of the host's environments (:func:`host_environments`), each file
+    checked once, for a simulation's every park and resume."""
+    return [manifest for _, manifest in _built_environments(host)]
 
 
 def work(rounds: int) -> bytes:
@@ -108,12 +129,6 @@ def work(rounds: int) -> bytes:
     for i in range(rounds):
         h = hashlib.sha256(h + i.to_bytes(4, "big")).digest()
     return h
-
-
-def host_manifests(host: Host) -> list[Manifest]:
-    """The host's environments (:func:`host_environments`) read and verified once, for a
-    simulation's every park and resume."""
-    return [environment_manifest(path) for path in host_environments(host)]
 
 
 def advance(run: HostRun, steps: list[Step], number: int, environment: Manifest) -> bool:

@@ -238,6 +238,28 @@ def test_a_deployment_points_the_simulator_at_its_own_declarations(
         host.close()
 
 
+def test_a_simulated_host_rebuilds_an_environment_whose_declaration_changed(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A host's manifest file follows its sample declaration: edited after the first build,
+    the file is rebuilt (and signed again) with the declaration's new address; an unchanged
+    declaration leaves the file as it is."""
+    (tmp_path / "envs" / "only").mkdir(parents=True)
+    declaration = tmp_path / "envs" / "only" / "devcontainer.json"
+    declaration.write_bytes(NODE.read_bytes())
+    monkeypatch.setenv("FLEET_DEVCONTAINERS", str(tmp_path / "envs"))
+    host = Host("sim4", tmp_path / "sim4")
+    try:
+        [built] = host_environments(host)
+        first = built.read_bytes()
+        assert host_environments(host) == [built] and built.read_bytes() == first
+        declaration.write_bytes(PYTHON.read_bytes())
+        assert host_environments(host) == [built]
+        assert environment_manifest(built).address == environment_manifest(PYTHON).address
+        assert read_manifest_file(built.read_bytes()).signer.name == "sim4"
+    finally:
+        host.close()
+
+
 def test_the_compose_image_carries_the_samples_it_points_at() -> None:
     """compose/Dockerfile copies examples/devcontainers (admitted by its dockerignore) to
     the folder its FLEET_DEVCONTAINERS names, so the image's simulated hosts find them."""
