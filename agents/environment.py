@@ -3,10 +3,11 @@
 A run parks with the address of the manifest of the environment it ran in. Before a host
 seals a resume it turns the environment it will resume in - the devcontainer.json it runs,
 an already built manifest file, or a :class:`~fleet.manifest.Manifest` - into that
-environment's manifest address, and refuses with
-:class:`~fleet.manifest_errors.EnvironmentMismatch` (nothing sealed, nothing queued, the
-run's state unchanged) unless it equals the address recorded at the park. A declaration the
-allowlist refuses, or a manifest file that does not verify, is refused by its own name.
+environment's manifest address and offers it to the record's own rule
+(:func:`fleet.kernel.resumed_step`, which checks the snapshot first, then the manifest). The
+host names that rule's ManifestMismatch :class:`~fleet.manifest_errors.EnvironmentMismatch`
+(nothing sealed, nothing queued, the run's state unchanged). A declaration the allowlist
+refuses, or a manifest file that does not verify, is refused by its own name.
 
     run.resume(snapshot, environment=Path(".devcontainer/devcontainer.json"),
                idle_uj=..., provenance="estimated", meter="...")
@@ -18,12 +19,8 @@ import os
 from collections.abc import Iterable
 from pathlib import Path
 
-from fleet.address import format_address
 from fleet.manifest import Manifest, read_environment
-from fleet.manifest_errors import EnvironmentMismatch
 from fleet.note import Verifier
-from fleet.phases import PARKED
-from fleet.record import RunState
 
 Environment = Manifest | str | os.PathLike[str]
 
@@ -37,34 +34,17 @@ def environment_manifest(environment: Environment,
     return read_environment(Path(environment).read_bytes(), trusted)
 
 
-def check_environment(state: RunState, environment: Environment,
-                      trusted: Iterable[Verifier] | None = None) -> bytes:
-    """The manifest address to resume ``state``'s run with in ``environment``, or
-    :class:`EnvironmentMismatch` when the run is parked under another one. (A run that is
-    not parked is left to the record's own rules, which refuse the resume by phase.)"""
-    offered = environment_manifest(environment, trusted)
-    recorded = state.parked_manifest
-    if state.phase == PARKED and recorded is not None and offered.digest != recorded:
-        given = ("the manifest given" if isinstance(environment, Manifest)
-                 else os.fspath(environment))
-        raise EnvironmentMismatch(
-            f"the run parked in the environment {format_address(recorded)}; "
-            f"{given} is {offered.address}",
-            recorded=format_address(recorded), offered=offered.address,
-            segment=state.index + 1)
-    return offered.digest
-
-
-def resume_manifest(state: RunState, manifest: bytes | None,
-                    environment: Environment | None) -> bytes:
-    """The manifest address a resume records: ``manifest`` as given (an old caller's raw
-    32 bytes, checked by the record's rules alone), or ``environment``'s, checked here."""
+def resume_manifest(manifest: bytes | None, environment: Environment | None) -> bytes:
+    """The manifest address a resume offers: ``manifest`` as given (an old caller's raw
+    32 bytes), or ``environment``'s manifest address. Either is checked by the record's rule
+    alone (:func:`fleet.kernel.resumed_step`: the snapshot first, then the manifest); the host
+    renames that rule's ManifestMismatch EnvironmentMismatch when an environment was given."""
     if (manifest is None) == (environment is None):
         raise TypeError("resume takes the manifest address or the environment, exactly one")
     if environment is not None:
-        return check_environment(state, environment)
+        return environment_manifest(environment).digest
     assert manifest is not None
     return manifest
 
 
-__all__ = ["Environment", "check_environment", "environment_manifest", "resume_manifest"]
+__all__ = ["Environment", "environment_manifest", "resume_manifest"]

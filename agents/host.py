@@ -22,6 +22,7 @@ second, different segment there (which the ledger would refuse as a fork).
 from __future__ import annotations
 
 import base64
+import os
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -40,6 +41,9 @@ from agents.environment import Environment, resume_manifest
 from agents.outbox import DEFAULT_KEEP_ACKED_BYTES, DEFAULT_LIMIT_BYTES, DEFAULT_RESERVE, Outbox
 from fleet.address import format_address
 from fleet.builder import RecordBuilder
+from fleet.errors import ManifestMismatch
+from fleet.manifest import Manifest
+from fleet.manifest_errors import EnvironmentMismatch
 from fleet.note import Verifier
 from fleet.record import RunState
 from fleet.run_codec import state_from_json, state_to_json
@@ -231,9 +235,23 @@ class HostRun:
         if not self.verified:
             self.builder.state = self.host.verified_state(self)
             self.verified = True
-        address = resume_manifest(self.builder.state, manifest, environment)
-        return self._emit(lambda: self.builder.resume(snapshot, address, idle_uj, provenance,
-                                                      meter))
+        address = resume_manifest(manifest, environment)
+        recorded = self.builder.state.parked_manifest
+        try:
+            return self._emit(lambda: self.builder.resume(snapshot, address, idle_uj,
+                                                          provenance, meter))
+        except ManifestMismatch as exc:
+            # The record's rule (snapshot first, then manifest) decided; with an environment
+            # given, its refusal is named for precondition 2 and carries both addresses.
+            if environment is None or recorded is None:
+                raise
+            given = ("the manifest given" if isinstance(environment, Manifest)
+                     else os.fspath(environment))
+            raise EnvironmentMismatch(
+                f"the run parked in the environment {format_address(recorded)}; "
+                f"{given} is {format_address(address)}",
+                recorded=format_address(recorded), offered=format_address(address),
+                segment=exc.segment) from exc
 
     def close(self) -> SealedSegment:
         return self._emit(self.builder.close)

@@ -25,12 +25,12 @@ from typing import Any
 
 from agents.adoption import RecordSource
 from agents.energy import IntervalMeter, image_park_idle, transcript_park_idle
-from agents.environment import environment_manifest
 from agents.host import Host, HostRun
 from agents.publisher import Publisher
 from agents.refusals import RefusalWatcher
 from fleet.address import digest
-from fleet.manifest import manifest_of_text, sign
+from fleet.manifest import Manifest, manifest_of_text, read_manifest_file, sign
+from fleet.manifest_errors import ManifestError
 from fleet.note import Verifier, signer_from_seed
 from fleet.segment import CallAccount, Snapshot, make_snapshot
 from fleet.subjects import run_token
@@ -82,9 +82,11 @@ def snapshot_for(run: HostRun, form: str) -> Snapshot:
     return make_snapshot(fs_root=digest(b"fs" + tag), mem_image=digest(b"mem" + tag))
 
 
-def host_environments(host: Host) -> list[Path]:
-    """One manifest file per sample declaration, built once into the host's folder and
-    signed with the host's key under its name: the environments its runs live in."""
+def _built_environments(host: Host) -> list[tuple[Path, Manifest]]:
+    """Each sample declaration's manifest file in the host's folder, with its manifest. A
+    file is (re)built and signed with the host's key under its name when it is missing, does
+    not verify, is signed by another key, or holds another address than its declaration has
+    now (a sample edited since the host first built it)."""
     samples = Path(os.environ.get("FLEET_DEVCONTAINERS") or SAMPLES)
     declarations = sorted(samples.glob("*/devcontainer.json"))
     if not declarations:
@@ -96,11 +98,30 @@ def host_environments(host: Host) -> list[Path]:
     out = []
     for declaration in declarations:
         path = folder / f"{declaration.parent.name}.manifest.json"
-        if not path.exists():
-            signed = sign(manifest_of_text(declaration.read_bytes()), signer)
-            write_atomically(path, signed.file_text().encode("utf-8"))
-        out.append(path)
+        wanted = manifest_of_text(declaration.read_bytes())
+        try:
+            stored = read_manifest_file(path.read_bytes())
+            current = (stored.manifest.digest == wanted.digest
+                       and stored.signer == signer.verifier())
+        except (FileNotFoundError, ManifestError):
+            current = False
+        if not current:
+            write_atomically(path, sign(wanted, signer).file_text().encode("utf-8"))
+        out.append((path, wanted))
     return out
+
+
+def host_environments(host: Host) -> list[Path]:
+    """One manifest file per sample declaration, built into the host's folder (again when
+    its declaration has changed) and signed with the host's key under its name: the
+    environments its runs live in."""
+    return [path for path, _ in _built_environments(host)]
+
+
+def host_manifests(host: Host) -> list[Manifest]:
+    """The manifests of the host's environments (:func:`host_environments`), each file
+    checked once, for a simulation's every park and resume."""
+    return [manifest for _, manifest in _built_environments(host)]
 
 
 def work(rounds: int) -> bytes:
@@ -110,9 +131,10 @@ def work(rounds: int) -> bytes:
     return h
 
 
-def advance(run: HostRun, steps: list[Step], number: int, environment: Path) -> bool:
-    """Record the run's next planned step (parks and resumes in ``environment``, a manifest
-    file: the resume checks it against the park); False when the plan is done."""
+def advance(run: HostRun, steps: list[Step], number: int, environment: Manifest) -> bool:
+    """Record the run's next planned step (parks and resumes in ``environment``, the manifest
+    of one of the host's files: the resume checks it against the park); False when the plan
+    is done."""
     i = run.state.index
     if i >= len(steps):
         return False
@@ -138,7 +160,7 @@ def advance(run: HostRun, steps: list[Step], number: int, environment: Path) -> 
         run.execute(uj=r.uj, provenance=r.provenance, meter=r.meter,
                     journal_root=digest(journal), calls=calls)
     elif step.kind == "suspended":
-        run.suspend(snapshot_for(run, step.form), environment_manifest(environment).digest)
+        run.suspend(snapshot_for(run, step.form), environment.digest)
     elif step.kind == "resumed":
         snap = run.state.parked
         assert snap is not None
@@ -210,7 +232,7 @@ def record_runs(host: Host, runs: int, migration: Migration | None = None) -> in
     """Record every planned step of ``runs`` runs on ``host`` (a migrating run only up to its
     first park, then offered to the other hosts); returns segments written."""
     s = salt(host.dir)
-    environments = host_environments(host)
+    environments = host_manifests(host)
     active: list[tuple[HostRun, list[Step], int]] = []
     moving: set[int] = set()
     parking = 0
@@ -244,7 +266,7 @@ def adopt_offers(host: Host, migration: Migration, deadline_s: float = 120.0) ->
     (retrying while the ledger has not yet logged its park) and finish its plan. Returns
     (runs adopted, segments written)."""
     adopted = written = 0
-    environments = host_environments(host)
+    environments = host_manifests(host)
     end = time.monotonic() + deadline_s
     while time.monotonic() < end:
         offer = migration.claim(host.name)

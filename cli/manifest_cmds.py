@@ -131,7 +131,7 @@ def manifest_show(manifest_file: str, as_json: bool) -> None:
     signed = _opened(manifest_file, as_json)
     m = signed.manifest
     if as_json:
-        click.echo(json.dumps({"address": m.address, "signer": signed.signer.text(),
+        click.echo(json.dumps({"signer": signed.signer.text(),
                                "format": m.document["format"], **_summary(m)}))
         return
     d = m.devcontainer

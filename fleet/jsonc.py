@@ -162,22 +162,20 @@ def _check_text(s: str) -> None:
 def loads(data: bytes | str, *, comments: bool = True) -> Any:
     """The value of a strict JSONC (``comments=False``: strict JSON) document, or the
     named refusal; see the module docstring."""
-    if isinstance(data, bytes):
-        if data.startswith(_BOMS):
-            raise ByteOrderMark("the text starts with a byte order mark")
-        if len(data) > MAX_BYTES:
-            raise JsoncSyntax(f"the text is larger than {MAX_BYTES} bytes")
+    if isinstance(data, str):  # checked as the bytes it stands for: one limit, in bytes
         try:
-            text = data.decode("utf-8")
-        except UnicodeDecodeError as exc:
-            raise JsoncSyntax(f"the text is not UTF-8 (byte {exc.start})") from None
-    else:
-        text = data
-        if text.startswith("\ufeff"):
-            raise ByteOrderMark("the text starts with a byte order mark")
-        if len(text) > MAX_BYTES:
-            raise JsoncSyntax(f"the text is longer than {MAX_BYTES} characters")
-        _check_text(text)
+            data = data.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise LoneSurrogate(f"the text holds half a surrogate pair (character "
+                                f"{exc.start})") from None
+    if data.startswith(_BOMS):
+        raise ByteOrderMark("the text starts with a byte order mark")
+    if len(data) > MAX_BYTES:
+        raise JsoncSyntax(f"the text is larger than {MAX_BYTES} bytes")
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise JsoncSyntax(f"the text is not UTF-8 (byte {exc.start})") from None
     try:
         value = json.loads(blank(text, comments=comments), object_pairs_hook=_pairs,
                            parse_int=_integer, parse_float=_fraction, parse_constant=_constant)

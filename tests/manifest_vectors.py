@@ -15,9 +15,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from fleet.address import digest
 from fleet.manifest import (
     FORMAT,
     SIGNATURE_DOMAIN,
+    Manifest,
+    canonical_bytes,
     manifest_of_text,
     read_manifest_file,
     sign,
@@ -215,15 +218,9 @@ def refused_files() -> list[tuple[str, str, str]]:
 
     def signed_as_is(devcontainer: dict[str, Any]) -> str:
         # A builder that skipped the allowlist: the address and signature match the document.
-        import rfc8785
-
-        from fleet.address import digest, format_address
         document = {"devcontainer": devcontainer, "format": FORMAT}
-        d = digest(rfc8785.dumps(document))
-        sig = SIGNER.sign(signature_message(d))
-        return json.dumps({"address": format_address(d), "manifest": document,
-                           "signature": {"key": SIGNER.verifier().text(),
-                                         "sig": base64.b64encode(sig).decode()}}) + "\n"
+        c = canonical_bytes(document)
+        return sign(Manifest(document, c, digest(c)), SIGNER).file_text()
 
     flipped = bytearray(base64.b64decode(good["signature"]["sig"]))
     flipped[0] ^= 1

@@ -1,5 +1,7 @@
-"""The strict JSONC reader: what it accepts, each refusal by name, and agreement with two
-independent parsers (json5 and the standard library) on generated documents."""
+"""The strict JSONC reader: what it accepts, each refusal by name, agreement with an
+independent parser (json5) on generated and edited documents, and plain JSON reading back as
+the value json.dumps wrote (the reader wraps the standard library's parser, so json.loads is
+no independent check: that test shows the blanking and hooks leave plain JSON alone)."""
 
 from __future__ import annotations
 
@@ -10,7 +12,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from fleet.jsonc import MAX_DEPTH, MAX_SAFE_INTEGER, blank, loads
+from fleet.jsonc import MAX_BYTES, MAX_DEPTH, MAX_SAFE_INTEGER, blank, loads
 from fleet.manifest_errors import (
     ByteOrderMark,
     DuplicateKey,
@@ -50,7 +52,7 @@ REFUSED = [
     ("double-comma", "[1,,]", JsoncSyntax),
     ("comma-after-colon", '{"a":,}', JsoncSyntax),
     ("comma-in-empty-object", "{,}", JsoncSyntax),
-    ("two-trailing-commas", "[1,,]", JsoncSyntax),
+    ("two-trailing-commas-in-object", '{"a":1,,}', JsoncSyntax),
     ("single-quotes", "['a']", JsoncSyntax),
     ("unquoted-key", "{a: 1}", JsoncSyntax),
     ("hex", "[0x10]", JsoncSyntax),
@@ -95,6 +97,18 @@ def test_jsonc_inputs_read_as_their_value(text: str, value: Any) -> None:
     """Comments and single trailing commas are read past; strings keep what looks like one."""
     assert same(loads(text), value)
     assert same(loads(text.encode()), value)
+
+
+def test_the_size_limit_counts_bytes_for_text_as_for_bytes() -> None:
+    """A str is held to MAX_BYTES in UTF-8 bytes, not characters: a document of fewer than
+    MAX_BYTES characters but more than MAX_BYTES bytes is refused either way it is given."""
+    text = '["' + "\u00e9" * (MAX_BYTES // 2) + '"]'
+    assert len(text) < MAX_BYTES < len(text.encode("utf-8"))
+    for form in (text, text.encode("utf-8")):
+        with pytest.raises(JsoncSyntax, match="larger than"):
+            loads(form)
+    fits = '["' + "\u00e9" * (MAX_BYTES // 2 - 2) + '"]'
+    assert loads(fits) == loads(fits.encode("utf-8")) == ["\u00e9" * (MAX_BYTES // 2 - 2)]
 
 
 def test_plain_json_mode_refuses_comments_and_trailing_commas() -> None:
@@ -195,8 +209,12 @@ def test_mutated_documents_agree_with_json5_where_both_accept(value: Any,
 
 @settings(max_examples=200, deadline=None)
 @given(values, st.booleans())
-def test_plain_json_reads_as_the_standard_library_does(value: Any, ascii_only: bool) -> None:
-    """A comment-free document from json.dumps reads the same here as in json.loads."""
+def test_plain_json_reads_back_as_the_value_dumped_in_both_modes(value: Any,
+                                                                 ascii_only: bool) -> None:
+    """A comment-free document from json.dumps reads back as the value it was made from,
+    with comments allowed or not: the blanking and the hooks change nothing in plain JSON
+    (json.loads, which this reader calls, reads it the same)."""
     text = json.dumps(value, ensure_ascii=ascii_only, indent=None if ascii_only else 1)
+    assert same(loads(text, comments=False), value)
     assert same(loads(text, comments=False), json.loads(text))
     assert same(loads(text), json.loads(text))

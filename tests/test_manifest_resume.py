@@ -17,6 +17,7 @@ from agents.host import Host, HostRun
 from agents.simulate import host_environments, record_runs
 from fleet import jsonc
 from fleet.address import digest, format_address
+from fleet.errors import ManifestMismatch, SnapshotMismatch
 from fleet.manifest import manifest_of_text, read_manifest_file, sign
 from fleet.manifest_errors import EnvironmentMismatch, Widening
 from fleet.note import signer_from_seed
@@ -76,6 +77,27 @@ def test_a_resume_in_another_environment_is_refused_on_the_host(tmp_path: Path) 
         host.close()
 
 
+def test_a_wrong_snapshot_is_named_before_a_wrong_environment(tmp_path: Path) -> None:
+    """The record's order holds through environment=: a resume offering another snapshot
+    in another environment is SnapshotMismatch (the kernel checks the snapshot first), not
+    EnvironmentMismatch; nothing is sealed."""
+    host = Host("h1", tmp_path / "host")
+    try:
+        run = _parked(host, b"unit-order")
+        before = _held(host, run)
+        other = make_snapshot(transcript=digest(b"another transcript"))
+        with pytest.raises(SnapshotMismatch) as caught:
+            run.resume(other, environment=NODE, **IDLE)
+        assert not isinstance(caught.value, ManifestMismatch)
+        assert caught.value.rule == "SnapshotMismatch" and caught.value.segment == 3
+        assert _held(host, run) == before
+        with pytest.raises(EnvironmentMismatch):
+            run.resume(run.state.parked, environment=NODE, **IDLE)
+        assert _held(host, run) == before
+    finally:
+        host.close()
+
+
 def test_the_same_environment_resumes_by_declaration_or_by_file(tmp_path: Path) -> None:
     """The parked environment resumes through its devcontainer.json, through its signed
     manifest file after a host restart, and the resume records the park's address."""
@@ -113,7 +135,7 @@ def test_old_callers_pass_the_manifest_bytes_and_exactly_one_is_required(
             run.resume(snap, **IDLE)
         with pytest.raises(TypeError):
             run.resume(snap, environment_manifest(PYTHON).digest, environment=PYTHON, **IDLE)
-        with pytest.raises(EnvironmentMismatch.__mro__[1]) as caught:  # ManifestMismatch
+        with pytest.raises(ManifestMismatch) as caught:
             run.resume(snap, digest(b"made up"), **IDLE)
         assert caught.value.rule == "ManifestMismatch"
         assert run.resume(snap, environment_manifest(PYTHON).digest, **IDLE).index == 3
@@ -212,6 +234,28 @@ def test_a_deployment_points_the_simulator_at_its_own_declarations(
     try:
         with pytest.raises(FileNotFoundError, match="FLEET_DEVCONTAINERS"):
             host_environments(host)
+    finally:
+        host.close()
+
+
+def test_a_simulated_host_rebuilds_an_environment_whose_declaration_changed(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A host's manifest file follows its sample declaration: edited after the first build,
+    the file is rebuilt (and signed again) with the declaration's new address; an unchanged
+    declaration leaves the file as it is."""
+    (tmp_path / "envs" / "only").mkdir(parents=True)
+    declaration = tmp_path / "envs" / "only" / "devcontainer.json"
+    declaration.write_bytes(NODE.read_bytes())
+    monkeypatch.setenv("FLEET_DEVCONTAINERS", str(tmp_path / "envs"))
+    host = Host("sim4", tmp_path / "sim4")
+    try:
+        [built] = host_environments(host)
+        first = built.read_bytes()
+        assert host_environments(host) == [built] and built.read_bytes() == first
+        declaration.write_bytes(PYTHON.read_bytes())
+        assert host_environments(host) == [built]
+        assert environment_manifest(built).address == environment_manifest(PYTHON).address
+        assert read_manifest_file(built.read_bytes()).signer.name == "sim4"
     finally:
         host.close()
 
