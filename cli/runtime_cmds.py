@@ -160,6 +160,7 @@ def runtime_worker(host_dir: Path, name: str | None, paths: tuple[Path, ...],
     host = Host(name or host_dir.resolve().name, host_dir)
     rt = Runtime(host_dir, host=host)
     source = LedgerRecordSource(url, nkey, host=host.name if nkey is not None else None)
+    host.ledger = (source, keys)  # a run whose outbox was pruned verifies from the ledger
 
     async def adopt(run: str) -> Any:
         return await asyncio.to_thread(host.adopt_run, run, source, keys)
