@@ -27,9 +27,15 @@ from agents.runtime.context import Context, Inbox, Park
 from agents.runtime.journal import Journal, verify_chain
 from fleet.address import digest, format_address, parse_address
 from fleet.kernel import genesis
-from fleet.runtime_errors import JournalTampered, ReplayDiverged, ValueShredded, WorkflowUnknown
+from fleet.runtime_errors import (
+    JournalTampered,
+    NotTranscriptPark,
+    ReplayDiverged,
+    ValueShredded,
+    WorkflowUnknown,
+)
 from fleet.runtime_journal import interval_root, text
-from fleet.segment import CallAccount, make_snapshot
+from fleet.segment import CallAccount, TranscriptSnapshot, make_snapshot
 from fleet.wait_proof import verdict_json
 
 Workflow = Callable[..., Coroutine[Any, Any, Any]]
@@ -58,6 +64,16 @@ def run_ids(name: str, workflow: str) -> tuple[bytes, bytes]:
 
 def run_address(name: str, workflow: str) -> str:
     return format_address(genesis(*run_ids(name, workflow)))
+
+
+def park_transcript(hr: HostRun) -> TranscriptSnapshot:
+    """The transcript park ``hr`` is parked at (decoded by the kernel: RunState.parked);
+    NotTranscriptPark if it is not parked at one."""
+    parked = hr.state.parked
+    if not isinstance(parked, TranscriptSnapshot):
+        raise NotTranscriptPark(f"run {hr.run} is not parked at a transcript park"
+                                f" ({type(parked).__name__})")
+    return parked
 
 
 def runtime_manifest(workflow: str) -> bytes:
@@ -223,9 +239,7 @@ class Runtime:
             parked_at = float(meta.get("parked_at") or self.clock())
             size = sum(len(e.body) + 64 for e in entries)
             idle = transcript_park_idle(size, max(0.0, self.clock() - parked_at))
-            assert hr.state.park is not None
-            snapshot = make_snapshot(transcript=hr.state.park[:32])
-            hr.resume(snapshot, runtime_manifest(wf), idle_uj=idle.uj,
+            hr.resume(park_transcript(hr), runtime_manifest(wf), idle_uj=idle.uj,
                       provenance=idle.provenance, meter=idle.meter)
             self.journal.set_run(hr.run, "running", {**meta, "open": True, "first":
                                                      len(entries), "seg": hr.state.index})

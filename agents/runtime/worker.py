@@ -26,12 +26,19 @@ from typing import Any
 from agents.adoption import ResumeRefused
 from agents.host import Host, HostRun
 from agents.runtime.fleet_store import CLAIM_LEASE_S, FleetStore, claim_stale, wait_over
-from agents.runtime.runtime import Outcome, Runtime
+from agents.runtime.runtime import Outcome, Runtime, park_transcript
 from fleet.address import format_address
 from fleet.errors import FleetError
-from fleet.runtime_errors import JournalTampered, ReplayDiverged, ValueShredded, WorkflowUnknown
+from fleet.runtime_errors import (
+    JournalTampered,
+    NotTranscriptPark,
+    ReplayDiverged,
+    ValueShredded,
+    WorkflowUnknown,
+)
 
-PERMANENT = (JournalTampered, ValueShredded, ReplayDiverged, WorkflowUnknown)
+PERMANENT = (JournalTampered, ValueShredded, ReplayDiverged, WorkflowUnknown,
+             NotTranscriptPark)
 Adopt = Callable[[str], Awaitable[HostRun]]
 Drain = Callable[[], Awaitable[None]]
 
@@ -97,8 +104,7 @@ class Worker:
                     and local[3].get("head") == doc.get("head"))
             if not here:
                 hr = await self.adopt(run)
-                assert hr.state.park is not None
-                transcript = hr.state.park[:32]
+                transcript = park_transcript(hr).transcript
                 export = await self.store.journal(format_address(transcript))
                 if export is None:
                     raise JournalTampered(f"no journal stored for the park of {run} at"
