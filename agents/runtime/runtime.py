@@ -25,7 +25,7 @@ from agents.energy import IntervalMeter, Reading, transcript_park_idle
 from agents.host import Host, HostRun
 from agents.runtime.context import Context, Inbox, Park
 from agents.runtime.journal import Journal, verify_chain
-from fleet.address import digest, format_address, parse_address
+from fleet.address import digest, format_address
 from fleet.kernel import genesis
 from fleet.runtime_errors import (
     JournalTampered,
@@ -200,8 +200,7 @@ class Runtime:
             outcome.verdict = verdict_json(hr.state.wait.verdict())
         self.journal.set_run(run, "parked" if wait is not None else status,
                              {"open": False, "next": end, "wait": wait, "parked_at": self.clock(),
-                              "head": format_address(head) if head else None,
-                              "blocked": blocked(calls)})
+                              "head": format_address(head) if head else None})
         outcome.blocked = blocked(calls)
         return outcome
 
@@ -268,10 +267,5 @@ def blocked(calls: CallAccount) -> list[str]:
     return [c for c in calls.resolved if c in set(calls.dispatched)]
 
 
-def park_address(meta: dict[str, Any]) -> bytes | None:
-    head = meta.get("head")
-    return None if head is None else parse_address(head)
-
-
-__all__ = ["Outcome", "Runtime", "Workflow", "account", "blocked", "load_workflow", "park_address",
-           "run_address", "run_ids", "runtime_manifest", "workflow_name"]
+__all__ = ["Outcome", "Runtime", "Workflow", "account", "blocked", "load_workflow",
+           "park_transcript", "run_address", "run_ids", "runtime_manifest", "workflow_name"]
