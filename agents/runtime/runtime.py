@@ -25,7 +25,7 @@ from agents.energy import IntervalMeter, Reading, transcript_park_idle
 from agents.host import Host, HostRun
 from agents.runtime.context import Context, Inbox, Park
 from agents.runtime.journal import Journal, verify_chain
-from fleet.address import digest, format_address
+from fleet.address import format_address
 from fleet.kernel import genesis
 from fleet.runtime_errors import (
     JournalTampered,
@@ -34,7 +34,7 @@ from fleet.runtime_errors import (
     ValueShredded,
     WorkflowUnknown,
 )
-from fleet.runtime_journal import interval_root, text
+from fleet.runtime_journal import interval_root, run_ids, runtime_manifest
 from fleet.segment import CallAccount, TranscriptSnapshot, make_snapshot
 from fleet.wait_proof import verdict_json
 
@@ -56,12 +56,6 @@ def load_workflow(name: str) -> Workflow:
     return obj  # type: ignore[no-any-return]
 
 
-def run_ids(name: str, workflow: str) -> tuple[bytes, bytes]:
-    """The record's unit and grant ids of a runtime run: its name and its workflow."""
-    return (digest(b"fleet.runtime.unit/1" + text(name)),
-            digest(b"fleet.runtime.grants/1" + text(workflow)))
-
-
 def run_address(name: str, workflow: str) -> str:
     return format_address(genesis(*run_ids(name, workflow)))
 
@@ -74,11 +68,6 @@ def park_transcript(hr: HostRun) -> TranscriptSnapshot:
         raise NotTranscriptPark(f"run {hr.run} is not parked at a transcript park"
                                 f" ({type(parked).__name__})")
     return parked
-
-
-def runtime_manifest(workflow: str) -> bytes:
-    """The environment manifest a runtime park names: the workflow's code identity."""
-    return digest(b"fleet.runtime.manifest/1" + text(workflow))
 
 
 @dataclass
