@@ -122,14 +122,25 @@ class Host:
         from ``source``, verify both (:func:`agents.adoption.verify_adoption`: every seal,
         the head in the ledger's log under ``ledger_keys``, parked), keep the record, and
         hold the run from its next segment (a resume or a close with the recorded snapshot
-        and manifest; anything else is refused by the record's rules, nothing sealed)."""
+        and manifest; anything else is refused by the record's rules, nothing sealed).
+
+        A run this host held before comes back only with a record past its saved state (it
+        moved on elsewhere and parked again): the record replaces the saved state and an
+        outbox stop of the run is lifted; otherwise NotParked (open it instead)."""
         run = parse_run(run)
         data = source.record(run)
         state = verify_adoption(run, data, lambda index: source.proof(run, index),
                                 list(ledger_keys))
-        held = self._db.execute("SELECT 1 FROM runs WHERE run = ?", (run,)).fetchone()
-        if held is not None or self.outbox.payloads_after(run, 0):
-            raise NotParked(f"run {run} already has segments on this host: open it instead")
+        held = self._db.execute("SELECT state FROM runs WHERE run = ?", (run,)).fetchone()
+        saved = (state_from_json(msgspec.json.decode(held[0])).index if held is not None
+                 else 0)
+        if (held is not None or self.outbox.payloads_after(run, 0)) and (
+                state.index <= saved or self.outbox.payloads_after(run, state.index)):
+            # Only a record that went on past what this host holds (the run left and came
+            # back parked: A -> B -> A) replaces its saved state.
+            raise NotParked(f"run {run} already has segments on this host up to its record:"
+                            " open it instead")
+        self.outbox.restart_run(run)  # a run stopped here before takes segments again
         path = self._adopted_path(run)
         path.parent.mkdir(exist_ok=True)
         write_atomically(path, data)

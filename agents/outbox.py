@@ -289,6 +289,12 @@ class Outbox:
                 (run,),
             )
 
+    def restart_run(self, run: str) -> None:
+        """Lift a run's stop (it came back to this host under a verified record): new
+        segments of it are taken again; rows stopped before stay stopped, never sent."""
+        with self._tx() as db:
+            db.execute("UPDATE runs SET stopped = 0, stop_reason = NULL WHERE run = ?", (run,))
+
     def prune(self, keep_bytes: int = 0) -> int:
         """Delete the oldest acked rows until at most ``keep_bytes`` of acked payload remain,
         never a run's newest row (see the module's notes); runs keep their last acked seq.

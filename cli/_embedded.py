@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
+
+from cli._app import CheckFailed
+from cli._common import progress
 
 
 @asynccontextmanager
@@ -29,3 +33,17 @@ async def embedded_ledger(workdir: Path) -> AsyncIterator[tuple[Any, Any]]:
             stop.set()
             await task
             await ledger.close()
+
+
+async def wait_folded(ledger: Any, js: Any, timeout: float = 60.0) -> None:
+    """Until ``ledger`` has folded everything its fleet's stream holds (CheckFailed after
+    ``timeout`` seconds)."""
+    stream = ledger.names.stream
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        info = await js.stream_info(stream)
+        if ledger.store.watermark() >= info.state.last_seq:
+            return
+        progress(f"folding: stream {info.state.last_seq}, folded {ledger.store.watermark()}")
+        await asyncio.sleep(0.2)
+    raise CheckFailed("the ledger did not fold the stream in time")

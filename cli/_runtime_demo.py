@@ -30,7 +30,7 @@ async def runtime_demo(workdir: Path) -> dict[str, Any]:
     from agents.runtime.fleet_store import FleetStore
     from agents.runtime.runtime import load_workflow
     from agents.runtime.worker import Worker
-    from cli._embedded import embedded_ledger
+    from cli._embedded import embedded_ledger, wait_folded
     from cli._wiring import LedgerRecordSource, ledger_keys
     from fleet.proof_bundle import verify_bundle
     from fleet.verify import verify_record
@@ -47,6 +47,7 @@ async def runtime_demo(workdir: Path) -> dict[str, Any]:
     async with embedded_ledger(workdir) as (server, ledger):
         nc = await connect([server.url], name="fleet-demo-runtime")
         hosts = {n: Host(n, workdir / "hosts" / n) for n in ("A", "B", "C")}
+        runtimes: list[Runtime] = []
         try:
             for host in hosts.values():
                 ledger.store.enroll(host.name, host.public_key)
@@ -62,18 +63,11 @@ async def runtime_demo(workdir: Path) -> dict[str, Any]:
 
                 async def drain() -> None:
                     await Publisher(host.outbox, nc.jetstream(timeout=10.0)).drain(30.0)
-                    await folded()
+                    await wait_folded(ledger, nc.jetstream(), 60.0)
 
-                return Worker(Runtime(host.dir, host=host), store, adopt, drain)
-
-            async def folded() -> None:
-                deadline = time.monotonic() + 60
-                while time.monotonic() < deadline:
-                    info = await nc.jetstream().stream_info("FLEET")
-                    if ledger.store.watermark() >= info.state.last_seq:
-                        return
-                    await asyncio.sleep(0.1)
-                raise CheckFailed("the ledger did not fold the runtime's segments in time")
+                runtime = Runtime(host.dir, host=host)
+                runtimes.append(runtime)
+                return Worker(runtime, store, adopt, drain)
 
             progress("host A: the agent calls its tool and waits for approval")
             a = worker("A")
@@ -95,6 +89,8 @@ async def runtime_demo(workdir: Path) -> dict[str, Any]:
             report = verify_record(decode_record(views.export_record(ledger.store, run)))
             holders = views.holders(ledger.store, run)
         finally:
+            for runtime in runtimes:
+                runtime.close()
             for host in hosts.values():
                 host.close()
             await nc.close()

@@ -16,21 +16,8 @@ from cli._common import progress, progress_done
 from plumbing.natsd import NatsServerError
 
 
-async def _wait_folded(ledger: Any, js: Any, timeout: float) -> None:
-    from fleet.subjects import STREAM
-
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        info = await js.stream_info(STREAM)
-        if ledger.store.watermark() >= info.state.last_seq:
-            return
-        progress(f"folding: stream {info.state.last_seq}, folded {ledger.store.watermark()}")
-        await asyncio.sleep(0.2)
-    raise CheckFailed("the ledger did not fold the stream in time")
-
-
 async def _demo(workdir: Path, hosts: int, runs: int) -> dict[str, Any]:
-    from cli._embedded import embedded_ledger
+    from cli._embedded import embedded_ledger, wait_folded
     from cli._env_demo import refused_resume
     from cli._sim_procs import spawn_simulators
     from fleet.checkpoint import open_checkpoint
@@ -61,7 +48,7 @@ async def _demo(workdir: Path, hosts: int, runs: int) -> dict[str, Any]:
             if p.returncode != 0:
                 raise CheckFailed(f"a simulated host failed: {err.strip()[-300:]}")
         assert ledger.js is not None and ledger.nc is not None
-        await _wait_folded(ledger, ledger.js, 60.0)
+        await wait_folded(ledger, ledger.js, 60.0)
         # One hostile message: a real segment with its energy edited in flight, of the
         # longest run (any run has one executed segment to edit; a short plan may have
         # no more).
@@ -76,7 +63,7 @@ async def _demo(workdir: Path, hosts: int, runs: int) -> dict[str, Any]:
         env = decode_envelope(payload)
         await ledger.js.publish(segment_subject(env.host, victim["run"]),
                                 json.dumps(tampered).encode())
-        await _wait_folded(ledger, ledger.js, 60.0)
+        await wait_folded(ledger, ledger.js, 60.0)
         await ledger.sign_checkpoint_now()
         # Prove a run through the API, as any client would, and check it offline.
         run_id = victim["run"]

@@ -18,7 +18,7 @@ from typing import Any
 
 import click
 
-from cli._app import CheckFailed, UserError, cli
+from cli._app import FLEET, CheckFailed, UserError, cli
 from cli._common import emit_json, nats_options, split_servers
 
 
@@ -43,20 +43,23 @@ def _import_path(paths: tuple[Path, ...]) -> None:
 
 async def _store(url: str, nkey: Path | None, name: str) -> tuple[Any, Any]:
     from agents.runtime.fleet_store import FleetStore
+    from fleet.subjects import fleet_names
     from plumbing.nats_connect import NatsUnreachable, connect
 
     try:
         nc = await connect(split_servers(url), nkey=nkey, name=name, wait_s=10.0)
     except NatsUnreachable as exc:
         raise UserError(str(exc)) from None
-    return nc, await FleetStore(nc.jetstream(timeout=10.0)).open()
+    store = FleetStore(nc.jetstream(timeout=10.0), fleet_names(FLEET["name"]))
+    return nc, await store.open()
 
 
 def _drain(host: Any, nc: Any) -> Any:
     from agents.publisher import Publisher
 
     async def drain() -> None:
-        report = await Publisher(host.outbox, nc.jetstream(timeout=10.0)).drain(timeout=60.0)
+        report = await Publisher(host.outbox, nc.jetstream(timeout=10.0),
+                                 stream=host.names.stream).drain(timeout=60.0)
         if report.remaining:
             raise CheckFailed(f"{report.remaining} segment(s) not published")
     return drain
@@ -101,7 +104,7 @@ def runtime_start(workflow: str, run_name: str, input_json: str | None, host_dir
         fn = load_workflow(workflow)
     except FleetError as exc:
         raise UserError(f"WORKFLOW: {exc}") from None
-    host = Host(name or host_dir.resolve().name, host_dir)
+    host = Host(name or host_dir.resolve().name, host_dir, fleet=FLEET["name"])
     rt = Runtime(host_dir, host=host)
     if rt.journal.run_row(run_address(run_name, workflow_name(fn))) is not None:
         rt.close()
@@ -157,9 +160,10 @@ def runtime_worker(host_dir: Path, name: str | None, paths: tuple[Path, ...],
 
     _import_path(paths)
     keys = host_ledger_keys(host_dir, vkey)
-    host = Host(name or host_dir.resolve().name, host_dir)
+    host = Host(name or host_dir.resolve().name, host_dir, fleet=FLEET["name"])
     rt = Runtime(host_dir, host=host)
     source = LedgerRecordSource(url, nkey, host=host.name if nkey is not None else None)
+    host.ledger = (source, keys)  # a run whose outbox was pruned verifies from the ledger
 
     async def adopt(run: str) -> Any:
         return await asyncio.to_thread(host.adopt_run, run, source, keys)

@@ -10,6 +10,7 @@ from fleet.errors import FleetError
 
 __all__ = [
     "JournalTampered",
+    "NotTranscriptPark",
     "ReplayDiverged",
     "RuntimeError_",
     "SignalTimeout",
@@ -40,6 +41,11 @@ class ReplayDiverged(RuntimeError_):
 class JournalTampered(RuntimeError_):
     """A journal whose entries do not chain to the head they claim (or to the park's
     transcript address), or a blob that does not hash to its address."""
+
+
+class NotTranscriptPark(RuntimeError_):
+    """A runtime run parked with an image snapshot: only a transcript park (the journal's
+    head) continues a workflow."""
 
 
 class ValueShredded(RuntimeError_):

@@ -12,6 +12,9 @@ key (crypto-shred) leaves every hash valid and a short value unguessable.
     args      = BLAKE3("fleet.runtime.args/1" || canon([args, kwargs]))
     interval  = BLAKE3("fleet.runtime.interval/1" || u64(first) || u64(end) || head)
     projected = BLAKE3("fleet.runtime.projection/1" || text(name) || canon(view))
+    unit id   = BLAKE3("fleet.runtime.unit/1" || text(name))       (run_ids: the record's
+    grants id = BLAKE3("fleet.runtime.grants/1" || text(workflow))  identity of a run)
+    manifest  = BLAKE3("fleet.runtime.manifest/1" || text(workflow))
 
 ``text(s)`` is u32 big-endian length || UTF-8; ``canon`` is JSON with sorted keys, no
 spaces, UTF-8 (``ensure_ascii`` off).
@@ -34,6 +37,8 @@ __all__ = [
     "genesis",
     "interval_root",
     "projection_hash",
+    "run_ids",
+    "runtime_manifest",
     "text",
 ]
 
@@ -84,3 +89,14 @@ def interval_root(first: int, end: int, head: bytes) -> bytes:
     """What an executed segment's journal root is: the entries ``first`` .. ``end - 1`` (an
     empty interval has ``first == end``) and the chain head after them."""
     return digest(b"fleet.runtime.interval/1" + struct.pack(">QQ", first, end) + head)
+
+
+def run_ids(name: str, workflow: str) -> tuple[bytes, bytes]:
+    """The record's unit and grant ids of a runtime run: its name and its workflow."""
+    return (digest(b"fleet.runtime.unit/1" + text(name)),
+            digest(b"fleet.runtime.grants/1" + text(workflow)))
+
+
+def runtime_manifest(workflow: str) -> bytes:
+    """The environment manifest a runtime park names: the workflow's code identity."""
+    return digest(b"fleet.runtime.manifest/1" + text(workflow))

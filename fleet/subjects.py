@@ -14,7 +14,9 @@ Those are the names of the default fleet, ``fleet``. Several fleets share one NA
 under their own names (:func:`fleet_names`): fleet ``blue`` has stream ``BLUE``, subjects
 ``blue.seg.<host>.<run>``, ``blue.ctl.*``, ``blue.rej.<host>``, ``blue.checkpoint``,
 ``blue.api.<endpoint>``, the API service and queue group ``blue-ledger`` and KV buckets
-``blue-ledger-*``; the module's constants are the default fleet's.
+``blue-ledger-*``, and the durable runtime's stream ``BLUE_RUNTIME_SIGNALS`` (subjects
+``blue.runtime.signal.<run>``) and buckets ``BLUE_RUNTIME_*`` (the default fleet's are
+``RUNTIME_*``); the module's constants are the default fleet's.
 """
 
 from __future__ import annotations
@@ -107,6 +109,33 @@ class FleetNames:
     @property
     def api_queue(self) -> str:
         return f"{self.fleet}-ledger"
+
+    # The durable runtime's JetStream names (agents.runtime.fleet_store): the default
+    # fleet's are today's ``RUNTIME_*`` and ``fleet.runtime.signal``; fleet ``blue`` has
+    # ``BLUE_RUNTIME_*`` and ``blue.runtime.signal``.
+    @property
+    def _runtime(self) -> str:
+        return "RUNTIME" if self.fleet == "fleet" else f"{self.stream}_RUNTIME"
+
+    @property
+    def runtime_signals(self) -> str:
+        return f"{self._runtime}_SIGNALS"
+
+    @property
+    def runtime_signal_subject(self) -> str:
+        return f"{self.fleet}.runtime.signal"
+
+    @property
+    def runtime_runs(self) -> str:
+        return f"{self._runtime}_RUNS"
+
+    @property
+    def runtime_journals(self) -> str:
+        return f"{self._runtime}_JOURNALS"
+
+    @property
+    def runtime_keys(self) -> str:
+        return f"{self._runtime}_KEYS"
 
     def segment_subject(self, host: str, run_address: str) -> str:
         return f"{self.segments}.{host}.{run_token(run_address)}"

@@ -261,3 +261,33 @@ def test_a_host_whose_outbox_was_pruned_verifies_its_run_from_the_ledger(fleet: 
         assert mine.state.index == 5
     finally:
         again.close()
+
+
+def test_a_run_comes_back_to_a_host_that_held_it_before(fleet: Fleet):
+    """A parks, B adopts, resumes and parks again, A adopts it back (its outbox had stopped
+    the run meanwhile) and resumes: the ledger accepts every segment. A record that does
+    not go past what A holds is still NotParked."""
+    a = _parked_on_a(fleet)
+    host_a = fleet.hosts["A"]
+    with pytest.raises(NotParked):
+        host_a.adopt_run(a.run, fleet.source, fleet.keys)  # nothing past A's own park
+    b = fleet.hosts["B"].adopt_run(a.run, fleet.source, fleet.keys)
+    b.resume(PARK, MANIFEST, idle_uj=5, provenance="estimated", meter="est")
+    b.execute(uj=20, provenance="measured", meter="m", journal_root=digest(b"j2"))
+    b.suspend(PARK, MANIFEST)
+    assert all(not hasattr(d, "rule") for d in fleet.sync())
+    host_a.outbox.stop_run(a.run, "ForeignRun")
+    back = host_a.adopt_run(a.run, fleet.source, fleet.keys)
+    assert back.state.index == 5 and a.run not in host_a.outbox.stopped_runs()
+    back.resume(PARK, MANIFEST, idle_uj=7, provenance="estimated", meter="est")
+    back.close()
+    assert all(not hasattr(d, "rule") for d in fleet.sync())
+    status = views.run_status(fleet.ledger.store, a.run)
+    assert status["host"] == "A" and status["segments"] == 7
+    assert status["holders"] == [{"host": "A", "first": 1, "last": 2},
+                                 {"host": "B", "first": 3, "last": 5},
+                                 {"host": "A", "first": 6, "last": 7}]
+    reopened = host_a.open_run(UNIT, GRANTS)
+    assert reopened.state.index == 7 and reopened.state.phase == "closed"
+    with pytest.raises(NotParked):
+        host_a.adopt_run(a.run, fleet.source, fleet.keys)

@@ -25,6 +25,13 @@ def test_the_default_fleet_keeps_todays_names() -> None:
         "FLEET", "fleet.seg", "fleet.checkpoint", "fleet-ledger", "fleet-ledger",
         "fleet.api.status", "fleet.rej.h", "fleet.ctl.host")
     assert names == DEFAULT_FLEET
+    assert (names.runtime_signals, names.runtime_signal_subject, names.runtime_runs,
+            names.runtime_journals, names.runtime_keys) == (
+        "RUNTIME_SIGNALS", "fleet.runtime.signal", "RUNTIME_RUNS", "RUNTIME_JOURNALS",
+        "RUNTIME_KEYS")
+    blue = fleet_names("blue")
+    assert (blue.runtime_signals, blue.runtime_signal_subject, blue.runtime_runs) == (
+        "BLUE_RUNTIME_SIGNALS", "blue.runtime.signal", "BLUE_RUNTIME_RUNS")
 
 
 def test_two_fleets_on_one_server_do_not_see_each_other(nats_server: NatsServer,

@@ -61,3 +61,39 @@ def test_a_worker_renews_its_claim_while_a_long_interval_runs(
     renewals, report = asyncio.run(main())
     assert report["status"] == "done" and report["result"] == "slow done"
     assert len(renewals) >= 3, renewals
+
+
+def test_a_refusal_after_a_renewal_is_written_over_the_renewed_claim(
+        nats_server: NatsServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """With a 0.3 s lease, an interval refused after 0.5 s (the claim renewed meanwhile):
+    the refusal lands (the run is ``refused``), not lost against the first revision."""
+    from fleet.runtime_errors import JournalTampered
+
+    monkeypatch.setattr(worker_module, "CLAIM_LEASE_S", 0.3)
+
+    async def main() -> tuple[dict, dict]:  # type: ignore[type-arg]
+        nc = await connect([nats_server.url])
+        store = await FleetStore(nc.jetstream()).open()
+        host = Host("A", tmp_path / "A")
+        rt = Runtime(tmp_path / "A", host=host)
+        worker = Worker(rt, store, _no_adopt, _no_drain)
+        run = rt.start(flows.slow_after_go, "slow", {"seconds": 1.0})
+        await worker.publish(await rt.advance(run))
+        await store.send_signal(run, "go", None, "g")
+
+        async def refused_later(run: str):  # type: ignore[no-untyped-def]
+            await asyncio.sleep(0.5)
+            raise JournalTampered("made up for the test")
+
+        rt.advance = refused_later  # type: ignore[method-assign]
+        (report,) = await worker.pass_once()
+        got = await store.get(run.removeprefix("b3:"))
+        host.close()
+        rt.close()
+        await nc.close()
+        assert got is not None
+        return got[0], report
+
+    doc, report = asyncio.run(main())
+    assert report["refused"] == "JournalTampered"
+    assert doc["status"] == "refused" and doc["refused"] == "JournalTampered", doc

@@ -29,49 +29,53 @@ from typing import Any
 from nats.js.api import KeyValueConfig, ObjectStoreConfig, StorageType, StreamConfig
 from nats.js.errors import BadRequestError, KeyWrongLastSequenceError, NotFoundError
 
-from fleet.subjects import run_token
+from fleet.subjects import DEFAULT_FLEET, FleetNames, run_token
 
-SIGNALS = "RUNTIME_SIGNALS"
-SIGNAL_SUBJECT = "fleet.runtime.signal"
-RUNS = "RUNTIME_RUNS"
-JOURNALS = "RUNTIME_JOURNALS"
-KEYS = "RUNTIME_KEYS"
+# The default fleet's names (FleetNames.runtime_*); a FleetStore uses its fleet's.
+SIGNALS = DEFAULT_FLEET.runtime_signals
+SIGNAL_SUBJECT = DEFAULT_FLEET.runtime_signal_subject
+RUNS = DEFAULT_FLEET.runtime_runs
+JOURNALS = DEFAULT_FLEET.runtime_journals
+KEYS = DEFAULT_FLEET.runtime_keys
 # A claim that has not turned into a new state within this long (the worker died) may be
 # claimed again.
 CLAIM_LEASE_S = 60.0
 
 
 class FleetStore:
-    """The runtime's streams and buckets on one JetStream connection."""
+    """The runtime's streams and buckets of fleet ``names`` on one JetStream connection."""
 
-    def __init__(self, js: Any) -> None:
+    def __init__(self, js: Any, names: FleetNames = DEFAULT_FLEET) -> None:
         self.js = js
+        self.names = names
+        self.signals_stream = names.runtime_signals
+        self.signal_subject = names.runtime_signal_subject
         self.kv: Any = None
         self.keys: Any = None
         self.obs: Any = None
 
     async def open(self) -> FleetStore:
         try:
-            await self.js.stream_info(SIGNALS)
+            await self.js.stream_info(self.signals_stream)
         except NotFoundError:
             await self.js.add_stream(StreamConfig(
-                name=SIGNALS, subjects=[f"{SIGNAL_SUBJECT}.>"], storage=StorageType.FILE,
-                duplicate_window=3600.0))
+                name=self.signals_stream, subjects=[f"{self.signal_subject}.>"],
+                storage=StorageType.FILE, duplicate_window=3600.0))
         try:
-            self.kv = await self.js.key_value(RUNS)
+            self.kv = await self.js.key_value(self.names.runtime_runs)
         except (NotFoundError, BadRequestError):
             self.kv = await self.js.create_key_value(KeyValueConfig(
-                bucket=RUNS, storage=StorageType.FILE, history=1))
+                bucket=self.names.runtime_runs, storage=StorageType.FILE, history=1))
         try:
-            self.keys = await self.js.key_value(KEYS)
+            self.keys = await self.js.key_value(self.names.runtime_keys)
         except (NotFoundError, BadRequestError):
             self.keys = await self.js.create_key_value(KeyValueConfig(
-                bucket=KEYS, storage=StorageType.FILE, history=1))
+                bucket=self.names.runtime_keys, storage=StorageType.FILE, history=1))
         try:
-            self.obs = await self.js.object_store(JOURNALS)
+            self.obs = await self.js.object_store(self.names.runtime_journals)
         except (NotFoundError, BadRequestError):
             self.obs = await self.js.create_object_store(
-                JOURNALS, ObjectStoreConfig(storage=StorageType.FILE))
+                self.names.runtime_journals, ObjectStoreConfig(storage=StorageType.FILE))
         return self
 
     # -- signals -------------------------------------------------------------------------
@@ -79,22 +83,22 @@ class FleetStore:
     async def send_signal(self, run: str, name: str, data: Any, signal_id: str) -> bool:
         """Store a signal; False when the server already holds this id (a duplicate)."""
         body = json.dumps({"name": name, "id": signal_id, "data": data}).encode()
-        ack = await self.js.publish(f"{SIGNAL_SUBJECT}.{run_token(run)}", body,
+        ack = await self.js.publish(f"{self.signal_subject}.{run_token(run)}", body,
                                     headers={"Nats-Msg-Id": f"{run_token(run)}/{signal_id}"})
         return not ack.duplicate
 
     async def signals(self, run: str) -> list[dict[str, Any]]:
         """Every signal stored for ``run``, oldest first."""
-        subject = f"{SIGNAL_SUBJECT}.{run_token(run)}"
+        subject = f"{self.signal_subject}.{run_token(run)}"
         out: list[dict[str, Any]] = []
         try:
-            info = await self.js.stream_info(SIGNALS, subjects_filter=subject)
+            info = await self.js.stream_info(self.signals_stream, subjects_filter=subject)
         except NotFoundError:
             return out
         count = (info.state.subjects or {}).get(subject, 0)
         if not count:
             return out
-        sub = await self.js.subscribe(subject, stream=SIGNALS, ordered_consumer=True)
+        sub = await self.js.subscribe(subject, stream=self.signals_stream, ordered_consumer=True)
         try:
             while len(out) < count:
                 msg = await sub.next_msg(timeout=5.0)
@@ -108,7 +112,7 @@ class FleetStore:
         their plaintext has no reason to stay in JetStream."""
         for seq in seqs:
             with contextlib.suppress(NotFoundError):
-                await self.js.delete_msg(SIGNALS, seq)
+                await self.js.delete_msg(self.signals_stream, seq)
 
     # -- runs ------------------------------------------------------------------------------
 

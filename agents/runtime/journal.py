@@ -137,20 +137,19 @@ class Journal:
 
     def value(self, address: str) -> Any:
         """The JSON value at ``address``; ValueShredded when its key is gone."""
-        raw_address = parse_address(address)
+        held = self._blob(parse_address(address))
+        if held is None:
+            raise ValueShredded(f"the value at {address} was shredded (its key is deleted)")
+        box, key, salt = held
+        return json.loads(open_blob(address, box, key, salt))
+
+    def _blob(self, raw_address: bytes) -> tuple[bytes, bytes, bytes] | None:
+        """A blob's ciphertext, key and salt; None when its key or ciphertext is gone."""
         key = self.db.execute("SELECT key, salt FROM blob_keys WHERE address = ?",
                               (raw_address,)).fetchone()
         box = self.db.execute("SELECT box FROM blobs WHERE address = ?",
                               (raw_address,)).fetchone()
-        if key is None or box is None:
-            raise ValueShredded(f"the value at {address} was shredded (its key is deleted)")
-        try:
-            raw = SecretBox(key[0]).decrypt(box[0])
-        except CryptoError:
-            raise JournalTampered(f"the blob at {address} does not decrypt") from None
-        if blob_address(key[1], raw) != raw_address:
-            raise JournalTampered(f"the blob at {address} does not hash to its address")
-        return json.loads(raw)
+        return None if key is None or box is None else (box[0], key[0], key[1])
 
     def shred(self, address: str) -> bool:
         """Delete a value's key and ciphertext; True when there was one."""
@@ -172,14 +171,11 @@ class Journal:
         keys: dict[str, list[str]] = {}
         for entry in entries:
             for address in addresses(entry):
-                raw_address = parse_address(address)
-                key = self.db.execute("SELECT key, salt FROM blob_keys WHERE address = ?",
-                                      (raw_address,)).fetchone()
-                box = self.db.execute("SELECT box FROM blobs WHERE address = ?",
-                                      (raw_address,)).fetchone()
-                if key is not None and box is not None:
-                    blobs[address] = _b64(box[0])
-                    keys[address] = [_b64(key[0]), _b64(key[1])]
+                held = self._blob(parse_address(address))
+                if held is not None:
+                    box, key, salt = held
+                    blobs[address] = _b64(box)
+                    keys[address] = [_b64(key), _b64(salt)]
         journal = {"run": run, "name": name, "workflow": workflow,
                    "entries": [[e.seq, e.kind, e.call, e.body] for e in entries],
                    "blobs": blobs}
@@ -206,12 +202,7 @@ class Journal:
             if address not in keys:
                 continue
             key, salt = (_unb64(k) for k in keys[address])
-            try:
-                raw = SecretBox(key).decrypt(_unb64(box))
-            except CryptoError:
-                raise JournalTampered(f"the blob at {address} does not decrypt") from None
-            if blob_address(salt, raw) != parse_address(address):
-                raise JournalTampered(f"the blob at {address} does not hash to its address")
+            open_blob(address, _unb64(box), key, salt)
             blobs.append((parse_address(address), _unb64(box), key, salt))
         with immediate(self.db):
             self.db.execute("DELETE FROM entries WHERE run = ?", (run,))
@@ -223,6 +214,18 @@ class Journal:
             self.db.execute("INSERT INTO runs VALUES (?, ?, ?, ?, ?) ON CONFLICT(run) DO"
                             " UPDATE SET status = excluded.status, meta = excluded.meta",
                             (run, str(data["name"]), workflow, "parked", canon(meta).decode()))
+
+
+def open_blob(address: str, box: bytes, key: bytes, salt: bytes) -> bytes:
+    """A blob's plaintext, checked to hash to ``address``; JournalTampered if it does not
+    decrypt under ``key`` or hash to its address."""
+    try:
+        raw = SecretBox(key).decrypt(box)
+    except CryptoError:
+        raise JournalTampered(f"the blob at {address} does not decrypt") from None
+    if blob_address(salt, raw) != parse_address(address):
+        raise JournalTampered(f"the blob at {address} does not hash to its address")
+    return raw
 
 
 def verify_chain(run: str, workflow: str, entries: list[Entry]) -> bytes:
@@ -253,4 +256,5 @@ def _unb64(text: str) -> bytes:
     return base64.b64decode(text)
 
 
-__all__ = ["DB_NAME", "Entry", "Journal", "Value", "addresses", "verify_chain"]
+__all__ = ["DB_NAME", "Entry", "Journal", "Value", "addresses", "open_blob",
+           "verify_chain"]

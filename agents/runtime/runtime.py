@@ -25,11 +25,17 @@ from agents.energy import IntervalMeter, Reading, transcript_park_idle
 from agents.host import Host, HostRun
 from agents.runtime.context import Context, Inbox, Park
 from agents.runtime.journal import Journal, verify_chain
-from fleet.address import digest, format_address, parse_address
+from fleet.address import format_address
 from fleet.kernel import genesis
-from fleet.runtime_errors import JournalTampered, ReplayDiverged, ValueShredded, WorkflowUnknown
-from fleet.runtime_journal import interval_root, text
-from fleet.segment import CallAccount, make_snapshot
+from fleet.runtime_errors import (
+    JournalTampered,
+    NotTranscriptPark,
+    ReplayDiverged,
+    ValueShredded,
+    WorkflowUnknown,
+)
+from fleet.runtime_journal import interval_root, run_ids, runtime_manifest
+from fleet.segment import CallAccount, TranscriptSnapshot, make_snapshot
 from fleet.wait_proof import verdict_json
 
 Workflow = Callable[..., Coroutine[Any, Any, Any]]
@@ -50,19 +56,18 @@ def load_workflow(name: str) -> Workflow:
     return obj  # type: ignore[no-any-return]
 
 
-def run_ids(name: str, workflow: str) -> tuple[bytes, bytes]:
-    """The record's unit and grant ids of a runtime run: its name and its workflow."""
-    return (digest(b"fleet.runtime.unit/1" + text(name)),
-            digest(b"fleet.runtime.grants/1" + text(workflow)))
-
-
 def run_address(name: str, workflow: str) -> str:
     return format_address(genesis(*run_ids(name, workflow)))
 
 
-def runtime_manifest(workflow: str) -> bytes:
-    """The environment manifest a runtime park names: the workflow's code identity."""
-    return digest(b"fleet.runtime.manifest/1" + text(workflow))
+def park_transcript(hr: HostRun) -> TranscriptSnapshot:
+    """The transcript park ``hr`` is parked at (decoded by the kernel: RunState.parked);
+    NotTranscriptPark if it is not parked at one."""
+    parked = hr.state.parked
+    if not isinstance(parked, TranscriptSnapshot):
+        raise NotTranscriptPark(f"run {hr.run} is not parked at a transcript park"
+                                f" ({type(parked).__name__})")
+    return parked
 
 
 @dataclass
@@ -184,8 +189,7 @@ class Runtime:
             outcome.verdict = verdict_json(hr.state.wait.verdict())
         self.journal.set_run(run, "parked" if wait is not None else status,
                              {"open": False, "next": end, "wait": wait, "parked_at": self.clock(),
-                              "head": format_address(head) if head else None,
-                              "blocked": blocked(calls)})
+                              "head": format_address(head) if head else None})
         outcome.blocked = blocked(calls)
         return outcome
 
@@ -223,9 +227,7 @@ class Runtime:
             parked_at = float(meta.get("parked_at") or self.clock())
             size = sum(len(e.body) + 64 for e in entries)
             idle = transcript_park_idle(size, max(0.0, self.clock() - parked_at))
-            assert hr.state.park is not None
-            snapshot = make_snapshot(transcript=hr.state.park[:32])
-            hr.resume(snapshot, runtime_manifest(wf), idle_uj=idle.uj,
+            hr.resume(park_transcript(hr), runtime_manifest(wf), idle_uj=idle.uj,
                       provenance=idle.provenance, meter=idle.meter)
             self.journal.set_run(hr.run, "running", {**meta, "open": True, "first":
                                                      len(entries), "seg": hr.state.index})
@@ -254,10 +256,5 @@ def blocked(calls: CallAccount) -> list[str]:
     return [c for c in calls.resolved if c in set(calls.dispatched)]
 
 
-def park_address(meta: dict[str, Any]) -> bytes | None:
-    head = meta.get("head")
-    return None if head is None else parse_address(head)
-
-
-__all__ = ["Outcome", "Runtime", "Workflow", "account", "blocked", "load_workflow", "park_address",
-           "run_address", "run_ids", "runtime_manifest", "workflow_name"]
+__all__ = ["Outcome", "Runtime", "Workflow", "account", "blocked", "load_workflow",
+           "park_transcript", "run_address", "run_ids", "runtime_manifest", "workflow_name"]

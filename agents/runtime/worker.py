@@ -21,19 +21,36 @@ import asyncio
 import contextlib
 import time
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any
 
 from agents.adoption import ResumeRefused
 from agents.host import Host, HostRun
 from agents.runtime.fleet_store import CLAIM_LEASE_S, FleetStore, claim_stale, wait_over
-from agents.runtime.runtime import Outcome, Runtime
+from agents.runtime.runtime import Outcome, Runtime, park_transcript
 from fleet.address import format_address
 from fleet.errors import FleetError
-from fleet.runtime_errors import JournalTampered, ReplayDiverged, ValueShredded, WorkflowUnknown
+from fleet.runtime_errors import (
+    JournalTampered,
+    NotTranscriptPark,
+    ReplayDiverged,
+    ValueShredded,
+    WorkflowUnknown,
+)
 
-PERMANENT = (JournalTampered, ValueShredded, ReplayDiverged, WorkflowUnknown)
+PERMANENT = (JournalTampered, ValueShredded, ReplayDiverged, WorkflowUnknown,
+             NotTranscriptPark)
 Adopt = Callable[[str], Awaitable[HostRun]]
 Drain = Callable[[], Awaitable[None]]
+
+
+@dataclass
+class _Claim:
+    """This worker's claim of one run: the claimed document and its current revision,
+    shared by the renewals and the refusal path."""
+
+    doc: dict[str, Any]
+    revision: int
 
 
 class Worker:
@@ -91,14 +108,14 @@ class Worker:
                         signals: list[dict[str, Any]]) -> dict[str, Any]:
         run = doc["run"]
         rt = self.runtime
+        claim = _Claim(claimed, revision)  # the renewals move it; a refusal writes over it
         try:
             local = rt.journal.run_row(run)
             here = (local is not None and doc.get("host") == self.host.name
                     and local[3].get("head") == doc.get("head"))
             if not here:
                 hr = await self.adopt(run)
-                assert hr.state.park is not None
-                transcript = hr.state.park[:32]
+                transcript = park_transcript(hr).transcript
                 export = await self.store.journal(format_address(transcript))
                 if export is None:
                     raise JournalTampered(f"no journal stored for the park of {run} at"
@@ -111,7 +128,7 @@ class Worker:
                 rt.held[run] = hr
             for s in signals:
                 rt.send(run, s["name"], s["data"], s["id"])
-            renew = asyncio.create_task(self._renew(claimed, revision))
+            renew = asyncio.create_task(self._renew(claim))
             try:
                 outcome = await rt.advance(run)
             finally:
@@ -124,8 +141,8 @@ class Worker:
             status = "refused" if isinstance(exc, PERMANENT) else "parked"
             # Only over this worker's own claim: if the lease ran out and another worker
             # moved the run on meanwhile, its state stands.
-            await self.store.update({**claimed, "status": status, "refused": rule,
-                                     "detail": str(exc)}, revision)
+            await self.store.update({**claim.doc, "status": status, "refused": rule,
+                                     "detail": str(exc)}, claim.revision)
             return {"run": run, "refused": rule, "detail": str(exc)}
         published = await self.publish(outcome)
         delivered = set(published["delivered"])
@@ -134,16 +151,17 @@ class Worker:
                 "segments": outcome.segments, "verdict": outcome.verdict,
                 "result": outcome.result}
 
-    async def _renew(self, claimed: dict[str, Any], revision: int) -> None:
+    async def _renew(self, claim: _Claim) -> None:
         """Keep the claim fresh while the interval runs (a third of the lease each time),
-        so a long interval is not taken for a dead worker's."""
+        so a long interval is not taken for a dead worker's; ``claim`` follows each
+        renewal (a refusal afterwards writes over the renewed revision)."""
         while True:
             await asyncio.sleep(CLAIM_LEASE_S / 3)
-            renewed = await self.store.update({**claimed, "claimed_at": self.clock()},
-                                              revision)
+            renewed = await self.store.update({**claim.doc, "claimed_at": self.clock()},
+                                              claim.revision)
             if renewed is None:
                 return  # someone else moved the run on: the record's holder rule decides
-            claimed, revision = renewed
+            claim.doc, claim.revision = renewed
 
     async def run_forever(self, stop: asyncio.Event, report: Callable[[dict[str, Any]], None],
                           poll: float = 1.0) -> None:
