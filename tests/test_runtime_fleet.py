@@ -61,7 +61,7 @@ def test_the_triage_agent_waits_with_nothing_running_and_finishes_on_another_hos
     and proves; the effect is filed once."""
     url, led, base = fleet
     parked = start(url, base, "ticket-42", {"ticket": 42, "text": "Printer on fire",
-                                            "cool_down": 2}, env)
+                                            "cool_down": 8}, env)
     assert parked["status"] == "parked" and parked["wait"]["signal"] == "approve"
     run = parked["run"]
     listed = fleet_json("runtime", "list", "--nats", url)[0]["runs"]
@@ -76,8 +76,10 @@ def test_the_triage_agent_waits_with_nothing_running_and_finishes_on_another_hos
     (b,) = worker(url, base, led, "B", env)
     assert b["status"] == "parked" and b["host"] == "B", b
     wait_folded(url, led)
-    assert worker(url, base, led, "C", env) == []  # the timer is not due yet
-    time.sleep(2.2)  # nothing runs while the timer falls due
+    # The timer (8 s from B's park: room for the worker processes to start on a loaded
+    # machine) is not due yet.
+    assert worker(url, base, led, "C", env) == []
+    time.sleep(8.2)  # nothing runs while the timer falls due
     (c,) = worker(url, base, led, "C", env)
     assert c["status"] == "done" and c["result"] == {
         "label": "outage", "approved_by": "ana", "ticket": 42, "filed": "outage"}
