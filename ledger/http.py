@@ -181,6 +181,7 @@ class Readiness:
     connected: Callable[[], bool] = lambda: True
     healthy: Callable[[], tuple[bool, str]] = lambda: (True, "ok")
     unsigned_age: Callable[[int], float] = lambda signed: 0.0
+    signs: Callable[[], bool] = lambda: True
     max_unsigned_s: float = 30.0
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -221,11 +222,14 @@ def ready_checks(reader: LogReader, readiness: Readiness) -> dict[str, dict[str,
     healthy, detail = readiness.healthy()
     checks["fold"] = {"ok": healthy, "detail": detail}
     try:
-        signed = reader.signed_size(1 << 62)  # read afresh
+        signed = reader.refresh_signed()
         checks["store"] = {"ok": True, "detail": f"signed size {signed}"}
     except Exception as exc:  # any failure to read is the answer, not a crash
         signed = 0
         checks["store"] = {"ok": False, "detail": f"{type(exc).__name__}: {exc}"}
+    if not readiness.signs():
+        checks["unsigned_leaf_age"] = {"ok": True, "detail": "standby (does not sign)"}
+        return checks
     age = readiness.unsigned_age(signed)
     checks["unsigned_leaf_age"] = {
         "ok": age <= readiness.max_unsigned_s,

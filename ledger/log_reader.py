@@ -66,8 +66,13 @@ class LogReader:
         """The latest signed size: the one last seen unless ``at_least`` is beyond it (then
         read again: sizes only grow, so a tile within the last one seen is always there)."""
         if at_least > self._signed:
-            last = self.store.last_checkpoint()
-            self._signed = max(self._signed, 0 if last is None else last[0])
+            return self.refresh_signed()
+        return self._signed
+
+    def refresh_signed(self) -> int:
+        """The latest signed size, read afresh from the store."""
+        last = self.store.last_checkpoint()
+        self._signed = max(self._signed, 0 if last is None else last[0])
         return self._signed
 
     # -- tiles ----------------------------------------------------------------------------

@@ -65,15 +65,19 @@ class FoldMetrics:
         self._unsigned: deque[tuple[int, float]] = deque()  # (tree size after, commit time)
 
     def batch_committed(self, started: float, tree_size: int, oldest_reply: str | None,
-                        now: float | None = None) -> None:
+                        now: float | None = None, signing: bool = True) -> None:
         """A batch that began deciding at ``started`` (``time.monotonic``) is committed;
-        the tree now has ``tree_size`` leaves."""
+        the tree now has ``tree_size`` leaves. ``signing``: whether this ledger signs
+        checkpoints now; a standby never does, so its leaves are not waiting on it and
+        nothing is kept for them."""
         self.batch_seconds.observe(max(0.0, time.monotonic() - started))
         wall = time.time() if now is None else now
         published = None if oldest_reply is None else publish_time_ns(oldest_reply)
         if published is not None:
             self.publish_to_commit.observe(max(0.0, wall - published / 1e9))
-        if not self._unsigned or self._unsigned[-1][0] < tree_size:
+        if not signing:
+            self._unsigned.clear()
+        elif not self._unsigned or self._unsigned[-1][0] < tree_size:
             self._unsigned.append((tree_size, wall))
 
     def signed(self, size: int) -> None:
