@@ -47,12 +47,15 @@ def _parks(rows: list[tuple[int, str, float | None, bytes]]) -> list[AuditPark]:
 def audit_runs(store: LedgerStore) -> list[AuditRun]:
     """Every run of the store as an :class:`AuditRun`."""
     conn = store.conn
+    # A store from before segments had a fold time, read without migrating it: no times.
+    at_col = "at" if "at" in {row[1] for row in conn.execute("PRAGMA table_info(segments)")} \
+        else "NULL AS at"
     times = {run: (first, last) for run, first, last in conn.execute(
-        "SELECT run, MIN(at), MAX(at) FROM segments GROUP BY run")}
+        f"SELECT run, MIN({at_col}), MAX({at_col}) FROM segments GROUP BY run")}
     park_rows: dict[str, list[tuple[int, str, float | None, bytes]]] = {}
     slots: dict[str, list[tuple[str, str, int]]] = {}
     for run, idx, kind, at, payload in conn.execute(
-            "SELECT run, idx, kind, at, payload FROM segments WHERE kind IN"
+            f"SELECT run, idx, kind, {at_col}, payload FROM segments WHERE kind IN"
             " ('suspended', 'resumed', 'claimed', 'evicted') ORDER BY run, idx"):
         if kind in ("suspended", "resumed"):
             park_rows.setdefault(run, []).append((idx, kind, at, payload))
