@@ -17,7 +17,7 @@ from collections import OrderedDict
 from pathlib import Path
 
 from fleet.address import parse_address
-from fleet.cosignature import add_signatures, parse_signature_lines
+from fleet.cosignature import cosigned_note
 from fleet.leaf import encode_leaf
 from fleet.log_errors import MissingNode
 from fleet.tiles import Tile, encode_entry_bundle, partial_sizes
@@ -57,10 +57,7 @@ class LogReader:
     def _cosigned(self, size: int, note: str) -> str:
         if self.receipts is None:
             return note
-        lines = [sig for r in self.receipts.receipts_covering(size)
-                 if r.kind == "witness" and r.size == size
-                 for sig in parse_signature_lines(r.data)]
-        return add_signatures(note, lines) if lines else note
+        return cosigned_note(note, self.receipts.witness_signatures(size))
 
     def signed_size(self, at_least: int = 0) -> int:
         """The latest signed size: the one last seen unless ``at_least`` is beyond it (then
