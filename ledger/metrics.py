@@ -26,6 +26,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, generate_la
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from ledger.pull import BadDelivery, ack_fields
 from ledger.store import LedgerStore
 from plumbing.anchoring import ReceiptStore
 
@@ -35,16 +36,12 @@ _LATENCY_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0
 
 
 def publish_time_ns(reply: str) -> int | None:
-    """The stream timestamp (ns since the epoch) in a JetStream ack subject, either token
-    layout (see :func:`ledger.pull.stream_seq`); None if it has none."""
-    tokens = reply.split(".")
-    if len(tokens) == 9:
-        token = tokens[7]
-    elif len(tokens) >= 11:
-        token = tokens[9]
-    else:
+    """The stream timestamp (ns since the epoch) in a JetStream ack subject
+    (:func:`ledger.pull.ack_fields`); None if it has none."""
+    try:
+        return ack_fields(reply.encode())[1]
+    except BadDelivery:
         return None
-    return int(token) if token.isdigit() else None
 
 
 class FoldMetrics:
