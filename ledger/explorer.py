@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import base64
 import html
-import time
 from collections.abc import Iterable
 from typing import Any
 from urllib.parse import quote, urlencode
@@ -24,6 +23,9 @@ import msgspec
 from aiohttp import web
 
 from fleet.address import parse_address
+from fleet.audit import format_uj as _uj
+from fleet.audit import format_when as _when
+from fleet.audit import park_form
 from fleet.checkpoint import parse_checkpoint
 from fleet.leaf import encode_leaf
 from fleet.merkle import leaf_hash
@@ -107,17 +109,6 @@ def _e(value: object) -> str:
     return html.escape(str(value))
 
 
-def _when(ts: float | None) -> str:
-    return "-" if ts is None else time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(ts))
-
-
-def _uj(value: int) -> str:
-    for unit, scale in (("kJ", 10**9), ("J", 10**6), ("mJ", 10**3)):
-        if value >= scale:
-            return f"{value / scale:.2f} {unit}"
-    return f"{value} uJ"
-
-
 def _table(headers: Iterable[str], rows: Iterable[Iterable[str]], ident: str) -> str:
     head = "".join(f"<th>{h}</th>" for h in headers)
     body = "".join("<tr>" + "".join(f"<td>{c}</td>" for c in row) + "</tr>" for row in rows)
@@ -189,8 +180,7 @@ class Explorer:
                 rec = seg.attestation_object.receipt
                 detail = f"{_uj(rec.uj)} {rec.provenance}"
             elif isinstance(seg, SuspendedWire):
-                detail = "transcript" if seg.snapshot.transcript else (
-                    "image+memory" if seg.snapshot.mem_image else "image")
+                detail = park_form(seg.snapshot)
             elif isinstance(seg, ResumedWire):
                 detail = f"idle {_uj(seg.idle_uj)} {seg.idle_provenance}"
             elif isinstance(seg, ClaimedWire | EvictedWire):
