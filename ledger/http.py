@@ -244,14 +244,11 @@ class HttpServers:
     runners: list[web.AppRunner]
     addresses: dict[str, tuple[str, int]]
     reader: LogReader
-    ops_reader: LogReader | None = None
 
     async def close(self) -> None:
         for runner in self.runners:
             await runner.cleanup()
         self.reader.close()
-        if self.ops_reader is not None:
-            self.ops_reader.close()
 
 
 async def _serve(app: web.Application, host: str, port: int) -> tuple[web.AppRunner,
@@ -273,17 +270,16 @@ async def _serve(app: web.Application, host: str, port: int) -> tuple[web.AppRun
 
 async def start_servers(reader: LogReader, log_address: tuple[str, int] | None,
                         ops_address: tuple[str, int] | None = None, *,
-                        ops_reader: LogReader | None = None, registry: Any = None,
+                        registry: Any = None,
                         fold: FoldMetrics | None = None,
                         readiness: Readiness | None = None,
                         throttle: Throttle | None = None,
                         extra_routes: Callable[[web.Application], None] | None = None,
                         ) -> HttpServers:
     """Start the log server (and the operations server when ``ops_address`` is given);
-    port 0 picks a free one (see :attr:`HttpServers.addresses`). ``ops_reader``: the
-    operations port's own reader (default: the log's). ``throttle``: the log port yields to
-    a busy fold (the operations port never waits)."""
-    servers = HttpServers([], {}, reader, ops_reader)
+    port 0 picks a free one (see :attr:`HttpServers.addresses`). ``throttle``: the log
+    port yields to a busy fold (the operations port never waits)."""
+    servers = HttpServers([], {}, reader)
     try:
         if log_address is not None:
             middlewares = [counting(fold)]
@@ -298,7 +294,7 @@ async def start_servers(reader: LogReader, log_address: tuple[str, int] | None,
             servers.addresses["log"] = bound
         if ops_address is not None:
             app = web.Application(middlewares=[counting(fold)])
-            OpsRoutes(ops_reader or reader, registry, readiness or Readiness()).add_to(app)
+            OpsRoutes(reader, registry, readiness or Readiness()).add_to(app)
             runner, bound = await _serve(app, *ops_address)
             servers.runners.append(runner)
             servers.addresses["ops"] = bound
