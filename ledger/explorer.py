@@ -109,6 +109,12 @@ def _e(value: object) -> str:
     return html.escape(str(value))
 
 
+def _decimal(text: str) -> bool:
+    """Whether ``text`` is ASCII digits (``str.isdigit`` also takes "²", which ``int``
+    refuses)."""
+    return text.isascii() and text.isdigit()
+
+
 def _table(headers: Iterable[str], rows: Iterable[Iterable[str]], ident: str) -> str:
     head = "".join(f"<th>{h}</th>" for h in headers)
     body = "".join("<tr>" + "".join(f"<td>{c}</td>" for c in row) + "</tr>" for row in rows)
@@ -134,7 +140,7 @@ class Explorer:
     async def index(self, request: web.Request) -> web.Response:
         q = request.query
         wanted = {k: q.get(k, "") for k in ("host", "verdict", "phase")}
-        limit = int(q["limit"]) if q.get("limit", "").isdigit() else 500
+        limit = int(q["limit"]) if _decimal(q.get("limit", "")) else 500
         checkpoints = self.reader.store.conn.execute(
             "SELECT size, root, at FROM checkpoints ORDER BY size DESC LIMIT 10").fetchall()
         runs = self._runs()
@@ -205,7 +211,7 @@ class Explorer:
 
     async def proof(self, request: web.Request) -> web.Response:
         run, index_text = request.match_info["run"], request.match_info["index"]
-        if not index_text.isdigit():
+        if not _decimal(index_text):
             raise web.HTTPBadRequest(text="a segment index is a decimal\n")
         index = int(index_text)
         latest = self.reader.latest()

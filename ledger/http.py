@@ -164,7 +164,7 @@ class LogRoutes:
 
     async def proof(self, request: web.Request) -> web.Response:
         index_text = request.match_info.get("index")
-        if index_text is not None and not (index_text.isdigit() and int(index_text) >= 1):
+        if index_text is not None and not (_decimal(index_text) and int(index_text) >= 1):
             raise web.HTTPBadRequest(text="a segment index is a decimal from 1\n")
         text = self.reader.tlog_proof(request.match_info["run"],
                                       None if index_text is None else int(index_text))
@@ -172,6 +172,12 @@ class LogRoutes:
             raise web.HTTPNotFound(text="no such run or segment in the latest checkpoint\n")
         return web.Response(text=text, content_type=TEXT, charset="utf-8",
                             headers={"Cache-Control": NO_STORE})
+
+
+def _decimal(text: str) -> bool:
+    """Whether ``text`` is ASCII digits (``str.isdigit`` also takes "²", which ``int``
+    refuses)."""
+    return text.isascii() and text.isdigit()
 
 
 @dataclass
