@@ -22,12 +22,10 @@ from urllib.parse import quote, urlencode
 import msgspec
 from aiohttp import web
 
-from fleet.address import parse_address
 from fleet.audit import format_uj as _uj
 from fleet.audit import format_when as _when
 from fleet.audit import park_form
 from fleet.checkpoint import parse_checkpoint
-from fleet.leaf import encode_leaf
 from fleet.merkle import leaf_hash
 from fleet.note import parse_note
 from fleet.run_codec import state_from_json
@@ -214,14 +212,11 @@ class Explorer:
         if not _decimal(index_text):
             raise web.HTTPBadRequest(text="a segment index is a decimal\n")
         index = int(index_text)
-        latest = self.reader.latest()
-        found = self.reader.store.segment(run, index)
-        if latest is None or found is None or found[1] >= latest[0]:
+        found = self.reader.inclusion(run, index)
+        if found is None:
             raise web.HTTPNotFound(text="no such segment in the newest checkpoint\n")
-        size, note = latest
-        head, leaf_index = found
-        leaf = encode_leaf(parse_address(run), index, parse_address(head))
-        proof = self.reader.store.tree.inclusion_proof(leaf_index, size)
+        size, note, leaf_index, leaf, proof = (found.size, found.note, found.leaf_index,
+                                               found.leaf, found.proof)
         root = parse_checkpoint(parse_note(note)[0]).root
         steps, fn, sn = [], leaf_index, size - 1
         for n, sibling in enumerate(proof):

@@ -14,6 +14,7 @@ its size (a :class:`plumbing.anchoring.ReceiptStore`, itself on a connection of 
 from __future__ import annotations
 
 from collections import OrderedDict
+from dataclasses import dataclass
 from pathlib import Path
 
 from fleet.address import parse_address
@@ -26,6 +27,18 @@ from ledger.store import ReadOnlyStore
 from plumbing.anchoring import ReceiptStore
 
 _CACHED_TILES = 2048  # ~16 MiB of full tiles: the hot right edge and followers' catch-up
+
+
+@dataclass(frozen=True)
+class Inclusion:
+    """A segment's leaf and its inclusion proof in the (cosigned) checkpoint ``note``."""
+
+    index: int
+    leaf_index: int
+    leaf: bytes
+    size: int
+    note: str
+    proof: list[bytes]
 
 
 class LogReader:
@@ -116,9 +129,9 @@ class LogReader:
 
     # -- proofs ---------------------------------------------------------------------------
 
-    def tlog_proof(self, run: str, index: int | None) -> str | None:
-        """The c2sp.org/tlog-proof of segment ``index`` (default: the latest one in the
-        newest checkpoint) of ``run``; None when the run or segment is not in it."""
+    def inclusion(self, run: str, index: int | None) -> Inclusion | None:
+        """Segment ``index`` (default: the latest one in the newest checkpoint) of ``run``
+        with its inclusion proof in the newest checkpoint; None when it is not in it."""
         latest = self.latest()
         if latest is None:
             return None
@@ -135,5 +148,13 @@ class LogReader:
             return None
         head, leaf_index = found
         leaf = encode_leaf(parse_address(run), index, parse_address(head))
-        proof = self.store.tree.inclusion_proof(leaf_index, size)
-        return format_tlog_proof(leaf_index, proof, note, extra=leaf)
+        return Inclusion(index, leaf_index, leaf, size, note,
+                         self.store.tree.inclusion_proof(leaf_index, size))
+
+    def tlog_proof(self, run: str, index: int | None) -> str | None:
+        """The c2sp.org/tlog-proof of segment ``index`` (default: the latest one in the
+        newest checkpoint) of ``run``; None when the run or segment is not in it."""
+        found = self.inclusion(run, index)
+        if found is None:
+            return None
+        return format_tlog_proof(found.leaf_index, found.proof, found.note, extra=found.leaf)
