@@ -20,7 +20,7 @@ from collections.abc import Sequence
 
 from anchors.base import Anchor, AnchorError
 from anchors.store import AnchorStore
-from fleet.cosignature import add_signatures, parse_signature_lines
+from fleet.cosignature import cosigned_note
 from plumbing.anchoring import CheckpointSource, Publish
 
 log = logging.getLogger(__name__)
@@ -84,9 +84,7 @@ class AnchorRunner:
 
     def cosigned_note(self, size: int, note: str) -> str:
         """``note`` with every witness cosignature stored for ``size``."""
-        lines = [sig for data in self.store.witness_signatures(size)
-                 for sig in parse_signature_lines(data)]
-        return add_signatures(note, lines)
+        return cosigned_note(note, self.store.witness_signatures(size))
 
     async def _publish_cosigned(self, size: int, note: str) -> None:
         if self.publish is None:

@@ -78,6 +78,8 @@ class AnchorStore:
     def witness_signatures(self, size: int) -> list[str]:
         """The receipts of every witness for the checkpoint of ``size`` (cosignature lines),
         by anchor name."""
+        if not self._has_tables():
+            return []
         rows = self.conn.execute("SELECT data FROM anchor_receipts WHERE size = ? AND"
                                  " kind = 'witness' ORDER BY anchor", (size,)).fetchall()
         return [data for (data,) in rows]

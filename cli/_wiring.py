@@ -140,7 +140,8 @@ async def start_ledger_http(ledger: Ledger, log: tuple[str, int] | None,
     readiness = Readiness(
         connected=lambda: ledger.nc is not None and ledger.nc.is_connected,
         healthy=lambda: (ledger.healthy, ledger.health_detail),
-        unsigned_age=ledger.metrics.unsigned_age, max_unsigned_s=max_unsigned_s)
+        unsigned_age=ledger.metrics.unsigned_age, signs=ledger.signs,
+        max_unsigned_s=max_unsigned_s)
     return await start_servers(reader, log, ops, registry=registry, fold=ledger.metrics,
                                readiness=readiness,
                                throttle=None if busy_rate is None else Throttle(

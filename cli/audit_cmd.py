@@ -12,6 +12,8 @@ import click
 
 from cli._app import UserError, cli
 from cli._common import api, emit_json, nats_options
+from fleet.audit import format_uj as _uj
+from fleet.audit import format_when as _when
 
 _SPAN = re.compile(r"([0-9]+(?:\.[0-9]+)?)([smhdw])\Z")
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
@@ -36,18 +38,6 @@ def parse_since(value: str, now: float) -> float:
 
         when = when.replace(tzinfo=UTC)
     return when.timestamp()
-
-
-def _uj(value: int) -> str:
-    """Microjoules, readably."""
-    for unit, scale in (("kJ", 10**9), ("J", 10**6), ("mJ", 10**3)):
-        if abs(value) >= scale:
-            return f"{value / scale:.2f} {unit}"
-    return f"{value} uJ"
-
-
-def _when(ts: float | None) -> str:
-    return "-" if ts is None else time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(ts))
 
 
 def show(doc: dict[str, Any]) -> None:

@@ -232,11 +232,22 @@ def _server_failure(text: str) -> str:
 
 
 def _offline_store(data: Path) -> Any:
-    from ledger.store import DB_NAME, LedgerStore
+    """The ledger store in ``data``, opened read-only (an offline read never writes)."""
+    from ledger.store import ReadOnlyStore, StoreError
 
-    if not (data / DB_NAME).exists():
-        raise UserError(f"{data}: no ledger store here ({DB_NAME} is missing)")
-    return LedgerStore(data)
+    try:
+        return ReadOnlyStore(data)
+    except StoreError as exc:
+        raise UserError(str(exc)) from None
+
+
+def _offline_receipts(data: Path) -> Any:
+    """The anchors' receipts in the ledger's database in ``data``, read-only."""
+    from anchors.store import AnchorStore
+    from ledger.store import DB_NAME
+    from plumbing import sqlite
+
+    return AnchorStore(sqlite.connect(data / DB_NAME, read_only=True))
 
 
 @cli.command()
@@ -247,14 +258,13 @@ def _offline_store(data: Path) -> Any:
 def status(url: str, nkey: Path | None, data: Path | None, as_json: bool) -> None:
     """The ledger's origin, key, tree size, root, runs, refusals and lag."""
     if data is not None:
-        from cli._wiring import open_receipts
         from ledger import views
 
         origin, vkey = _offline_identity(data)
         store = _offline_store(data)
         receipts = None
         try:
-            receipts = open_receipts(data)
+            receipts = _offline_receipts(data)
             doc = views.status(store, origin=origin, vkey=vkey,  # type: ignore[arg-type]
                                lag=None, healthy=True, detail="offline", receipts=receipts)
         finally:

@@ -27,16 +27,39 @@ open) since then. Nothing here does I/O: the same rows give the same answer.
 
 from __future__ import annotations
 
+import time
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["FORMS", "VERDICTS", "AuditPark", "AuditRun", "audit"]
+__all__ = ["FORMS", "VERDICTS", "AuditPark", "AuditRun", "audit", "format_uj", "format_when",
+           "park_form"]
 
 VERDICTS = ("NonBlocking", "Blocked", "Malformed", "Unproved")
 FORMS = ("image", "image+memory", "transcript")
 _HOUR = 3600.0
+
+
+def park_form(snapshot: Any) -> str:
+    """The form (one of :data:`FORMS`) of a park's snapshot reference (anything with
+    ``transcript`` and ``mem_image``, None when absent, as the kernel reads them)."""
+    if snapshot.transcript is not None:
+        return "transcript"
+    return "image+memory" if snapshot.mem_image is not None else "image"
+
+
+def format_uj(value: int) -> str:
+    """Microjoules, readably."""
+    for unit, scale in (("kJ", 10**9), ("J", 10**6), ("mJ", 10**3)):
+        if abs(value) >= scale:
+            return f"{value / scale:.2f} {unit}"
+    return f"{value} uJ"
+
+
+def format_when(ts: float | None) -> str:
+    """A Unix time as UTC ``YYYY-MM-DD HH:MM:SS`` ("-" for None)."""
+    return "-" if ts is None else time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(ts))
 
 
 @dataclass(frozen=True)

@@ -221,3 +221,10 @@ def add_signatures(note: str, extra: Iterable[Signature]) -> str:
     text, signatures = parse_note(note)
     merged = list(dict.fromkeys([*signatures, *extra]))
     return text + "\n" + "".join(sig.line() for sig in merged)
+
+
+def cosigned_note(note: str, signature_blocks: Iterable[str]) -> str:
+    """``note`` with the signature lines of each block (witness responses, as stored with
+    their receipts) appended; ``note`` itself when there are none."""
+    lines = [sig for block in signature_blocks for sig in parse_signature_lines(block)]
+    return add_signatures(note, lines) if lines else note

@@ -93,11 +93,6 @@ class Tile:
         suffix = f".p/{self.width}" if self.partial else ""
         return f"tile/{level}/{format_index(self.index)}{suffix}"
 
-    def hash_tile(self) -> Tile:
-        """The level-0 tile whose hashes are this entry bundle's leaf hashes."""
-        return Tile(0, self.index, self.width)
-
-
 def format_index(index: int) -> str:
     """``N`` in the 3-digit, ``x``-prefixed path form (``1234067`` -> ``x001/x234/067``)."""
     if index < 0:
@@ -140,11 +135,11 @@ def parse_tile_path(path: str) -> Tile:
     return Tile(level, int(digits), width)
 
 
-def tiles_at_size(size: int, levels: Iterable[int] | None = None) -> list[Tile]:
+def tiles_at_size(size: int) -> list[Tile]:
     """Every hash tile a tree of ``size`` leaves has (full and partial), level by level;
     entry bundles are the level-0 tiles' :attr:`Tile.entries` twins."""
     out: list[Tile] = []
-    for level in range(MAX_LEVEL + 1) if levels is None else levels:
+    for level in range(MAX_LEVEL + 1):
         hashes = size >> (TILE_HEIGHT * level)
         if hashes == 0:
             break

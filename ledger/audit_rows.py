@@ -9,24 +9,17 @@ from typing import Any
 
 import msgspec
 
-from fleet.audit import AuditPark, AuditRun, audit
+from fleet.audit import AuditPark, AuditRun, audit, park_form
 from fleet.run_codec import state_from_json
 from fleet.wait_proof import verdict_json
 from fleet.wire import (
     ClaimedWire,
     EvictedWire,
     ResumedWire,
-    SnapshotWire,
     SuspendedWire,
     envelope_wire,
 )
 from ledger.store import LedgerStore
-
-
-def _form(snapshot: SnapshotWire) -> str:
-    if snapshot.transcript is not None:
-        return "transcript"
-    return "image+memory" if snapshot.mem_image is not None else "image"
 
 
 def _parks(rows: list[tuple[int, str, float | None, bytes]]) -> list[AuditPark]:
@@ -36,7 +29,7 @@ def _parks(rows: list[tuple[int, str, float | None, bytes]]) -> list[AuditPark]:
         wire = envelope_wire(bytes(payload))
         seg = None if wire is None else wire.segment
         if isinstance(seg, SuspendedWire):
-            parks.append(AuditPark(idx, _form(seg.snapshot), at))
+            parks.append(AuditPark(idx, park_form(seg.snapshot), at))
         elif isinstance(seg, ResumedWire) and parks and parks[-1].idle_uj is None:
             open_park = parks[-1]
             parks[-1] = AuditPark(open_park.segment, open_park.form, open_park.suspended_at,
@@ -47,12 +40,15 @@ def _parks(rows: list[tuple[int, str, float | None, bytes]]) -> list[AuditPark]:
 def audit_runs(store: LedgerStore) -> list[AuditRun]:
     """Every run of the store as an :class:`AuditRun`."""
     conn = store.conn
+    # A store from before segments had a fold time, read without migrating it: no times.
+    at_col = "at" if "at" in {row[1] for row in conn.execute("PRAGMA table_info(segments)")} \
+        else "NULL AS at"
     times = {run: (first, last) for run, first, last in conn.execute(
-        "SELECT run, MIN(at), MAX(at) FROM segments GROUP BY run")}
+        f"SELECT run, MIN({at_col}), MAX({at_col}) FROM segments GROUP BY run")}
     park_rows: dict[str, list[tuple[int, str, float | None, bytes]]] = {}
     slots: dict[str, list[tuple[str, str, int]]] = {}
     for run, idx, kind, at, payload in conn.execute(
-            "SELECT run, idx, kind, at, payload FROM segments WHERE kind IN"
+            f"SELECT run, idx, kind, {at_col}, payload FROM segments WHERE kind IN"
             " ('suspended', 'resumed', 'claimed', 'evicted') ORDER BY run, idx"):
         if kind in ("suspended", "resumed"):
             park_rows.setdefault(run, []).append((idx, kind, at, payload))

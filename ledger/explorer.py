@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import base64
 import html
-import time
 from collections.abc import Iterable
 from typing import Any
 from urllib.parse import quote, urlencode
@@ -23,9 +22,10 @@ from urllib.parse import quote, urlencode
 import msgspec
 from aiohttp import web
 
-from fleet.address import parse_address
+from fleet.audit import format_uj as _uj
+from fleet.audit import format_when as _when
+from fleet.audit import park_form
 from fleet.checkpoint import parse_checkpoint
-from fleet.leaf import encode_leaf
 from fleet.merkle import leaf_hash
 from fleet.note import parse_note
 from fleet.run_codec import state_from_json
@@ -107,15 +107,10 @@ def _e(value: object) -> str:
     return html.escape(str(value))
 
 
-def _when(ts: float | None) -> str:
-    return "-" if ts is None else time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(ts))
-
-
-def _uj(value: int) -> str:
-    for unit, scale in (("kJ", 10**9), ("J", 10**6), ("mJ", 10**3)):
-        if value >= scale:
-            return f"{value / scale:.2f} {unit}"
-    return f"{value} uJ"
+def _decimal(text: str) -> bool:
+    """Whether ``text`` is ASCII digits (``str.isdigit`` also takes "²", which ``int``
+    refuses)."""
+    return text.isascii() and text.isdigit()
 
 
 def _table(headers: Iterable[str], rows: Iterable[Iterable[str]], ident: str) -> str:
@@ -143,7 +138,7 @@ class Explorer:
     async def index(self, request: web.Request) -> web.Response:
         q = request.query
         wanted = {k: q.get(k, "") for k in ("host", "verdict", "phase")}
-        limit = int(q["limit"]) if q.get("limit", "").isdigit() else 500
+        limit = int(q["limit"]) if _decimal(q.get("limit", "")) else 500
         checkpoints = self.reader.store.conn.execute(
             "SELECT size, root, at FROM checkpoints ORDER BY size DESC LIMIT 10").fetchall()
         runs = self._runs()
@@ -189,8 +184,7 @@ class Explorer:
                 rec = seg.attestation_object.receipt
                 detail = f"{_uj(rec.uj)} {rec.provenance}"
             elif isinstance(seg, SuspendedWire):
-                detail = "transcript" if seg.snapshot.transcript else (
-                    "image+memory" if seg.snapshot.mem_image else "image")
+                detail = park_form(seg.snapshot)
             elif isinstance(seg, ResumedWire):
                 detail = f"idle {_uj(seg.idle_uj)} {seg.idle_provenance}"
             elif isinstance(seg, ClaimedWire | EvictedWire):
@@ -215,17 +209,14 @@ class Explorer:
 
     async def proof(self, request: web.Request) -> web.Response:
         run, index_text = request.match_info["run"], request.match_info["index"]
-        if not index_text.isdigit():
+        if not _decimal(index_text):
             raise web.HTTPBadRequest(text="a segment index is a decimal\n")
         index = int(index_text)
-        latest = self.reader.latest()
-        found = self.reader.store.segment(run, index)
-        if latest is None or found is None or found[1] >= latest[0]:
+        found = self.reader.inclusion(run, index)
+        if found is None:
             raise web.HTTPNotFound(text="no such segment in the newest checkpoint\n")
-        size, note = latest
-        head, leaf_index = found
-        leaf = encode_leaf(parse_address(run), index, parse_address(head))
-        proof = self.reader.store.tree.inclusion_proof(leaf_index, size)
+        size, note, leaf_index, leaf, proof = (found.size, found.note, found.leaf_index,
+                                               found.leaf, found.proof)
         root = parse_checkpoint(parse_note(note)[0]).root
         steps, fn, sn = [], leaf_index, size - 1
         for n, sibling in enumerate(proof):

@@ -164,7 +164,7 @@ class LogRoutes:
 
     async def proof(self, request: web.Request) -> web.Response:
         index_text = request.match_info.get("index")
-        if index_text is not None and not (index_text.isdigit() and int(index_text) >= 1):
+        if index_text is not None and not (_decimal(index_text) and int(index_text) >= 1):
             raise web.HTTPBadRequest(text="a segment index is a decimal from 1\n")
         text = self.reader.tlog_proof(request.match_info["run"],
                                       None if index_text is None else int(index_text))
@@ -174,6 +174,12 @@ class LogRoutes:
                             headers={"Cache-Control": NO_STORE})
 
 
+def _decimal(text: str) -> bool:
+    """Whether ``text`` is ASCII digits (``str.isdigit`` also takes "²", which ``int``
+    refuses)."""
+    return text.isascii() and text.isdigit()
+
+
 @dataclass
 class Readiness:
     """What ``/readyz`` checks beyond the store: callables so the ledger is read live."""
@@ -181,6 +187,7 @@ class Readiness:
     connected: Callable[[], bool] = lambda: True
     healthy: Callable[[], tuple[bool, str]] = lambda: (True, "ok")
     unsigned_age: Callable[[int], float] = lambda signed: 0.0
+    signs: Callable[[], bool] = lambda: True
     max_unsigned_s: float = 30.0
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -221,11 +228,14 @@ def ready_checks(reader: LogReader, readiness: Readiness) -> dict[str, dict[str,
     healthy, detail = readiness.healthy()
     checks["fold"] = {"ok": healthy, "detail": detail}
     try:
-        signed = reader.signed_size(1 << 62)  # read afresh
+        signed = reader.refresh_signed()
         checks["store"] = {"ok": True, "detail": f"signed size {signed}"}
     except Exception as exc:  # any failure to read is the answer, not a crash
         signed = 0
         checks["store"] = {"ok": False, "detail": f"{type(exc).__name__}: {exc}"}
+    if not readiness.signs():
+        checks["unsigned_leaf_age"] = {"ok": True, "detail": "standby (does not sign)"}
+        return checks
     age = readiness.unsigned_age(signed)
     checks["unsigned_leaf_age"] = {
         "ok": age <= readiness.max_unsigned_s,
@@ -240,14 +250,11 @@ class HttpServers:
     runners: list[web.AppRunner]
     addresses: dict[str, tuple[str, int]]
     reader: LogReader
-    ops_reader: LogReader | None = None
 
     async def close(self) -> None:
         for runner in self.runners:
             await runner.cleanup()
         self.reader.close()
-        if self.ops_reader is not None:
-            self.ops_reader.close()
 
 
 async def _serve(app: web.Application, host: str, port: int) -> tuple[web.AppRunner,
@@ -269,17 +276,16 @@ async def _serve(app: web.Application, host: str, port: int) -> tuple[web.AppRun
 
 async def start_servers(reader: LogReader, log_address: tuple[str, int] | None,
                         ops_address: tuple[str, int] | None = None, *,
-                        ops_reader: LogReader | None = None, registry: Any = None,
+                        registry: Any = None,
                         fold: FoldMetrics | None = None,
                         readiness: Readiness | None = None,
                         throttle: Throttle | None = None,
                         extra_routes: Callable[[web.Application], None] | None = None,
                         ) -> HttpServers:
     """Start the log server (and the operations server when ``ops_address`` is given);
-    port 0 picks a free one (see :attr:`HttpServers.addresses`). ``ops_reader``: the
-    operations port's own reader (default: the log's). ``throttle``: the log port yields to
-    a busy fold (the operations port never waits)."""
-    servers = HttpServers([], {}, reader, ops_reader)
+    port 0 picks a free one (see :attr:`HttpServers.addresses`). ``throttle``: the log
+    port yields to a busy fold (the operations port never waits)."""
+    servers = HttpServers([], {}, reader)
     try:
         if log_address is not None:
             middlewares = [counting(fold)]
@@ -294,7 +300,7 @@ async def start_servers(reader: LogReader, log_address: tuple[str, int] | None,
             servers.addresses["log"] = bound
         if ops_address is not None:
             app = web.Application(middlewares=[counting(fold)])
-            OpsRoutes(ops_reader or reader, registry, readiness or Readiness()).add_to(app)
+            OpsRoutes(reader, registry, readiness or Readiness()).add_to(app)
             runner, bound = await _serve(app, *ops_address)
             servers.runners.append(runner)
             servers.addresses["ops"] = bound

@@ -14,10 +14,11 @@ its size (a :class:`plumbing.anchoring.ReceiptStore`, itself on a connection of 
 from __future__ import annotations
 
 from collections import OrderedDict
+from dataclasses import dataclass
 from pathlib import Path
 
 from fleet.address import parse_address
-from fleet.cosignature import add_signatures, parse_signature_lines
+from fleet.cosignature import cosigned_note
 from fleet.leaf import encode_leaf
 from fleet.log_errors import MissingNode
 from fleet.tiles import Tile, encode_entry_bundle, partial_sizes
@@ -26,6 +27,18 @@ from ledger.store import ReadOnlyStore
 from plumbing.anchoring import ReceiptStore
 
 _CACHED_TILES = 2048  # ~16 MiB of full tiles: the hot right edge and followers' catch-up
+
+
+@dataclass(frozen=True)
+class Inclusion:
+    """A segment's leaf and its inclusion proof in the (cosigned) checkpoint ``note``."""
+
+    index: int
+    leaf_index: int
+    leaf: bytes
+    size: int
+    note: str
+    proof: list[bytes]
 
 
 class LogReader:
@@ -57,17 +70,19 @@ class LogReader:
     def _cosigned(self, size: int, note: str) -> str:
         if self.receipts is None:
             return note
-        lines = [sig for r in self.receipts.receipts_covering(size)
-                 if r.kind == "witness" and r.size == size
-                 for sig in parse_signature_lines(r.data)]
-        return add_signatures(note, lines) if lines else note
+        return cosigned_note(note, self.receipts.witness_signatures(size))
 
     def signed_size(self, at_least: int = 0) -> int:
         """The latest signed size: the one last seen unless ``at_least`` is beyond it (then
         read again: sizes only grow, so a tile within the last one seen is always there)."""
         if at_least > self._signed:
-            last = self.store.last_checkpoint()
-            self._signed = max(self._signed, 0 if last is None else last[0])
+            return self.refresh_signed()
+        return self._signed
+
+    def refresh_signed(self) -> int:
+        """The latest signed size, read afresh from the store."""
+        last = self.store.last_checkpoint()
+        self._signed = max(self._signed, 0 if last is None else last[0])
         return self._signed
 
     # -- tiles ----------------------------------------------------------------------------
@@ -114,9 +129,9 @@ class LogReader:
 
     # -- proofs ---------------------------------------------------------------------------
 
-    def tlog_proof(self, run: str, index: int | None) -> str | None:
-        """The c2sp.org/tlog-proof of segment ``index`` (default: the latest one in the
-        newest checkpoint) of ``run``; None when the run or segment is not in it."""
+    def inclusion(self, run: str, index: int | None) -> Inclusion | None:
+        """Segment ``index`` (default: the latest one in the newest checkpoint) of ``run``
+        with its inclusion proof in the newest checkpoint; None when it is not in it."""
         latest = self.latest()
         if latest is None:
             return None
@@ -133,5 +148,13 @@ class LogReader:
             return None
         head, leaf_index = found
         leaf = encode_leaf(parse_address(run), index, parse_address(head))
-        proof = self.store.tree.inclusion_proof(leaf_index, size)
-        return format_tlog_proof(leaf_index, proof, note, extra=leaf)
+        return Inclusion(index, leaf_index, leaf, size, note,
+                         self.store.tree.inclusion_proof(leaf_index, size))
+
+    def tlog_proof(self, run: str, index: int | None) -> str | None:
+        """The c2sp.org/tlog-proof of segment ``index`` (default: the latest one in the
+        newest checkpoint) of ``run``; None when the run or segment is not in it."""
+        found = self.inclusion(run, index)
+        if found is None:
+            return None
+        return format_tlog_proof(found.leaf_index, found.proof, found.note, extra=found.leaf)

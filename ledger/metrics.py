@@ -26,8 +26,9 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, generate_la
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from ledger.pull import BadDelivery, ack_fields
 from ledger.store import LedgerStore
-from plumbing.anchoring import ReceiptStore
+from plumbing.anchoring import AnchorState, ReceiptStore
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 _BATCH_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
@@ -35,16 +36,12 @@ _LATENCY_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0
 
 
 def publish_time_ns(reply: str) -> int | None:
-    """The stream timestamp (ns since the epoch) in a JetStream ack subject, either token
-    layout (see :func:`ledger.pull.stream_seq`); None if it has none."""
-    tokens = reply.split(".")
-    if len(tokens) == 9:
-        token = tokens[7]
-    elif len(tokens) >= 11:
-        token = tokens[9]
-    else:
+    """The stream timestamp (ns since the epoch) in a JetStream ack subject
+    (:func:`ledger.pull.ack_fields`); None if it has none."""
+    try:
+        return ack_fields(reply.encode())[1]
+    except BadDelivery:
         return None
-    return int(token) if token.isdigit() else None
 
 
 class FoldMetrics:
@@ -65,15 +62,19 @@ class FoldMetrics:
         self._unsigned: deque[tuple[int, float]] = deque()  # (tree size after, commit time)
 
     def batch_committed(self, started: float, tree_size: int, oldest_reply: str | None,
-                        now: float | None = None) -> None:
+                        now: float | None = None, signing: bool = True) -> None:
         """A batch that began deciding at ``started`` (``time.monotonic``) is committed;
-        the tree now has ``tree_size`` leaves."""
+        the tree now has ``tree_size`` leaves. ``signing``: whether this ledger signs
+        checkpoints now; a standby never does, so its leaves are not waiting on it and
+        nothing is kept for them."""
         self.batch_seconds.observe(max(0.0, time.monotonic() - started))
         wall = time.time() if now is None else now
         published = None if oldest_reply is None else publish_time_ns(oldest_reply)
         if published is not None:
             self.publish_to_commit.observe(max(0.0, wall - published / 1e9))
-        if not self._unsigned or self._unsigned[-1][0] < tree_size:
+        if not signing:
+            self._unsigned.clear()
+        elif not self._unsigned or self._unsigned[-1][0] < tree_size:
             self._unsigned.append((tree_size, wall))
 
     def signed(self, size: int) -> None:
@@ -103,16 +104,19 @@ class StoreCollector(Collector):
     def collect(self) -> Iterator[Metric]:
         store = self.store
         size = store.tree.size()
-        last = store.last_checkpoint()
-        signed = 0 if last is None else last[0]
+        states = [] if self.receipts is None else self.receipts.anchor_states()
+        # Checkpoints are signed in size order: the largest is the newest.
+        last = store.conn.execute(
+            "SELECT size, at FROM checkpoints ORDER BY size DESC LIMIT 1").fetchone()
+        signed, at = (0, None) if last is None else last
         yield _gauge("fleet_tree_size", "Leaves in the fleet log (committed).", size)
         yield _gauge("fleet_signed_size", "Tree size of the newest signed checkpoint.", signed)
-        at = store.conn.execute("SELECT MAX(at) FROM checkpoints").fetchone()[0]
         yield _gauge("fleet_checkpoint_timestamp_seconds",
                      "When the newest checkpoint was signed (Unix time).", at or 0)
         yield _gauge("fleet_witnessed_size",
                      "Largest checkpoint size cosigned by a witness (0: none).",
-                     self._witnessed())
+                     max((s.anchored_size or 0 for s in states if s.kind == "witness"),
+                         default=0))
         if self.fold is not None:
             yield _gauge("fleet_unsigned_leaf_age_seconds",
                          "Age of the oldest committed leaf not in a signed checkpoint.",
@@ -124,19 +128,12 @@ class StoreCollector(Collector):
             yield _gauge("fleet_stream_lag", "Stream messages not yet decided.", lag)
         refused = CounterMetricFamily("fleet_refusals", "Segments refused, by rule.",
                                       labels=["rule"])
-        for rule, count in store.counts()["rejected"].items():
+        for rule, count in store.refusal_counts().items():
             refused.add_metric([rule], count)
         yield refused
-        yield from self._anchors()
+        yield from self._anchors(states)
 
-    def _witnessed(self) -> int:
-        if self.receipts is None:
-            return 0
-        return max((s.anchored_size or 0 for s in self.receipts.anchor_states()
-                    if s.kind == "witness"), default=0)
-
-    def _anchors(self) -> Iterator[Metric]:
-        states = [] if self.receipts is None else self.receipts.anchor_states()
+    def _anchors(self, states: list[AnchorState]) -> Iterator[Metric]:
         done = CounterMetricFamily(
             "fleet_anchor_requests", "Anchor requests by result (ok: receipts stored; error:"
             " failures since the anchor's last success).", labels=["anchor", "kind", "result"])

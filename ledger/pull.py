@@ -71,19 +71,31 @@ class PullerUnavailable(Exception):
     """The lean puller was asked for (``lean``) but cannot run with this nats-py."""
 
 
-def stream_seq(reply: bytes | bytearray) -> int:
-    """The stream sequence in a JetStream ack subject, in either token layout:
+def ack_fields(reply: bytes | bytearray) -> tuple[int, int]:
+    """(stream sequence, stream timestamp in ns since the epoch) of a JetStream ack subject,
+    in either token layout:
     ``$JS.ACK.<stream>.<consumer>.<delivered>.<sseq>.<cseq>.<ts>.<pending>`` or, with a
     domain and account hash, ``$JS.ACK.<domain>.<hash>.<stream>.<consumer>.<delivered>.
-    <sseq>.<cseq>.<ts>.<pending>[.<token>...]``."""
+    <sseq>.<cseq>.<ts>.<pending>[.<token>...]``. :class:`BadDelivery` if it is neither."""
     if not reply.startswith(b"$JS.ACK."):
         raise BadDelivery(f"not an ack subject: {reply[:80]!r}")
     dots = reply.count(b".")
-    if dots == 8:  # the common layout: the sequence is the fourth token from the end
-        return int(reply.rsplit(b".", 4)[1])
-    if dots >= 10:
-        return int(reply.split(b".", 8)[7])
+    try:
+        if dots == 8:  # the common layout: the sequence is the fourth token from the end
+            _, seq, _cseq, ts, _pending = reply.rsplit(b".", 4)
+            return int(seq), int(ts)
+        if dots >= 10:
+            tokens = reply.split(b".", 10)
+            return int(tokens[7]), int(tokens[9])
+    except ValueError:
+        raise BadDelivery(f"not numbers where an ack subject has them: {reply[:80]!r}") \
+            from None
     raise BadDelivery(f"unexpected ack subject layout: {reply[:80]!r}")
+
+
+def stream_seq(reply: bytes | bytearray) -> int:
+    """The stream sequence in a JetStream ack subject (:func:`ack_fields`)."""
+    return ack_fields(reply)[0]
 
 
 async def ack_all(nc: Client, last: Delivery) -> None:

@@ -568,7 +568,7 @@ class Ledger:
                 # Shielded: a cancelled wait must not release the lock mid-commit.
                 await asyncio.shield(done)
                 self.metrics.batch_committed(self._batch_started, self.store.tree.size(),
-                                             msgs[0].reply)
+                                             msgs[0].reply, signing=self.signs())
             self._install(changed)
         finally:
             self.store_lock.release()

@@ -498,8 +498,11 @@ class LedgerStore:
     def counts(self) -> dict[str, Any]:
         runs = self.conn.execute("SELECT COUNT(*) FROM runs").fetchone()[0]
         segs = self.conn.execute("SELECT COUNT(*) FROM segments").fetchone()[0]
-        rejected = dict(self.conn.execute("SELECT rule, COUNT(*) FROM rejections GROUP BY rule"))
-        return {"runs": runs, "segments_folded": segs, "rejected": rejected}
+        return {"runs": runs, "segments_folded": segs, "rejected": self.refusal_counts()}
+
+    def refusal_counts(self) -> dict[str, int]:
+        """Refused segments by rule."""
+        return dict(self.conn.execute("SELECT rule, COUNT(*) FROM rejections GROUP BY rule"))
 
     def rejections(self, limit: int = 100, host: str | None = None) -> list[dict[str, Any]]:
         sql = ("SELECT stream_seq, subject, host, run, idx, rule, detail, at FROM rejections"

@@ -61,6 +61,10 @@ class ReceiptStore(Protocol):
         more."""
         ...
 
+    def witness_signatures(self, size: int) -> list[str]:
+        """Every witness's signature lines for exactly the checkpoint of ``size``."""
+        ...
+
     def anchor_states(self) -> list[AnchorState]:
         """Every anchor's progress, by name."""
         ...

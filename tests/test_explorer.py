@@ -13,7 +13,7 @@ from pathlib import Path
 from urllib.parse import quote
 
 import pytest
-from http_helpers import enroll_h1, publish, serving
+from http_helpers import enroll_h1, http_get, publish, serving
 
 from fleet.address import format_address
 from fleet.segment import CallAccount
@@ -75,6 +75,17 @@ class Dom(HTMLParser):
     def by_id(self, ident: str) -> dict[str, str]:
         return next(e for e in self.elements if e.get("id") == ident)
 
+    def cells(self, ident: str) -> list[str]:
+        """The text of each cell of table ``ident``'s body, in document order."""
+        start = self.elements.index(self.by_id(ident))
+        out = []
+        for el in self.elements[start + 1:]:
+            if el["tag"] == "table":
+                break
+            if el["tag"] == "td":
+                out.append(el["text"])
+        return out
+
 
 def test_explorer_in_headless_chromium(nats_server, tmp_path):
     """Chromium shows the runs (and only the Blocked one when filtered so), one run's
@@ -91,10 +102,13 @@ def test_explorer_in_headless_chromium(nats_server, tmp_path):
         publish(nats_server.url, [*parked.messages, *blocked.messages])
         base = served.log_url
         dom = wait_for(lambda: (d := Dom(chromium(tmp_path, "--dump-dom", base + "/ui/")))
-                       and len(d.by_class("run")) == 2 and d, 60, "both runs in the list")
+                       and len(d.by_class("run")) == 2 and d.cells("checkpoints")[:1] == ["7"]
+                       and d, 60, "both runs in the list and a checkpoint of 7")
         assert sorted(a["text"] for a in dom.by_class("run")) == sorted(ids)
         assert "Blocked" in dom.by_id("runs")["text"]
         assert dom.by_id("checkpoints")["text"].count("7") >= 1
+        newest = dom.cells("checkpoints")[:3]  # size, root, signed: the newest row first
+        assert newest[0] == "7" and len(newest[1]) == 17 and newest[1].endswith("…")
         only = Dom(chromium(tmp_path, "--dump-dom", base + "/ui/?verdict=Blocked"))
         assert [a["text"] for a in only.by_class("run")] == [ids[1]]
 
@@ -106,6 +120,8 @@ def test_explorer_in_headless_chromium(nats_server, tmp_path):
         assert "NonBlocking" in run.by_id("summary")["text"]
 
         proof_url = f"{base}/ui/proof/{quote(ids[0])}/3"
+        assert http_get(f"{base}/ui/proof/{quote(ids[0])}/%C2%B2")[0] == 400  # "²"
+        assert http_get(f"{base}/ui/?limit=%C2%B2")[0] == 200  # the default limit
         proof = Dom(chromium(tmp_path, "--virtual-time-budget=10000", "--dump-dom", proof_url))
         verdict = proof.by_id("verdict")
         assert verdict["class"] == "ok" and verdict["text"].startswith("verified"), verdict

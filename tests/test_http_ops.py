@@ -94,3 +94,29 @@ def test_json_logs(nats_server, tmp_path):
     assert any(d["logger"] == "ledger.http.access" and "GET /checkpoint" in d["msg"]
                for d in docs)
     assert all({"ts", "level", "logger", "msg"} <= d.keys() for d in docs)
+
+
+def test_standby_keeps_no_unsigned_leaves_and_is_ready():
+    """A replica that does not sign keeps nothing per batch (it would never drop it) and
+    its readiness reports it a standby instead of an ever older unsigned leaf."""
+    from ledger.http import Readiness, ready_checks
+    from ledger.metrics import FoldMetrics, new_registry
+
+    metrics = FoldMetrics(new_registry())
+    for size in range(1, 1001):
+        metrics.batch_committed(0.0, size, None, now=1000.0, signing=False)
+    assert not metrics._unsigned and metrics.unsigned_age(0, now=5000.0) == 0.0
+    metrics.batch_committed(0.0, 1001, None, now=1000.0)
+    assert metrics.unsigned_age(0, now=1010.0) == 10.0
+    metrics.batch_committed(0.0, 1002, None, now=1000.0, signing=False)  # lost the lead
+    assert metrics.unsigned_age(0, now=5000.0) == 0.0
+
+    class Reader:
+        def refresh_signed(self) -> int:
+            return 0
+
+    checks = ready_checks(Reader(), Readiness(unsigned_age=lambda signed: 1e9,
+                                              signs=lambda: False))
+    assert checks["unsigned_leaf_age"] == {"ok": True, "detail": "standby (does not sign)"}
+    checks = ready_checks(Reader(), Readiness(unsigned_age=lambda signed: 1e9))
+    assert not checks["unsigned_leaf_age"]["ok"]

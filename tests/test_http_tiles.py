@@ -151,12 +151,13 @@ def test_status_codes_and_cache_headers(big_ledger):
     assert gzip.decompress(zipped) == plain and len(plain) == 256 * 86
     for bad in ["tile/0/0067", "tile/64/000", "tile/00/000", "tile/0/000.p/0",
                 "tile/0/000.p/256", "tile/0/000.p/007", "tile/0/x000/001", "tile/0/67",
-                "tile/entries/abc", "tile/0/x1/000", "proof/b3:x/0"]:
+                "tile/entries/abc", "tile/0/x1/000", "proof/b3:x/0",
+                "proof/b3:AAAA/%C2%B2"]:  # "²": str.isdigit takes it, int does not
         assert http_get(f"{base}/{bad}")[0] == 400, bad
     for missing in [
         "tile/0/257",              # full at 66,100 leaves, but beyond the signed 65,836
         "tile/entries/257",
-        "tile/0/258.p/4",          # its leaves are not even in the tree
+        "tile/0/258.p/4",          # in the tree (66,100 leaves), beyond the signed 65,836
         "tile/0/257.p/45",         # in the tree, but no checkpoint had that partial tile
         "tile/0/000.p/2",          # no checkpoint of size 2
         "tile/1/001.p/2",

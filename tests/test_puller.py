@@ -40,6 +40,20 @@ def test_stream_seq_reads_both_ack_subject_layouts():
     assert stream_seq(b"$JS.ACK.hub.ACCHASH.FLEET.ledger.2.44.42.1700000000000000000.5") == 44
 
 
+def test_ack_fields_and_publish_time_read_one_layout():
+    from ledger.metrics import publish_time_ns
+    from ledger.pull import ack_fields
+
+    common = "$JS.ACK.FLEET.ledger.1.42.40.1700000000000000001.7"
+    domain = "$JS.ACK.hub.ACCHASH.FLEET.ledger.1.43.41.1700000000000000002.6.tok"
+    assert ack_fields(common.encode()) == (42, 1700000000000000001)
+    assert ack_fields(domain.encode()) == (43, 1700000000000000002)
+    assert publish_time_ns(common) == 1700000000000000001
+    assert publish_time_ns(domain) == 1700000000000000002
+    assert publish_time_ns("_INBOX.abc") is None
+    assert publish_time_ns("$JS.ACK.FLEET.ledger.1.42.40.soon.7") is None
+
+
 @pytest.mark.parametrize("reply", [b"_INBOX.abc", b"$JS.ACK.FLEET.ledger.1", b"", b"$JS.NAK.a.b"])
 def test_stream_seq_refuses_what_is_not_an_ack_subject(reply: bytes):
     with pytest.raises(BadDelivery):
