@@ -22,6 +22,7 @@ from anchors.store import AnchorStore
 from cli._app import FLEET
 from fleet.note import Verifier, parse_verifier_key
 from fleet.record_file import join_pages
+from fleet.subjects import fleet_names
 from fleet.wire import decode_record, encode_record
 from ledger.client import call
 from ledger.http import HttpServers, Readiness, Throttle, start_servers
@@ -47,7 +48,8 @@ def make_ledger(config: LedgerConfig, anchors: Sequence[AnchorConfig] = ()) -> L
 
     def anchoring(source: CheckpointSource, publish: Publish | None) -> AnchorTask:
         built = [build_anchor(c) for c in anchors]
-        return AnchorRunner(AnchorStore(open_db(db)), built, source, publish)
+        return AnchorRunner(AnchorStore(open_db(db)), built, source, publish,
+                            cosigned_subject=fleet_names(config.fleet).cosigned)
 
     receipts = open_receipts(config.data_dir)
     try:
@@ -120,6 +122,8 @@ def host_ledger_keys(host_dir: Path, vkey: str | None) -> list[Verifier]:
         return ledger_keys(key_text)
     except (LogError, OSError) as exc:
         raise UserError(f"--vkey: not a ledger verifier key: {exc}") from None
+
+
 async def start_ledger_http(ledger: Ledger, log: tuple[str, int] | None,
                             ops: tuple[str, int] | None, max_unsigned_s: float = 30.0,
                             busy_rate: float | None = 200.0) -> HttpServers | None:

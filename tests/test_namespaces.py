@@ -21,10 +21,11 @@ def test_the_default_fleet_keeps_todays_names() -> None:
     names = fleet_names()
     assert (names.stream, names.segments, names.checkpoints, names.api_service,
             names.api_queue, names.api_subject("status"), names.rejection_subject("h"),
-            names.control_subject("enroll")) == (
+            names.control_subject("enroll"), names.cosigned) == (
         "FLEET", "fleet.seg", "fleet.checkpoint", "fleet-ledger", "fleet-ledger",
-        "fleet.api.status", "fleet.rej.h", "fleet.ctl.host")
+        "fleet.api.status", "fleet.rej.h", "fleet.ctl.host", "fleet.checkpoint.cosigned")
     assert names == DEFAULT_FLEET
+    assert fleet_names("blue").cosigned == "blue.checkpoint.cosigned"
 
 
 def test_two_fleets_on_one_server_do_not_see_each_other(nats_server: NatsServer,
