@@ -111,6 +111,16 @@ class FleetNames:
     def api_queue(self) -> str:
         return f"{self.fleet}-ledger"
 
+    @property
+    def lease_bucket(self) -> str:
+        """The KV bucket of the replicas' lease (:mod:`ledger.replica`)."""
+        return f"{self.fleet}-ledger-lease"
+
+    @property
+    def replicas_bucket(self) -> str:
+        """The KV bucket of the replicas' heartbeats."""
+        return f"{self.fleet}-ledger-replicas"
+
     def segment_subject(self, host: str, run_address: str) -> str:
         return f"{self.segments}.{host}.{run_token(run_address)}"
 

@@ -130,7 +130,7 @@ class LedgerApi:
         end = await led.refresh_stream_end()  # a NATS request: not under the store lock
         replicas = None
         if led.replica is not None and led.js is not None:
-            replicas = await read_replicas(led.js, led.replica.prefix)
+            replicas = await read_replicas(led.js, led.replica.names)
         async with led.store_lock:
             doc = views.status(led.store, origin=led.origin,
                                vkey=led.signer.verifier().text(),

@@ -144,7 +144,6 @@ class Ledger:
         # Signing on the timer, publishing and anchoring: always for a single ledger; for a
         # replica, while it holds the lease and has folded up to ``_lead_floor`` (the
         # stream's end when it took the lease).
-        self.leading = config.replica_ttl is None
         self._lead_floor: int | None = None if config.replica_ttl is not None else 0
         self.replica: Replica | None = None
         self._replica_task: asyncio.Task[None] | None = None
@@ -373,7 +372,7 @@ class Ledger:
         self.api = LedgerApi(self)
         await self.api.start(self.nc)
         if cfg.replica_ttl is not None:
-            self.replica = Replica(self, cfg.replica_ttl, cfg.fleet)
+            self.replica = Replica(self, cfg.replica_ttl, self.names)
             await self.replica.start(self.js)
             self._replica_task = asyncio.create_task(self.replica.run(self._replica_stop))
         elif self._anchoring is not None:
@@ -393,6 +392,13 @@ class Ledger:
         self._lead_floor = info.state.last_seq
 
     @property
+    def leading(self) -> bool:
+        """A single ledger always leads; a replica while it holds the lease."""
+        if self.replica is None:
+            return self.config.replica_ttl is None
+        return self.replica.holds
+
+    @property
     def lead_floor(self) -> int | None:
         return self._lead_floor
 
@@ -403,9 +409,7 @@ class Ledger:
     def signs(self) -> bool:
         """Whether this ledger signs on the timer, publishes and anchors now."""
         if not self.leading or self._lead_floor is None:
-            return False
-        if self.replica is not None and not self.replica.holds:
-            return False  # a renewal too old (a paused process): not until the next tick
+            return False  # for a replica: no lease, or a renewal too old (a paused process)
         if self.store.watermark() < self._lead_floor:
             return False
         if self._anchoring is not None and self._anchor_task is None:

@@ -21,9 +21,11 @@ def test_the_default_fleet_keeps_todays_names() -> None:
     names = fleet_names()
     assert (names.stream, names.segments, names.checkpoints, names.api_service,
             names.api_queue, names.api_subject("status"), names.rejection_subject("h"),
-            names.control_subject("enroll"), names.cosigned) == (
+            names.control_subject("enroll"), names.cosigned, names.lease_bucket,
+            names.replicas_bucket) == (
         "FLEET", "fleet.seg", "fleet.checkpoint", "fleet-ledger", "fleet-ledger",
-        "fleet.api.status", "fleet.rej.h", "fleet.ctl.host", "fleet.checkpoint.cosigned")
+        "fleet.api.status", "fleet.rej.h", "fleet.ctl.host", "fleet.checkpoint.cosigned",
+        "fleet-ledger-lease", "fleet-ledger-replicas")
     assert names == DEFAULT_FLEET
     assert fleet_names("blue").cosigned == "blue.checkpoint.cosigned"
 
