@@ -28,7 +28,7 @@ from ledger.client import call
 from ledger.http import HttpServers, Readiness, Throttle, start_servers
 from ledger.log_reader import LogReader
 from ledger.metrics import StoreCollector
-from ledger.nats_config import inbox_prefix
+from ledger.nats_config import READER, inbox_prefix
 from ledger.service import Ledger, LedgerConfig
 from ledger.store import DB_NAME, open_db
 from plumbing import sqlite
@@ -70,7 +70,7 @@ class LedgerRecordSource:
         self.nkey = nkey
         self.timeout = timeout
         # Under nkey auth a host reads replies in its own inbox (ledger.nats_config).
-        self.inbox = "_INBOX.reader" if host is None else inbox_prefix(host)
+        self.inbox = inbox_prefix(READER if host is None else host)
 
     # Segments per export page: a page stays well inside NATS's 1 MiB message limit.
     PAGE = 500
