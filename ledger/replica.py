@@ -18,6 +18,12 @@ resumes not leading), and stops at the first failed renewal. Failover takes at m
 ``ttl + ttl/4`` (the entry ages out ``ttl`` after the last renewal, at most ``ttl/4``
 before the death; the next ``create`` comes within ``ttl/4``) plus the server's expiry
 scheduling (we allow 0.5 s), then the new holder's catch-up before it signs.
+
+The host table must come from the stream alone: a host enrolled offline (``fleet host
+enroll --data``) is in one replica's store and not the others', so the replicas would decide
+that host's segments differently and fork under one key. A replica whose store holds hosts
+enrolled offline refuses to start (:class:`OfflineHosts`); enroll hosts with control events
+(``fleet host enroll --nats``) instead.
 """
 
 from __future__ import annotations
@@ -42,6 +48,23 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 LEASE_KEY = "leader"
+
+
+class OfflineHosts(Exception):
+    """A replica's store holds hosts enrolled offline, which the other replicas lack."""
+
+    def __init__(self, names: list[str]) -> None:
+        super().__init__(
+            f"cannot run as a replica: hosts enrolled offline ({', '.join(names)}) are in "
+            f"this store only, so replicas would fork; enroll them by control events "
+            f"(fleet host enroll --nats) into a fresh store")
+        self.names = names
+
+
+def check_no_offline_hosts(offline: list[dict[str, Any]]) -> None:
+    """:class:`OfflineHosts` unless ``offline`` (the store's offline host rows) is empty."""
+    if offline:
+        raise OfflineHosts([h["name"] for h in offline])
 
 
 async def open_bucket(js: JetStreamContext, bucket: str, ttl: float, replicas: int
