@@ -20,6 +20,7 @@ from anchors.factory import build_anchor
 from anchors.runner import AnchorRunner
 from anchors.store import AnchorStore
 from cli._app import FLEET
+from cli._common import text_or_file
 from fleet.note import Verifier, parse_verifier_key
 from fleet.record_file import join_pages
 from fleet.subjects import fleet_names
@@ -104,9 +105,7 @@ class LedgerRecordSource:
 
 def ledger_keys(text_or_path: str) -> list[Verifier]:
     """The ledger's verifier key(s): note key text, or a file holding it (``ledger.vkey``)."""
-    path = Path(text_or_path)
-    text = path.read_text().strip() if path.exists() else text_or_path.strip()
-    return [parse_verifier_key(text)]
+    return [parse_verifier_key(text_or_file(text_or_path))]
 
 
 def host_ledger_keys(host_dir: Path, vkey: str | None) -> list[Verifier]:
