@@ -7,8 +7,8 @@ the receipt in the anchors' tables (:class:`anchors.store.AnchorStore`) and, on 
 retries with exponential backoff (0.5 s doubling to ``max_backoff``). Anchors skip
 checkpoints signed while they were busy: each anchors the newest one, and a witness gets
 the consistency proof from the size it last cosigned. After a witness cosigns, the
-checkpoint with every cosignature gathered for its size is published on
-``fleet.checkpoint.cosigned``.
+checkpoint with every cosignature gathered for its size is published on the fleet's
+cosigned subject (``fleet.checkpoint.cosigned`` for the default fleet).
 """
 
 from __future__ import annotations
@@ -21,21 +21,24 @@ from collections.abc import Sequence
 from anchors.base import Anchor, AnchorError
 from anchors.store import AnchorStore
 from fleet.cosignature import cosigned_note
+from fleet.subjects import DEFAULT_FLEET
 from plumbing.anchoring import CheckpointSource, Publish
 
 log = logging.getLogger(__name__)
 
-COSIGNED_SUBJECT = "fleet.checkpoint.cosigned"
+COSIGNED_SUBJECT = DEFAULT_FLEET.cosigned
 
 
 class AnchorRunner:
     """Anchors the checkpoints of ``source`` with ``anchors``, keeping their receipts in
-    ``store`` (closed, with the anchors, when :meth:`run` ends)."""
+    ``store`` (closed, with the anchors, when :meth:`run` ends); cosigned checkpoints go
+    out on ``cosigned_subject``."""
 
     def __init__(self, store: AnchorStore, anchors: Sequence[Anchor], source: CheckpointSource,
                  publish: Publish | None = None, poll_s: float = 0.25, max_backoff: float = 30.0,
-                 timeout: float = 30.0) -> None:
+                 timeout: float = 30.0, cosigned_subject: str = COSIGNED_SUBJECT) -> None:
         self.store = store
+        self.cosigned_subject = cosigned_subject
         store.ensure_tables()
         self.source = source
         self.anchors = list(anchors)
@@ -90,6 +93,6 @@ class AnchorRunner:
         if self.publish is None:
             return
         try:
-            await self.publish(COSIGNED_SUBJECT, self.cosigned_note(size, note).encode())
+            await self.publish(self.cosigned_subject, self.cosigned_note(size, note).encode())
         except Exception as exc:  # publishing is best effort; the receipts are stored
             log.warning("publishing the cosigned checkpoint %d failed: %s", size, exc)

@@ -38,7 +38,8 @@ from fleet.seal import encode_key
 from fleet.segment import CallAccount, make_snapshot
 from fleet.subjects import STREAM, segment_subject
 from fleet.wire import encode_envelope
-from ledger.puller import Puller, ack_all
+from ledger.pull import ack_all
+from ledger.puller import Puller
 from ledger.seal_verifiers import VERIFIER
 from ledger.service import Ledger, LedgerConfig
 from ledger.store import LedgerStore

@@ -42,6 +42,17 @@ def api(url: str, endpoint: str, body: dict[str, Any] | None = None,
         raise CheckFailed(f"the ledger refused: {exc} (code {exc.code})") from None
 
 
+def text_or_file(value: str) -> str:
+    """A key given as its text or as a file holding it: the file's text when ``value``
+    names a file, else ``value``; stripped either way. A file that cannot be read raises
+    OSError."""
+    try:
+        is_file = Path(value).is_file()
+    except (OSError, ValueError):  # key text that is no possible path (too long, a NUL)
+        is_file = False
+    return (Path(value).read_text() if is_file else value).strip()
+
+
 def emit_json(doc: Any) -> None:
     click.echo(json.dumps(doc, indent=None, sort_keys=False))
 

@@ -19,11 +19,12 @@ FLEET = [sys.executable, "-m", "cli"]
 async def _replicas(servers: list[str], prefix: str) -> tuple[str | None, list[dict]]:
     import nats
 
+    from fleet.subjects import fleet_names
     from ledger.replica import read_replicas
 
     nc = await nats.connect(servers, connect_timeout=2, max_reconnect_attempts=2)
     try:
-        return await read_replicas(nc.jetstream(timeout=2.0), prefix)
+        return await read_replicas(nc.jetstream(timeout=2.0), fleet_names(prefix))
     finally:
         await nc.close()
 

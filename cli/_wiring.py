@@ -20,14 +20,16 @@ from anchors.factory import build_anchor
 from anchors.runner import AnchorRunner
 from anchors.store import AnchorStore
 from cli._app import FLEET
+from cli._common import text_or_file
 from fleet.note import Verifier, parse_verifier_key
 from fleet.record_file import join_pages
+from fleet.subjects import fleet_names
 from fleet.wire import decode_record, encode_record
 from ledger.client import call
 from ledger.http import HttpServers, Readiness, Throttle, start_servers
 from ledger.log_reader import LogReader
 from ledger.metrics import StoreCollector
-from ledger.nats_config import inbox_prefix
+from ledger.nats_config import READER, inbox_prefix
 from ledger.service import Ledger, LedgerConfig
 from ledger.store import DB_NAME, open_db
 from plumbing import sqlite
@@ -47,7 +49,8 @@ def make_ledger(config: LedgerConfig, anchors: Sequence[AnchorConfig] = ()) -> L
 
     def anchoring(source: CheckpointSource, publish: Publish | None) -> AnchorTask:
         built = [build_anchor(c) for c in anchors]
-        return AnchorRunner(AnchorStore(open_db(db)), built, source, publish)
+        return AnchorRunner(AnchorStore(open_db(db)), built, source, publish,
+                            cosigned_subject=fleet_names(config.fleet).cosigned)
 
     receipts = open_receipts(config.data_dir)
     try:
@@ -68,7 +71,7 @@ class LedgerRecordSource:
         self.nkey = nkey
         self.timeout = timeout
         # Under nkey auth a host reads replies in its own inbox (ledger.nats_config).
-        self.inbox = "_INBOX.reader" if host is None else inbox_prefix(host)
+        self.inbox = inbox_prefix(READER if host is None else host)
 
     # Segments per export page: a page stays well inside NATS's 1 MiB message limit.
     PAGE = 500
@@ -102,9 +105,7 @@ class LedgerRecordSource:
 
 def ledger_keys(text_or_path: str) -> list[Verifier]:
     """The ledger's verifier key(s): note key text, or a file holding it (``ledger.vkey``)."""
-    path = Path(text_or_path)
-    text = path.read_text().strip() if path.exists() else text_or_path.strip()
-    return [parse_verifier_key(text)]
+    return [parse_verifier_key(text_or_file(text_or_path))]
 
 
 def host_ledger_keys(host_dir: Path, vkey: str | None) -> list[Verifier]:
@@ -120,6 +121,8 @@ def host_ledger_keys(host_dir: Path, vkey: str | None) -> list[Verifier]:
         return ledger_keys(key_text)
     except (LogError, OSError) as exc:
         raise UserError(f"--vkey: not a ledger verifier key: {exc}") from None
+
+
 async def start_ledger_http(ledger: Ledger, log: tuple[str, int] | None,
                             ops: tuple[str, int] | None, max_unsigned_s: float = 30.0,
                             busy_rate: float | None = 200.0) -> HttpServers | None:

@@ -13,7 +13,7 @@ from typing import Any
 import click
 
 from cli._app import FLEET, CheckFailed, UserError, cli
-from cli._common import emit_json, progress, progress_done, split_servers
+from cli._common import emit_json, progress, progress_done, split_servers, text_or_file
 
 
 @cli.group()
@@ -61,31 +61,48 @@ def _control(fn: Any) -> Any:
     return fn
 
 
-def _publish(kind: str, name: str, pubkey: str | None, url: str | None, nkey: Path | None,
+def _publish(kind: int, name: str, pubkey: str | None, url: str | None, nkey: Path | None,
              key_file: Path | None, seq: int | None, as_json: bool) -> None:
+    """Publish a control event of ``kind`` (a :mod:`fleet.control` kind constant)."""
     from cli.operator_cmds import _report, parse_vkey, publish_event
-    from fleet.control import KINDS
 
     if url is None or key_file is None:
         raise UserError("give --data (offline) or --nats with --operator-key (published)")
-    code = {v: k for k, v in KINDS.items()}[kind]
     key = None if pubkey is None else parse_vkey(pubkey)
-    _report(publish_event(url, nkey, key_file, code, name, key, seq), as_json)
+    _report(publish_event(url, nkey, key_file, kind, name, key, seq), as_json)
+
+
+def _keyed(kind: int, name: str, pubkey: str, data: Path | None, url: str | None,
+           nkey: Path | None, key_file: Path | None, seq: int | None, as_json: bool) -> None:
+    """An enrollment or a re-key: published, or (an enrollment only) written offline into
+    the store in ``data``. ``pubkey``: the key's text or a file holding it."""
+    from fleet.control import REKEY
+
+    if data is None:
+        return _publish(kind, name, pubkey, url, nkey, key_file, seq, as_json)
+    if kind == REKEY:
+        raise UserError("a re-key is published (--nats, --operator-key); offline, enroll again")
+    try:
+        key = text_or_file(pubkey)
+    except OSError as exc:
+        raise UserError(f"cannot read the public key {pubkey}: {exc}") from None
+    _on_store(data, lambda store: store.enroll(name, key))
+    click.echo(f"enrolled {name}")
+    return None
 
 
 @host.command("enroll")
 @click.argument("name")
-@click.option("--pubkey", required=True, help="The host's Ed25519 public key (base64).")
+@click.option("--pubkey", required=True,
+              help="The host's Ed25519 public key (base64), or a file holding it.")
 @_control
 def host_enroll(name: str, pubkey: str, data: Path | None, url: str | None,
                 nkey: Path | None, key_file: Path | None, seq: int | None,
                 as_json: bool) -> None:
     """Let ledgers fold segments sealed by this host key (after the event's position)."""
-    if data is None:
-        return _publish("enroll", name, pubkey, url, nkey, key_file, seq, as_json)
-    _on_store(data, lambda store: store.enroll(name, pubkey))
-    click.echo(f"enrolled {name}")
-    return None
+    from fleet.control import ENROLL
+
+    _keyed(ENROLL, name, pubkey, data, url, nkey, key_file, seq, as_json)
 
 
 @host.command("revoke")
@@ -94,8 +111,10 @@ def host_enroll(name: str, pubkey: str, data: Path | None, url: str | None,
 def host_revoke(name: str, data: Path | None, url: str | None, nkey: Path | None,
                 key_file: Path | None, seq: int | None, as_json: bool) -> None:
     """Refuse the host's later segments; its earlier ones stay in the log."""
+    from fleet.control import REVOKE
+
     if data is None:
-        return _publish("revoke", name, None, url, nkey, key_file, seq, as_json)
+        return _publish(REVOKE, name, None, url, nkey, key_file, seq, as_json)
     _on_store(data, lambda store: store.revoke(name))
     click.echo(f"revoked {name}")
     return None
@@ -103,15 +122,16 @@ def host_revoke(name: str, data: Path | None, url: str | None, nkey: Path | None
 
 @host.command("rekey")
 @click.argument("name")
-@click.option("--pubkey", required=True, help="The host's new Ed25519 public key (base64).")
+@click.option("--pubkey", required=True,
+              help="The host's new Ed25519 public key (base64), or a file holding it.")
 @_control
 def host_rekey(name: str, pubkey: str, data: Path | None, url: str | None,
                nkey: Path | None, key_file: Path | None, seq: int | None,
                as_json: bool) -> None:
     """Replace the host's key for later segments (earlier ones stay, under the old key)."""
-    if data is not None:
-        raise UserError("a re-key is published (--nats, --operator-key); offline, enroll again")
-    _publish("rekey", name, pubkey, url, nkey, key_file, seq, as_json)
+    from fleet.control import REKEY
+
+    _keyed(REKEY, name, pubkey, data, url, nkey, key_file, seq, as_json)
 
 
 @host.command("simulate")

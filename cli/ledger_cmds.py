@@ -117,11 +117,12 @@ def ledger_serve(url: str, data: Path, nkey: Path | None, name: str, origin: str
     def ready(led: Any) -> None:
         click.echo(f"ledger {name} serving: origin {led.origin}, data {data}", err=True)
 
+    from ledger.replica import OfflineHosts
     from plumbing.nats_connect import NatsUnreachable
 
     try:
         asyncio.run(serve_until_signal(config, ready, anchors, http))
-    except NatsUnreachable as exc:
+    except (NatsUnreachable, OfflineHosts) as exc:
         raise UserError(str(exc)) from None
     except OSError as exc:
         raise UserError(f"cannot start the ledger: {exc}") from None

@@ -75,14 +75,13 @@ def operator_rotate(new_vkey: str, key_file: Path, url: str, nkey: Path | None,
 
 def parse_vkey(value: str) -> bytes:
     """32 key bytes from base64 text or a file holding it; a bad one is a one-line error."""
+    from cli._common import text_or_file
     from fleet.seal import decode_key
 
-    text = value
-    path = Path(value)
-    if len(value) != 44 and path.is_file():
-        text = path.read_text().strip()
     try:
-        return bytes(decode_key(text))
+        return bytes(decode_key(text_or_file(value)))
+    except OSError as exc:
+        raise UserError(f"cannot read the verifier key {value}: {exc}") from None
     except ValueError as exc:
         raise UserError(f"not a verifier key: {exc}") from None
 

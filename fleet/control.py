@@ -166,10 +166,6 @@ class ControlAccepted:
         self.stream_seq = stream_seq
         self.entry = entry
 
-    @property
-    def host(self) -> str | None:
-        return self.event.host or None
-
 
 def decide_control(state: ControlState, stream_seq: int, data: bytes
                    ) -> ControlAccepted | Refused:

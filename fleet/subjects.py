@@ -5,6 +5,7 @@
     fleet.ctl.operator        operator key rotations (stream FLEET)
     fleet.rej.<host>          refusals the ledger publishes for that host
     fleet.checkpoint          every checkpoint the ledger signs (the signed note text)
+    fleet.checkpoint.cosigned a checkpoint with its witnesses' cosignatures
     fleet.api.<endpoint>      the ledger's request/reply API (nats.micro, queue group)
 
 ``<run>`` is the run identity without its ``b3:`` prefix (43 base64url characters), so a
@@ -13,10 +14,11 @@ subject token never holds a dot or a wildcard.
 Those are the names of the default fleet, ``fleet``. Several fleets share one NATS cluster
 under their own names (:func:`fleet_names`): fleet ``blue`` has stream ``BLUE``, subjects
 ``blue.seg.<host>.<run>``, ``blue.ctl.*``, ``blue.rej.<host>``, ``blue.checkpoint``,
-``blue.api.<endpoint>``, the API service and queue group ``blue-ledger`` and KV buckets
-``blue-ledger-*``, and the durable runtime's stream ``BLUE_RUNTIME_SIGNALS`` (subjects
-``blue.runtime.signal.<run>``) and buckets ``BLUE_RUNTIME_*`` (the default fleet's are
-``RUNTIME_*``); the module's constants are the default fleet's.
+``blue.checkpoint.cosigned``, ``blue.api.<endpoint>``, the API service and queue group
+``blue-ledger`` and KV buckets ``blue-ledger-*``, and the durable runtime's stream
+``BLUE_RUNTIME_SIGNALS`` (subjects ``blue.runtime.signal.<run>``) and buckets
+``BLUE_RUNTIME_*`` (the default fleet's are ``RUNTIME_*``); the module's constants are the
+default fleet's.
 """
 
 from __future__ import annotations
@@ -99,6 +101,11 @@ class FleetNames:
         return f"{self.fleet}.checkpoint"
 
     @property
+    def cosigned(self) -> str:
+        """Checkpoints with their witnesses' cosignatures (``<fleet>.checkpoint.cosigned``)."""
+        return f"{self.checkpoints}.cosigned"
+
+    @property
     def api(self) -> str:
         return f"{self.fleet}.api"
 
@@ -109,6 +116,16 @@ class FleetNames:
     @property
     def api_queue(self) -> str:
         return f"{self.fleet}-ledger"
+
+    @property
+    def lease_bucket(self) -> str:
+        """The KV bucket of the replicas' lease (:mod:`ledger.replica`)."""
+        return f"{self.fleet}-ledger-lease"
+
+    @property
+    def replicas_bucket(self) -> str:
+        """The KV bucket of the replicas' heartbeats."""
+        return f"{self.fleet}-ledger-replicas"
 
     # The durable runtime's JetStream names (agents.runtime.fleet_store): the default
     # fleet's are today's ``RUNTIME_*`` and ``fleet.runtime.signal``; fleet ``blue`` has

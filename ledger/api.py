@@ -91,7 +91,7 @@ class LedgerApi:
                     raise BadRequest("the request must be a JSON object")
                 if not await self._folded_to(_field(body, "min_seq", int, required=False)):
                     await req.respond_error("503", f"behind: folded to stream sequence "
-                                            f"{self.ledger.store.watermark()}, asked min_seq "
+                                            f"{self.ledger.committed_seq}, asked min_seq "
                                             f"{body['min_seq']}")
                     return
                 if locked:
@@ -115,11 +115,12 @@ class LedgerApi:
         return respond
 
     async def _folded_to(self, min_seq: int | None, wait_s: float = 2.0) -> bool:
-        """Whether this replica has folded up to ``min_seq`` (waiting up to ``wait_s``)."""
+        """Whether this replica has folded and committed up to ``min_seq`` (waiting up to
+        ``wait_s``)."""
         if min_seq is None:
             return True
         deadline = asyncio.get_running_loop().time() + wait_s
-        while self.ledger.store.watermark() < min_seq:
+        while self.ledger.committed_seq < min_seq:
             if asyncio.get_running_loop().time() > deadline:
                 return False
             await asyncio.sleep(0.02)
@@ -130,7 +131,7 @@ class LedgerApi:
         end = await led.refresh_stream_end()  # a NATS request: not under the store lock
         replicas = None
         if led.replica is not None and led.js is not None:
-            replicas = await read_replicas(led.js, led.replica.prefix)
+            replicas = await read_replicas(led.js, led.replica.names)
         async with led.store_lock:
             doc = views.status(led.store, origin=led.origin,
                                vkey=led.signer.verifier().text(),

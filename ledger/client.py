@@ -13,6 +13,8 @@ from nats.errors import NoRespondersError
 from nats.errors import TimeoutError as NatsTimeout
 
 from fleet.subjects import fleet_names
+from ledger.nats_config import READER
+from ledger.nats_config import inbox_prefix as user_inbox
 
 DEFAULT_URL = "nats://127.0.0.1:4222"
 
@@ -35,10 +37,14 @@ def default_url() -> str:
 
 async def call(url: str, endpoint: str, body: dict[str, Any] | None = None, *,
                nkey: Path | None = None, timeout: float = 10.0,
-               inbox_prefix: str = "_INBOX.reader", fleet: str = "fleet") -> bytes:
+               inbox_prefix: str = user_inbox(READER), fleet: str = "fleet",
+               min_seq: int | None = None) -> bytes:
     """One API request; its raw JSON reply, or :class:`ApiError` / :class:`LedgerUnreachable`.
     With ``nkey``, replies come to ``inbox_prefix`` (the user's own: the reader's, or a
-    host's, ``ledger.nats_config.inbox_prefix``)."""
+    host's, ``ledger.nats_config.inbox_prefix``). ``min_seq``: answered only once the ledger
+    has folded the stream up to that sequence (else ApiError 503, "behind: ...")."""
+    if min_seq is not None:
+        body = {**(body or {}), "min_seq": min_seq}
     servers = [u.strip() for u in url.split(",") if u.strip()]
     # max_reconnect_attempts=0 would retry the first connect forever (nats-py 2.16 drops a
     # server only once its attempts pass a positive limit): one retry, then give up.

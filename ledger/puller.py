@@ -45,9 +45,9 @@ from nats.protocol.parser import AWAITING_CONTROL_LINE, MAX_CONTROL_LINE_SIZE, P
 
 # Defined beside the fetch puller (a module that needs no private part of nats-py), and
 # still importable from here.
-from ledger.pull import BadDelivery, Delivery, ack_all, nak, stream_seq
+from ledger.pull import BadDelivery, Delivery, stream_seq
 
-__all__ = ["BadDelivery", "Delivery", "Puller", "ack_all", "nak", "stream_seq"]
+__all__ = ["Puller"]
 
 # A status delivery's header block starts with the version and a space (``NATS/1.0 404``);
 # a stored message's headers start with the version and CRLF.

@@ -18,6 +18,12 @@ resumes not leading), and stops at the first failed renewal. Failover takes at m
 ``ttl + ttl/4`` (the entry ages out ``ttl`` after the last renewal, at most ``ttl/4``
 before the death; the next ``create`` comes within ``ttl/4``) plus the server's expiry
 scheduling (we allow 0.5 s), then the new holder's catch-up before it signs.
+
+The host table must come from the stream alone: a host enrolled offline (``fleet host
+enroll --data``) is in one replica's store and not the others', so the replicas would decide
+that host's segments differently and fork under one key. A replica whose store holds hosts
+enrolled offline refuses to start (:class:`OfflineHosts`); enroll hosts with control events
+(``fleet host enroll --nats``) instead.
 """
 
 from __future__ import annotations
@@ -34,6 +40,8 @@ from nats.js.api import KeyValueConfig
 from nats.js.errors import BucketNotFoundError
 from nats.js.kv import KeyValue
 
+from fleet.subjects import DEFAULT_FLEET, FleetNames
+
 if TYPE_CHECKING:
     from ledger.service import Ledger
 
@@ -42,12 +50,21 @@ log = logging.getLogger(__name__)
 LEASE_KEY = "leader"
 
 
-def lease_bucket(prefix: str = "fleet") -> str:
-    return f"{prefix}-ledger-lease"
+class OfflineHosts(Exception):
+    """A replica's store holds hosts enrolled offline, which the other replicas lack."""
+
+    def __init__(self, names: list[str]) -> None:
+        super().__init__(
+            f"cannot run as a replica: hosts enrolled offline ({', '.join(names)}) are in "
+            f"this store only, so replicas would fork; enroll them by control events "
+            f"(fleet host enroll --nats) into a fresh store")
+        self.names = names
 
 
-def replicas_bucket(prefix: str = "fleet") -> str:
-    return f"{prefix}-ledger-replicas"
+def check_no_offline_hosts(offline: list[dict[str, Any]]) -> None:
+    """:class:`OfflineHosts` unless ``offline`` (the store's offline host rows) is empty."""
+    if offline:
+        raise OfflineHosts([h["name"] for h in offline])
 
 
 async def open_bucket(js: JetStreamContext, bucket: str, ttl: float, replicas: int
@@ -63,14 +80,14 @@ async def open_bucket(js: JetStreamContext, bucket: str, ttl: float, replicas: i
 class Replica:
     """The lease and heartbeat task of one ledger replica (``ledger.leading`` follows it)."""
 
-    def __init__(self, ledger: Ledger, ttl: float = 2.0, prefix: str = "fleet") -> None:
+    def __init__(self, ledger: Ledger, ttl: float = 2.0, names: FleetNames = DEFAULT_FLEET
+                 ) -> None:
         self.ledger = ledger
         self.ttl = ttl
-        self.prefix = prefix
+        self.names = names
         self.name = ledger.config.name
         self.revision: int | None = None
         self.renewed_at = 0.0
-        self.acquired = 0  # how many times this replica took the lease
         self.lease: KeyValue | None = None
         self.js: JetStreamContext | None = None
         self.beats: KeyValue | None = None
@@ -90,10 +107,10 @@ class Replica:
     async def _open(self) -> None:
         replicas = self.ledger.config.replicas
         if self.lease is None:
-            self.lease = await open_bucket(self.js, lease_bucket(self.prefix), self.ttl,
+            self.lease = await open_bucket(self.js, self.names.lease_bucket, self.ttl,
                                            replicas)
         if self.beats is None:
-            self.beats = await open_bucket(self.js, replicas_bucket(self.prefix),
+            self.beats = await open_bucket(self.js, self.names.replicas_bucket,
                                            max(10.0, self.ttl * 5), replicas)
 
     async def run(self, stop: asyncio.Event) -> None:
@@ -112,22 +129,23 @@ class Replica:
         value = json.dumps({"holder": self.name, "at": time.time()}).encode()
         try:
             if self.revision is not None and self.holds:
+                sent = time.monotonic()  # the lease ages from the request, not the reply
                 self.revision = await self.lease.update(LEASE_KEY, value, last=self.revision)
+                self.renewed_at = sent
             else:
                 if self.revision is not None:
                     await self._lose("renewal too late")
+                sent = time.monotonic()
                 self.revision = await self.lease.create(LEASE_KEY, value)
-                self.acquired += 1
+                self.renewed_at = sent
                 await self.ledger.take_lead()
                 log.warning("replica %s took the lease (revision %d)", self.name,
                             self.revision)
-            self.renewed_at = time.monotonic()
             if self.ledger.lead_floor is None:  # the stream's end was not read at takeover
                 await self.ledger.take_lead()
         except Exception as exc:
             if self.revision is not None:
                 await self._lose(f"{type(exc).__name__}: {exc}")
-        self.ledger.leading = self.holds
         await self.ledger.refresh_stream_end()  # the lag is behind the stream, not our acks
         await self.beats.put(self.name, json.dumps(self.heartbeat()).encode())
 
@@ -141,7 +159,6 @@ class Replica:
     async def _lose(self, why: str) -> None:
         log.warning("replica %s lost the lease: %s", self.name, why)
         self.revision = None
-        self.ledger.leading = False
         await self.ledger.drop_lead()
 
     async def release(self) -> None:
@@ -155,17 +172,17 @@ class Replica:
                 await self.beats.delete(self.name)
 
 
-async def read_replicas(js: JetStreamContext, prefix: str = "fleet"
+async def read_replicas(js: JetStreamContext, names: FleetNames = DEFAULT_FLEET
                         ) -> tuple[str | None, list[dict[str, Any]]]:
     """(the lease holder, every replica's last heartbeat) as the buckets hold them."""
     holder = None
     beats: list[dict[str, Any]] = []
     with contextlib.suppress(Exception):
-        entry = await (await js.key_value(lease_bucket(prefix))).get(LEASE_KEY)
+        entry = await (await js.key_value(names.lease_bucket)).get(LEASE_KEY)
         if entry.value:
             holder = json.loads(entry.value)["holder"]
     with contextlib.suppress(Exception):
-        kv = await js.key_value(replicas_bucket(prefix))
+        kv = await js.key_value(names.replicas_bucket)
         for key in await kv.keys():
             with contextlib.suppress(Exception):
                 e = await kv.get(key)

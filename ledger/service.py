@@ -40,7 +40,7 @@ from ledger.api import LedgerApi
 from ledger.keys import load_or_create_signer
 from ledger.metrics import FoldMetrics, new_registry
 from ledger.pull import Delivery, PullerState, ack_all, nak, open_puller
-from ledger.replica import Replica
+from ledger.replica import Replica, check_no_offline_hosts
 from ledger.seal_worker import SealTicket, SealWorker
 from ledger.store import CheckpointReader, HostsChanged, Incoming, LedgerStore
 from ledger.stream import ensure_consumer, ensure_stream
@@ -121,13 +121,16 @@ class Ledger:
         self.health_detail = "ok"
         self.stream_last_seq = 0
         self._runs: OrderedDict[bytes, RunSlot] = OrderedDict()
+        # The stream sequence folded and durably committed: the store's watermark read on
+        # the fold's connection may be a batch written but not yet committed.
+        self.committed_seq = self.store.watermark()
         self._hosts_version = self.store.hosts_version()
         self._hosts = self.store.hosts()
         self._last_checkpoint_at = time.monotonic()
         self._sealer = SealWorker()
         self._pending: tuple[list[Delivery], Prepared] | None = None
         self._committing: tuple[list[Delivery], list[Incoming], asyncio.Future[None] | None,
-                                dict[bytes, RunSlot]] | None = None
+                                dict[bytes, RunSlot], int] | None = None
         # Held while a batch is written and committed; API reads take it too, so they never
         # see a batch that is not committed (nor sign a checkpoint over one).
         self.store_lock = asyncio.Lock()
@@ -144,7 +147,6 @@ class Ledger:
         # Signing on the timer, publishing and anchoring: always for a single ledger; for a
         # replica, while it holds the lease and has folded up to ``_lead_floor`` (the
         # stream's end when it took the lease).
-        self.leading = config.replica_ttl is None
         self._lead_floor: int | None = None if config.replica_ttl is not None else 0
         self.replica: Replica | None = None
         self._replica_task: asyncio.Task[None] | None = None
@@ -214,7 +216,7 @@ class Ledger:
         batch, top, changed = self.decide_and_write(prepared)
         if batch:
             self.store.commit()
-            self._install(changed)
+            self._install(changed, top)
         return batch, top
 
     def decide_and_write(self, prepared: Prepared
@@ -235,8 +237,10 @@ class Ledger:
                 continue
             return batch, top, changed
 
-    def _install(self, changed: Mapping[bytes, RunSlot]) -> None:
-        """Make a committed batch's run states the cache's."""
+    def _install(self, changed: Mapping[bytes, RunSlot], top: int) -> None:
+        """Make a committed batch's run states the cache's, and its watermark ``top`` the
+        committed position."""
+        self.committed_seq = max(self.committed_seq, top)
         for run, slot in changed.items():
             self._remember(run, slot)
 
@@ -353,8 +357,11 @@ class Ledger:
 
     async def start(self) -> None:
         """Connect, provision the stream, start the API (and anchors) and the seal worker;
-        :meth:`run` then folds."""
+        :meth:`run` then folds. A replica refuses to start over hosts enrolled offline
+        (:class:`ledger.replica.OfflineHosts`)."""
         cfg = self.config
+        if cfg.replica_ttl is not None:
+            check_no_offline_hosts(self.store.host_rows(offline=True))
         if cfg.seal_workers:
             try:
                 await asyncio.get_running_loop().run_in_executor(None, self._sealer.start)
@@ -373,7 +380,7 @@ class Ledger:
         self.api = LedgerApi(self)
         await self.api.start(self.nc)
         if cfg.replica_ttl is not None:
-            self.replica = Replica(self, cfg.replica_ttl, cfg.fleet)
+            self.replica = Replica(self, cfg.replica_ttl, self.names)
             await self.replica.start(self.js)
             self._replica_task = asyncio.create_task(self.replica.run(self._replica_stop))
         elif self._anchoring is not None:
@@ -393,6 +400,13 @@ class Ledger:
         self._lead_floor = info.state.last_seq
 
     @property
+    def leading(self) -> bool:
+        """A single ledger always leads; a replica while it holds the lease."""
+        if self.replica is None:
+            return self.config.replica_ttl is None
+        return self.replica.holds
+
+    @property
     def lead_floor(self) -> int | None:
         return self._lead_floor
 
@@ -403,9 +417,7 @@ class Ledger:
     def signs(self) -> bool:
         """Whether this ledger signs on the timer, publishes and anchors now."""
         if not self.leading or self._lead_floor is None:
-            return False
-        if self.replica is not None and not self.replica.holds:
-            return False  # a renewal too old (a paused process): not until the next tick
+            return False  # for a replica: no lease, or a renewal too old (a paused process)
         if self.store.watermark() < self._lead_floor:
             return False
         if self._anchoring is not None and self._anchor_task is None:
@@ -542,7 +554,7 @@ class Ledger:
         await self.store_lock.acquire()
         self._batch_started = time.monotonic()
         try:
-            batch, _, changed = self.decide_and_write(prepared)
+            batch, top, changed = self.decide_and_write(prepared)
             done: asyncio.Future[None] | None = None
             if batch:
                 try:
@@ -554,7 +566,7 @@ class Ledger:
         except BaseException:
             self.store_lock.release()
             raise
-        self._committing = (msgs, batch, done, changed)
+        self._committing = (msgs, batch, done, changed, top if batch else 0)
 
     async def _settle(self) -> None:
         """Wait for the commit in flight, then ack its batch, publish its refusals, and sign
@@ -562,14 +574,14 @@ class Ledger:
         committing, self._committing = self._committing, None
         if committing is None:
             return
-        msgs, batch, done, changed = committing
+        msgs, batch, done, changed, top = committing
         try:
             if done is not None:
                 # Shielded: a cancelled wait must not release the lock mid-commit.
                 await asyncio.shield(done)
                 self.metrics.batch_committed(self._batch_started, self.store.tree.size(),
                                              msgs[0].reply, signing=self.signs())
-            self._install(changed)
+            self._install(changed, top)
         finally:
             self.store_lock.release()
         assert self.nc is not None
@@ -593,7 +605,7 @@ class Ledger:
         committing, self._committing = self._committing, None
         if committing is None:
             return
-        _msgs, _batch, done, changed = committing
+        _msgs, _batch, done, changed, top = committing
         try:
             if done is not None:
                 try:
@@ -601,7 +613,7 @@ class Ledger:
                 except Exception:  # not stored: the cache keeps what was committed
                     pass
                 else:
-                    self._install(changed)
+                    self._install(changed, top)
         finally:
             self.store_lock.release()
 

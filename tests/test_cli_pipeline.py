@@ -278,6 +278,18 @@ def test_enroll_and_revoke_mistakes_are_one_line(stack: Stack) -> None:
     assert (stack.data / "hosts.json").read_text() == before
 
 
+def test_enroll_offline_takes_the_key_from_a_file(stack: Stack) -> None:
+    """`fleet host enroll --data --pubkey FILE` reads the key text from the file, as every
+    key option does."""
+    data = stack.tmp / "offline-enroll"
+    data.mkdir()
+    key = base64.b64encode(b"k" * 32).decode()
+    (data / "h8.pub").write_text(key + "\n")
+    cli("host", "enroll", "h8", "--pubkey", str(data / "h8.pub"), "--data", str(data))
+    hosts = json.loads((data / "hosts.json").read_text())["hosts"]
+    assert [(h["name"], h["public_key"]) for h in hosts] == [("h8", key)]
+
+
 # -- progress on a terminal only ---------------------------------------------------------
 
 

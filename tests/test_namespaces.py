@@ -21,9 +21,11 @@ def test_the_default_fleet_keeps_todays_names() -> None:
     names = fleet_names()
     assert (names.stream, names.segments, names.checkpoints, names.api_service,
             names.api_queue, names.api_subject("status"), names.rejection_subject("h"),
-            names.control_subject("enroll")) == (
+            names.control_subject("enroll"), names.cosigned, names.lease_bucket,
+            names.replicas_bucket) == (
         "FLEET", "fleet.seg", "fleet.checkpoint", "fleet-ledger", "fleet-ledger",
-        "fleet.api.status", "fleet.rej.h", "fleet.ctl.host")
+        "fleet.api.status", "fleet.rej.h", "fleet.ctl.host", "fleet.checkpoint.cosigned",
+        "fleet-ledger-lease", "fleet-ledger-replicas")
     assert names == DEFAULT_FLEET
     assert (names.runtime_signals, names.runtime_signal_subject, names.runtime_runs,
             names.runtime_journals, names.runtime_keys) == (
@@ -32,6 +34,7 @@ def test_the_default_fleet_keeps_todays_names() -> None:
     blue = fleet_names("blue")
     assert (blue.runtime_signals, blue.runtime_signal_subject, blue.runtime_runs) == (
         "BLUE_RUNTIME_SIGNALS", "blue.runtime.signal", "BLUE_RUNTIME_RUNS")
+    assert fleet_names("blue").cosigned == "blue.checkpoint.cosigned"
 
 
 def test_two_fleets_on_one_server_do_not_see_each_other(nats_server: NatsServer,

@@ -87,3 +87,21 @@ def test_three_replicas_at_different_speeds_reach_one_log(nats_cluster: NatsClus
         same_log([procs[0].data, late.data])
     finally:
         late.kill()
+
+
+def test_a_replica_refuses_hosts_enrolled_offline(tmp_path: Path) -> None:
+    """A replica over a store with a host enrolled offline (in its store only) would fork
+    from the others: it refuses to start, in one line, before connecting."""
+    from fleet.seal import encode_key
+
+    from fault_helpers import host_key
+
+    data = tmp_path / "r1"
+    data.mkdir()
+    fleet("host", "enroll", "h1", "--pubkey", encode_key(bytes(host_key("h1").verify_key)),
+          "--data", str(data))
+    r = fleet("ledger", "serve", "--nats", "nats://127.0.0.1:1", "--data", str(data),
+              "--replica", "2", check=False)
+    assert r.returncode != 0
+    assert r.stderr.strip().count("\n") == 0, r.stderr
+    assert "cannot run as a replica: hosts enrolled offline (h1)" in r.stderr
