@@ -53,6 +53,8 @@ from fleet.errors import (
     SubjectMismatch,
     UnknownHost,
 )
+from fleet.grant_errors import UnknownGrant
+from fleet.grant_events import GrantView, check_segment
 from fleet.kernel import Step, genesis
 from fleet.leaf import encode_leaf
 from fleet.record import RunState, chain
@@ -73,6 +75,7 @@ __all__ = [
     "decide",
     "decide_envelope",
     "decode",
+    "grant_gate",
     "position",
     "seal_valid",
     "subject_host",
@@ -147,6 +150,9 @@ class Message(msgspec.Struct, frozen=True, gc=False):
     wire: EnvelopeWire | None = None
     seal_ok: bool | None = None
     addresses: list[bytes] | None = None
+    # Ledger time: the stream's timestamp of the message, in ms since the epoch (a grant's
+    # window is judged by it, so every replica judges alike).
+    at_ms: int = 0
 
 
 class BatchRuns:
@@ -187,12 +193,16 @@ class BatchRuns:
 @dataclass(frozen=True, slots=True)
 class Admission:
     """What the fold decides messages against: the enrolled hosts, the runs as the batch
-    sees them, and the heads the ledger holds (``head_at(run, index)``, for replays)."""
+    sees them, the heads the ledger holds (``head_at(run, index)``, for replays) and the
+    grants (``None``: runs are not held to grants; ``require_grants``: a run whose grant
+    was not presented is ``UnknownGrant``, else it is folded under no grant)."""
 
     hosts: Mapping[str, HostEntry]
     runs: BatchRuns
     head_at: Callable[[bytes, int], bytes | None]
     names: FleetNames = DEFAULT_FLEET  # the fleet's names (fleet.subjects)
+    grants: GrantView | None = None
+    require_grants: bool = False
 
 
 def subject_host(subject: str) -> str | None:
@@ -281,9 +291,43 @@ def decide(ctx: Admission, msg: Message) -> Accepted | Refused:
 def decide_envelope(ctx: Admission, msg: Message, env: Envelope) -> Accepted | Refused:
     """:func:`decide` for a message already decoded to ``env``."""
     try:
-        return _decide(ctx, msg, env)
+        d = _decide(ctx, msg, env)
     except FleetError as exc:
         return Refused(exc.rule, str(exc), subject_host(msg.subject), env.run, _position(exc))
+    return grant_gate(ctx, msg, d)
+
+
+def grant_gate(ctx: Admission, msg: Message, d: Accepted) -> Accepted | Refused:
+    """``d`` if its run's grant allows it (:func:`fleet.grant_events.check_segment`), else
+    the refusal; both fold paths end here. A run under no grant
+    (:data:`fleet.kernel.NO_GRANTS`, a pool's own run) and a close pass: a close spends
+    nothing and runs nothing, and ending a run is what revoking its grant asks for."""
+    grants = ctx.grants
+    if grants is None or d.kind == kernel.CLOSED:
+        return d
+    slot = ctx.runs.get(d.run)
+    state = None if slot is None else slot.state
+    if state is not None:
+        grants_id = state.grants_id
+    else:
+        assert d.opened is not None
+        grants_id = d.opened[1]
+    if grants_id == kernel.NO_GRANTS:
+        return d
+    try:
+        terms = grants.effective(grants_id)
+        if terms is None:
+            if ctx.require_grants:
+                raise UnknownGrant("the run's grant was not presented before its segments")
+            return d
+        before = 0 if state is None else state.energy.total_uj
+        check_segment(terms, d.host,
+                      kernel.step_manifest(None if state is None else state.park, d.kind,
+                                           d.step),
+                      before + kernel.step_uj(d.step), msg.at_ms, d.index)
+    except FleetError as exc:
+        return Refused(exc.rule, str(exc), d.host, d.run, d.index)
+    return d
 
 
 def _position(exc: FleetError) -> int | None:

@@ -28,6 +28,7 @@ from fleet.fold import (
     Refused,
     admit,
     decide,
+    grant_gate,
     position,
 )
 from fleet.leaf import encode_leaf
@@ -102,7 +103,7 @@ def decide_message(ctx: Admission, msg: Message) -> Accepted | Refused:
     if msg.wire is not None:
         accepted = fast_decide(ctx, msg)
         if accepted is not None:
-            return accepted
+            return grant_gate(ctx, msg, accepted)
     return decide(ctx, msg)
 
 

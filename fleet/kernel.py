@@ -125,6 +125,8 @@ __all__ = [
     "resumed_step",
     "snapshot_bytes",
     "snapshot_parts",
+    "step_manifest",
+    "step_uj",
     "suspended_bytes",
     "suspended_step",
 ]
@@ -515,6 +517,36 @@ def check_holder(holder: str, host: str, phase: str, kind: str, index: int,
     if phase == PHASE_PARKED and index == next_index and kind in (RESUMED, CLOSED):
         return
     raise ForeignRun(f"the run is held by host {holder!r}", segment=index)
+
+
+# -- what a step spends and where it runs ---------------------------------------------------
+
+
+def step_uj(step: Step) -> int:
+    """The energy (µJ) ``step`` adds to its run: an interval's receipt, a resume's idle, a
+    warm slot's warm-up and idle; 0 for the others."""
+    receipt, idle, pool = step[3], step[4], step[7]
+    if receipt is not None:
+        return receipt[1]
+    if idle is not None:
+        return idle[1]
+    if pool is not None:
+        return sum(uj for _provenance, uj in pool[2])
+    return 0
+
+
+def step_manifest(held_park: bytes | None, kind: str, step: Step) -> bytes | None:
+    """The environment manifest ``step`` runs or parks under (``held_park``: the run's park
+    before it): a park's, the resumed park's, a claimed slot's; ``None`` for the others."""
+    if kind == SUSPENDED:
+        park = step[2]
+        return None if park is None else park[-DIGEST:]
+    if kind == RESUMED:
+        return None if held_park is None else held_park[-DIGEST:]
+    if kind == CLAIMED:
+        pool = step[7]
+        return None if pool is None else pool[1]
+    return None
 
 
 # -- the state change -----------------------------------------------------------------------

@@ -3,6 +3,7 @@
     fleet.seg.<host>.<run>    a host's sealed segments of one run (stream FLEET)
     fleet.ctl.host            operator control events: enroll, revoke, re-key (stream FLEET)
     fleet.ctl.operator        operator key rotations (stream FLEET)
+    fleet.ctl.grant           grant events: issue, trigger, mint, amend, checkpoint (stream FLEET)
     fleet.rej.<host>          refusals the ledger publishes for that host
     fleet.checkpoint          every checkpoint the ledger signs (the signed note text)
     fleet.checkpoint.cosigned a checkpoint with its witnesses' cosignatures
@@ -166,6 +167,11 @@ class FleetNames:
     def control_subject(self, kind: str) -> str:
         """``<fleet>.ctl.host`` for host events, ``<fleet>.ctl.operator`` for rotations."""
         return f"{self.control}.{'operator' if kind == 'operator' else 'host'}"
+
+    @property
+    def grant_subject(self) -> str:
+        """``<fleet>.ctl.grant``: grant events (fleet.grant_events), in the fleet's stream."""
+        return f"{self.control}.grant"
 
     def is_control(self, subject: str) -> bool:
         return subject.startswith(self.control + ".")

@@ -93,6 +93,12 @@ def ack_fields(reply: bytes | bytearray) -> tuple[int, int]:
     raise BadDelivery(f"unexpected ack subject layout: {reply[:80]!r}")
 
 
+def ledger_time(reply: str) -> int:
+    """A delivery's ledger time: its stream timestamp (:func:`ack_fields`) in ms since the
+    epoch, the time a grant's window is judged by on every replica alike."""
+    return ack_fields(reply.encode())[1] // 1_000_000
+
+
 def stream_seq(reply: bytes | bytearray) -> int:
     """The stream sequence in a JetStream ack subject (:func:`ack_fields`)."""
     return ack_fields(reply)[0]

@@ -21,7 +21,7 @@ from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import msgspec
 import nats
@@ -33,13 +33,15 @@ from fleet.checkpoint import check_consistent_then_sign, make_checkpoint, parse_
 from fleet.control import BatchControl, ControlAccepted
 from fleet.fold import Accepted, Admission, BatchRuns, HostEntry, Message, Refused, RunSlot
 from fleet.fold_fast import batch_addresses, fold_message, wire_seal_item
+from fleet.grant_events import GrantAccepted
+from fleet.grant_fold import BatchGrants
 from fleet.note import Signer, parse_note
 from fleet.subjects import fleet_names
 from fleet.wire import EnvelopeWire, envelope_wire, identity
 from ledger.api import LedgerApi
 from ledger.keys import load_or_create_signer
 from ledger.metrics import FoldMetrics, new_registry
-from ledger.pull import Delivery, PullerState, ack_all, nak, open_puller
+from ledger.pull import Delivery, PullerState, ack_all, ledger_time, nak, open_puller
 from ledger.replica import Replica, check_no_offline_hosts
 from ledger.seal_worker import SealTicket, SealWorker
 from ledger.store import CheckpointReader, HostsChanged, Incoming, LedgerStore
@@ -83,6 +85,18 @@ class LedgerConfig:
     # The fleet this ledger belongs to: the prefix of its stream, subjects, API and buckets
     # (fleet.subjects.fleet_names; "fleet" is today's names).
     fleet: str = "fleet"
+    # How runs are held to their grants (fleet.grant_events): "enforce" holds every run
+    # whose grant was presented to it and folds the others under no grant; "require"
+    # refuses a run whose grant was not presented (UnknownGrant).
+    grants: str = "enforce"
+
+
+class BatchChanges(NamedTuple):
+    """What a decided batch changes, installed once its commit is durable: the runs it
+    changed (copies) and its grant events (an overlay on the committed book)."""
+
+    runs: dict[bytes, RunSlot]
+    grants: BatchGrants
 
 
 @dataclass
@@ -90,6 +104,7 @@ class Prepared:
     """A decoded batch whose seals are being checked (see :meth:`Ledger.prepare`)."""
 
     msgs: list[tuple[int, str, bytes]]
+    times: list[int]  # each message's ledger time: its stream timestamp, ms since the epoch
     wires: list[EnvelopeWire | None]  # None: refused at decoding (the reference path says how)
     hosts: Mapping[str, HostEntry]
     hosts_version: int
@@ -126,11 +141,14 @@ class Ledger:
         self.committed_seq = self.store.watermark()
         self._hosts_version = self.store.hosts_version()
         self._hosts = self.store.hosts()
+        if config.grants not in ("enforce", "require"):
+            raise ValueError(f"grants must be 'enforce' or 'require', not {config.grants!r}")
+        self.grants = self.store.grant_book()
         self._last_checkpoint_at = time.monotonic()
         self._sealer = SealWorker()
         self._pending: tuple[list[Delivery], Prepared] | None = None
         self._committing: tuple[list[Delivery], list[Incoming], asyncio.Future[None] | None,
-                                dict[bytes, RunSlot], int] | None = None
+                                BatchChanges, int] | None = None
         # Held while a batch is written and committed; API reads take it too, so they never
         # see a batch that is not committed (nor sign a checkpoint over one).
         self.store_lock = asyncio.Lock()
@@ -183,12 +201,15 @@ class Ledger:
 
     # -- folding --------------------------------------------------------------------------
 
-    def fold_messages(self, msgs: list[tuple[int, str, bytes]]) -> tuple[list[Incoming], int]:
-        """Decide messages (stream seq, subject, data) above the watermark and commit them."""
-        return self.finish(self.prepare(msgs, share_in_line=0.5))
+    def fold_messages(self, msgs: list[tuple[int, str, bytes]], times: list[int] | None = None
+                      ) -> tuple[list[Incoming], int]:
+        """Decide messages (stream seq, subject, data) above the watermark and commit them
+        (``times``: their stream timestamps in ms; 0 where not given)."""
+        return self.finish(self.prepare(msgs, share_in_line=0.5, times=times))
 
     def prepare(self, msgs: list[tuple[int, str, bytes]],
-                share_in_line: float | None = None, refresh_hosts: bool = True) -> Prepared:
+                share_in_line: float | None = None, refresh_hosts: bool = True,
+                times: list[int] | None = None) -> Prepared:
         """Decode a batch and hand its seals to the seal worker; :meth:`finish` folds it.
 
         The fold loop prepares batch k+1 before it finishes batch k, so the worker checks
@@ -208,7 +229,8 @@ class Ledger:
             if item is not None]
         ticket = self._sealer.submit([item for _, item in found], share_in_line)
         runs = {identity(wires[n].run) for n, _ in found}  # type: ignore[union-attr]
-        return Prepared(msgs, wires, hosts, self._hosts_version, [n for n, _ in found], ticket,
+        return Prepared(msgs, [0] * len(msgs) if times is None else times, wires, hosts,
+                        self._hosts_version, [n for n, _ in found], ticket,
                         runs, addresses)
 
     def finish(self, prepared: Prepared) -> tuple[list[Incoming], int]:
@@ -220,7 +242,7 @@ class Ledger:
         return batch, top
 
     def decide_and_write(self, prepared: Prepared
-                         ) -> tuple[list[Incoming], int, dict[bytes, RunSlot]]:
+                         ) -> tuple[list[Incoming], int, BatchChanges]:
         """Decide a prepared batch and write it in a transaction left open for the store's
         ``commit``; a batch decided with a host table that has since changed is decided
         again with the current one. Returns the batch, its watermark and the runs it
@@ -231,21 +253,22 @@ class Ledger:
             if not batch:
                 return batch, top, changed
             try:
-                self.store.write_batch(batch, top, prepared.hosts_version, changed)
+                self.store.write_batch(batch, top, prepared.hosts_version, changed.runs)
             except HostsChanged:
-                prepared = self.prepare(prepared.msgs, share_in_line=0.5)
+                prepared = self.prepare(prepared.msgs, share_in_line=0.5, times=prepared.times)
                 continue
             return batch, top, changed
 
-    def _install(self, changed: Mapping[bytes, RunSlot], top: int) -> None:
-        """Make a committed batch's run states the cache's, and its watermark ``top`` the
-        committed position."""
+    def _install(self, changed: BatchChanges, top: int) -> None:
+        """Make a committed batch's run states the cache's, its grant events the book's, and
+        its watermark ``top`` the committed position."""
         self.committed_seq = max(self.committed_seq, top)
-        for run, slot in changed.items():
+        for run, slot in changed.runs.items():
             self._remember(run, slot)
+        if changed.grants.accepted:
+            changed.grants.install()
 
-    def _decide(self, prepared: Prepared
-                ) -> tuple[list[Incoming], int, dict[bytes, RunSlot]]:
+    def _decide(self, prepared: Prepared) -> tuple[list[Incoming], int, BatchChanges]:
         self._trim_runs()
         seals: list[bool | None] = [None] * len(prepared.msgs)
         for n, ok in zip(prepared.sealed, self._sealer.collect(prepared.seals), strict=True):
@@ -289,23 +312,40 @@ class Ledger:
         # the batch was prepared with) are checked again in line.
         trusted, retired = self.store.operators()
         control = BatchControl(trusted, hosts, retired)
-        ctx = Admission(control.hosts, BatchRuns(committed), head_at, self.names)
+        grants = BatchGrants(self.grants)
+        ctx = Admission(control.hosts, BatchRuns(committed), head_at, self.names, grants,
+                        self.config.grants == "require")
+
+        def run_at(run: bytes, index: int) -> tuple[bytes, int, bytes | None] | None:
+            slot = ctx.runs.get(run)
+            if slot is None:
+                return None
+            st = slot.state
+            head = (st.head if index == st.index
+                    else head_at(run, index) if 1 <= index < st.index else None)
+            return st.grants_id, st.index, head
+
         is_control = self.names.is_control
-        for (seq, subject, data), wire, seal_ok, addresses in zip(
-                prepared.msgs, prepared.wires, seals, prepared.addresses, strict=True):
+        grant_subject = self.names.grant_subject
+        for (seq, subject, data), at_ms, wire, seal_ok, addresses in zip(
+                prepared.msgs, prepared.times, prepared.wires, seals, prepared.addresses,
+                strict=True):
             if seq <= watermark:
                 continue
-            decision: Accepted | Refused | ControlAccepted
-            if is_control(subject):
+            decision: Accepted | Refused | ControlAccepted | GrantAccepted
+            if subject == grant_subject:
+                host_keys = {e.public_key for e in control.hosts.values()}
+                decision = grants.fold(seq, at_ms, data, host_keys, run_at)
+            elif is_control(subject):
                 decision = control.fold(seq, data)
             else:
                 decision = fold_message(
                     ctx, Message(subject, data, seq, wire, None if control.changed else seal_ok,
-                                 addresses), fast)
+                                 addresses, at_ms), fast)
             batch.append(Incoming(seq, subject, data, decision))
             if seq > top:
                 top = seq
-        return batch, top, ctx.runs.changed
+        return batch, top, BatchChanges(ctx.runs.changed, grants)
 
     # -- checkpoints ----------------------------------------------------------------------
 
@@ -526,7 +566,8 @@ class Ledger:
             new = None
             if msgs:
                 new = (msgs, self.prepare([(m.seq, m.subject, m.data) for m in msgs],
-                                          refresh_hosts=committing is None))
+                                          refresh_hosts=committing is None,
+                                          times=[ledger_time(m.reply) for m in msgs]))
             await self._settle()
             if pending is not None:
                 await self._start_commit(*pending)

@@ -43,6 +43,7 @@ import msgspec
 from fleet.address import format_address, id_text, parse_address
 from fleet.control import OPERATOR, ControlAccepted
 from fleet.fold import Accepted, HostEntry, Refused, RunSlot
+from fleet.grant_events import GrantAccepted, GrantBook, apply, decode_event, event_ref
 from fleet.merkle import leaf_hash
 from fleet.run_codec import state_from_json, state_to_json
 from fleet.seal import decode_key, encode_key
@@ -80,6 +81,13 @@ _SCHEMA = (
     " retired INTEGER NOT NULL DEFAULT 0)",
     "CREATE TABLE IF NOT EXISTS checkpoints (size INTEGER PRIMARY KEY, root BLOB NOT NULL,"
     " note TEXT NOT NULL, at REAL NOT NULL)",
+    # Grant events folded from the stream (fleet.grant_events), in stream order: the grant
+    # book is rebuilt from them (the one state change, fleet.grant_events.apply). ``ref``:
+    # the grant an event concerns (the run, for a checkpoint), for a run's history.
+    "CREATE TABLE IF NOT EXISTS grant_events (stream_seq INTEGER PRIMARY KEY,"
+    " kind TEXT NOT NULL, signer TEXT NOT NULL, ref TEXT NOT NULL, at_ms INTEGER NOT NULL,"
+    " payload BLOB NOT NULL)",
+    "CREATE INDEX IF NOT EXISTS grant_events_ref ON grant_events (ref)",
 )
 
 
@@ -98,7 +106,7 @@ class Incoming(msgspec.Struct, frozen=True, gc=False):
     stream_seq: int
     subject: str
     payload: bytes
-    decision: Accepted | Refused | ControlAccepted
+    decision: Accepted | Refused | ControlAccepted | GrantAccepted
 
 
 def open_db(path: Path) -> sqlite3.Connection:
@@ -323,6 +331,29 @@ class LedgerStore:
                 self._upsert_host(e.name, encode_key(e.public_key), e.enrolled_after,
                                   e.revoked_after, "stream")
 
+    # -- grants ---------------------------------------------------------------------------
+
+    def grant_book(self) -> GrantBook:
+        """The grant book as the folded events left it (replayed through the one state
+        change, :func:`fleet.grant_events.apply`)."""
+        book = GrantBook()
+        for seq, at_ms, payload in self.conn.execute(
+                "SELECT stream_seq, at_ms, payload FROM grant_events ORDER BY stream_seq"):
+            ev = decode_event(bytes(payload))
+            apply(book, GrantAccepted(ev, bytes(payload), seq, at_ms, event_ref(ev)))
+        return book
+
+    def grant_history(self, refs: Sequence[bytes]) -> list[tuple[int, int, bytes]]:
+        """(stream seq, ledger time ms, event bytes) of the events concerning ``refs``
+        (grants, or a run for its checkpoints), in stream order."""
+        if not refs:
+            return []
+        rows = self.conn.execute(
+            f"SELECT stream_seq, at_ms, payload FROM grant_events WHERE ref IN "
+            f"({','.join('?' * len(refs))}) ORDER BY stream_seq",
+            [format_address(r) for r in refs]).fetchall()
+        return [(seq, at, bytes(p)) for seq, at, p in rows]
+
     # -- runs -----------------------------------------------------------------------------
 
     def load_run(self, run: bytes) -> RunSlot | None:
@@ -397,11 +428,14 @@ class LedgerStore:
         first_seq: dict[str, int] = {}
         refusals = []
         control: list[tuple[ControlAccepted, bytes]] = []
+        grants: list[GrantAccepted] = []
         now = time.time()
         for item in batch:
             d = item.decision
             if isinstance(d, ControlAccepted):
                 control.append((d, item.payload))
+            elif isinstance(d, GrantAccepted):
+                grants.append(d)
             elif isinstance(d, Accepted):
                 run = id_text(d.run)
                 segment_rows.append((run, d.index, d.head_text or format_address(d.head), d.kind,
@@ -432,6 +466,11 @@ class LedgerStore:
                        " detail, payload, at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)", refusals)
         if control:
             self._write_control(control)
+        if grants:
+            db.executemany("INSERT INTO grant_events (stream_seq, kind, signer, ref, at_ms,"
+                           " payload) VALUES (?, ?, ?, ?, ?, ?)",
+                           [(d.stream_seq, d.event.kind_name, encode_key(d.event.signer),
+                             format_address(d.ref), d.at_ms, d.data) for d in grants])
         new_size = self.tree.append(leaves)
         self.set_meta("watermark", str(watermark))
         return new_size
