@@ -342,7 +342,7 @@ class Ledger:
                 decision = fold_message(
                     ctx, Message(subject, data, seq, wire, None if control.changed else seal_ok,
                                  addresses, at_ms), fast)
-            batch.append(Incoming(seq, subject, data, decision))
+            batch.append(Incoming(seq, subject, data, decision, at_ms))
             if seq > top:
                 top = seq
         return batch, top, BatchChanges(ctx.runs.changed, grants)

@@ -107,6 +107,7 @@ class Incoming(msgspec.Struct, frozen=True, gc=False):
     subject: str
     payload: bytes
     decision: Accepted | Refused | ControlAccepted | GrantAccepted
+    at_ms: int = 0  # ledger time: the message's stream timestamp, ms since the epoch
 
 
 def open_db(path: Path) -> sqlite3.Connection:
@@ -141,6 +142,10 @@ class LedgerStore:
         columns = {row[1] for row in self.conn.execute("PRAGMA table_info(segments)")}
         if "at" not in columns:
             self.conn.execute("ALTER TABLE segments ADD COLUMN at REAL")
+        # Ledger time (the stream's timestamp, ms) a segment was judged at: what an offline
+        # verifier needs to recompute its grant's decision.
+        if "at_ms" not in columns:
+            self.conn.execute("ALTER TABLE segments ADD COLUMN at_ms INTEGER")
 
     def _add_host_source(self) -> None:
         """Hosts enrolled offline (``hosts.json``) and from the stream are told apart: only
@@ -439,7 +444,8 @@ class LedgerStore:
             elif isinstance(d, Accepted):
                 run = id_text(d.run)
                 segment_rows.append((run, d.index, d.head_text or format_address(d.head), d.kind,
-                                     size + len(leaves), item.stream_seq, item.payload))
+                                     size + len(leaves), item.stream_seq, item.payload,
+                                     item.at_ms))
                 leaves.append(leaf_hash(d.leaf))
                 runs[run] = (d.run, item.stream_seq)
                 first_seq.setdefault(run, item.stream_seq)
@@ -450,7 +456,7 @@ class LedgerStore:
         # rowid = leaf index + 1 (what SQLite assigned anyway, segments are never deleted),
         # so the log's entries are read by leaf index through the table's own b-tree.
         db.executemany("INSERT INTO segments (rowid, run, idx, head, kind, leaf_index,"
-                       " stream_seq, payload, at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                       " stream_seq, payload, at_ms, at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                        [(row[4] + 1, *row, now) for row in segment_rows])
         db.executemany(
             "INSERT INTO runs (run, host, segments, head, phase, state, first_seq, last_seq)"
