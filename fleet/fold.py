@@ -53,8 +53,7 @@ from fleet.errors import (
     SubjectMismatch,
     UnknownHost,
 )
-from fleet.grant_errors import UnknownGrant
-from fleet.grant_events import GrantView, check_segment
+from fleet.grant_events import GrantView, check_step
 from fleet.kernel import Step, genesis
 from fleet.leaf import encode_leaf
 from fleet.record import RunState, chain
@@ -298,33 +297,21 @@ def decide_envelope(ctx: Admission, msg: Message, env: Envelope) -> Accepted | R
 
 
 def grant_gate(ctx: Admission, msg: Message, d: Accepted) -> Accepted | Refused:
-    """``d`` if its run's grant allows it (:func:`fleet.grant_events.check_segment`), else
-    the refusal; both fold paths end here. A run under no grant
-    (:data:`fleet.kernel.NO_GRANTS`, a pool's own run) and a close pass: a close spends
-    nothing and runs nothing, and ending a run is what revoking its grant asks for."""
+    """``d`` if its run's grant allows it (:func:`fleet.grant_events.check_step`), else
+    the refusal; both fold paths end here."""
     grants = ctx.grants
     if grants is None or d.kind == kernel.CLOSED:
         return d
     slot = ctx.runs.get(d.run)
-    state = None if slot is None else slot.state
-    if state is not None:
-        grants_id = state.grants_id
-    else:
-        assert d.opened is not None
-        grants_id = d.opened[1]
-    if grants_id == kernel.NO_GRANTS:
-        return d
     try:
-        terms = grants.effective(grants_id)
-        if terms is None:
-            if ctx.require_grants:
-                raise UnknownGrant("the run's grant was not presented before its segments")
-            return d
-        before = 0 if state is None else state.energy.total_uj
-        check_segment(terms, d.host,
-                      kernel.step_manifest(None if state is None else state.park, d.kind,
-                                           d.step),
-                      before + kernel.step_uj(d.step), msg.at_ms, d.index)
+        if slot is None:
+            assert d.opened is not None
+            check_step(grants, d.opened[1], d.host, None, d.kind, d.step, 0, msg.at_ms,
+                       d.index, ctx.require_grants)
+        else:
+            state = slot.state
+            check_step(grants, state.grants_id, d.host, state.park, d.kind, d.step,
+                       state.energy.total_uj, msg.at_ms, d.index, ctx.require_grants)
     except FleetError as exc:
         return Refused(exc.rule, str(exc), d.host, d.run, d.index)
     return d

@@ -50,9 +50,13 @@ __all__ = [
 
 
 class GrantError(FleetError):
-    """Base of every grant refusal."""
+    """Base of every grant refusal (``segment``: the segment it concerns, if any)."""
 
     fault = "grant"
+
+    def __init__(self, message: str, *, segment: int | None = None) -> None:
+        super().__init__(message)
+        self.segment = segment
 
 
 class GrantEventError(GrantError):

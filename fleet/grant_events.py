@@ -34,6 +34,7 @@ from typing import Any, Final, Protocol
 from nacl.exceptions import BadSignatureError
 from nacl.signing import SigningKey, VerifyKey
 
+from fleet import kernel
 from fleet.address import digest, format_address
 from fleet.grant import (
     Grant,
@@ -98,7 +99,9 @@ __all__ = [
     "amend_event",
     "apply",
     "check_segment",
+    "check_step",
     "check_window",
+    "chain_of",
     "checkpoint_event",
     "decide_event",
     "decode_event",
@@ -293,6 +296,17 @@ class GrantBook:
 
     def put_trigger(self, key: bytes, name: str, child: bytes) -> None:
         self.triggers[(key, name)] = child
+
+
+def chain_of(view: GrantView, address: bytes) -> list[bytes]:
+    """``address`` and each parent above it, as far as the book holds them."""
+    out: list[bytes] = []
+    entry = view.entry(address)
+    while entry is not None:
+        out.append(entry.address)
+        parent = entry.grant.parent
+        entry = None if parent is None else view.entry(parent)
+    return out
 
 
 def effective_terms(view: GrantView, address: bytes) -> Terms | None:
@@ -523,6 +537,27 @@ def check_segment(terms: Terms, host: str, manifest: bytes | None, energy_after:
     if energy_after > terms.budget_uj:
         raise OverBudget(f"the run would reach {energy_after} µJ; the grant allows "
                          f"{terms.budget_uj}", segment=index)
+
+
+def check_step(view: GrantView, grants_id: bytes, host: str, held_park: bytes | None,
+               kind: str, step: kernel.Step, energy_before: int, at_ms: int, index: int,
+               require: bool) -> None:
+    """The grant rule for one kernel ``step`` of a run under ``grants_id`` (``held_park``:
+    the run's park before it; ``energy_before``: its energy so far): a run under no grant
+    (:data:`fleet.kernel.NO_GRANTS`, a pool's own run) and a close pass (a close spends
+    nothing and runs nothing, and ending a run is what revoking its grant asks for); a
+    grant not in the book is ``UnknownGrant`` where grants are required (``require``) and
+    passes otherwise; else :func:`check_segment` under its effective terms."""
+    if kind == kernel.CLOSED or grants_id == kernel.NO_GRANTS:
+        return
+    terms = view.effective(grants_id)
+    if terms is None:
+        if require:
+            raise UnknownGrant("the run's grant was not presented before its segments",
+                               segment=index)
+        return
+    check_segment(terms, host, kernel.step_manifest(held_park, kind, step),
+                  energy_before + kernel.step_uj(step), at_ms, index)
 
 
 # -- showing ------------------------------------------------------------------------------------

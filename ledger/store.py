@@ -48,6 +48,7 @@ from fleet.merkle import leaf_hash
 from fleet.run_codec import state_from_json, state_to_json
 from fleet.seal import decode_key, encode_key
 from fleet.subjects import check_host_name
+from fleet.wire import envelope_wire
 from ledger.tree_store import TreeStore
 from plumbing import sqlite
 from plumbing.files import write_atomically
@@ -359,6 +360,43 @@ class LedgerStore:
             [format_address(r) for r in refs]).fetchall()
         return [(seq, at, bytes(p)) for seq, at, p in rows]
 
+    def grant_evidence(self, run: bytes, chain: Sequence[bytes]
+                       ) -> tuple[list[tuple[int, int, bytes]], list[tuple[int, int, int, str]]]:
+        """What an offline verifier needs to recompute the grant decisions of ``run``
+        (:mod:`fleet.grant_verify`), whose grant's chain is ``chain`` (the grant, then each
+        parent): the accepted events concerning the chain (issues, amendments, the mints
+        of its children with every other mint of the same standing grants and the triggers
+        they used) and the run's checkpoints, as (stream seq, ledger time, bytes); and each
+        segment's (index, stream seq, ledger time, sealing host)."""
+        held = set(chain)
+        wanted = {format_address(a) for a in chain} | {format_address(run)}
+        events: dict[int, tuple[int, int, bytes]] = {}
+        used: set[tuple[bytes, str]] = set()
+        for seq, kind, ref, at_ms, payload in self.conn.execute(
+                "SELECT stream_seq, kind, ref, at_ms, payload FROM grant_events"
+                " WHERE kind != 'trigger' ORDER BY stream_seq"):
+            data = bytes(payload)
+            if kind == "mint":
+                ev = decode_event(data)
+                if ev.fields["standing"] not in held:
+                    continue
+                used.add((ev.fields["standing"], ev.fields["trigger"]))
+            elif ref not in wanted:
+                continue
+            events[seq] = (seq, at_ms, data)
+        if used:
+            names = {name for _standing, name in used}
+            for seq, at_ms, payload in self.conn.execute(
+                    "SELECT stream_seq, at_ms, payload FROM grant_events WHERE kind = 'trigger'"):
+                data = bytes(payload)
+                if decode_event(data).fields["name"] in names:
+                    events[seq] = (seq, at_ms, data)
+        segments = [(idx, seq, at_ms or 0, _envelope_host(bytes(payload)))
+                    for idx, seq, at_ms, payload in self.conn.execute(
+                        "SELECT idx, stream_seq, at_ms, payload FROM segments WHERE run = ?"
+                        " ORDER BY idx", (format_address(run),))]
+        return [events[k] for k in sorted(events)], segments
+
     # -- runs -----------------------------------------------------------------------------
 
     def load_run(self, run: bytes) -> RunSlot | None:
@@ -591,3 +629,10 @@ class ReadOnlyStore(LedgerStore):
             raise StoreError(f"{self.dir}: no ledger store here ({DB_NAME} is missing)")
         self.conn = sqlite.connect(self.path, read_only=True)
         self.tree = TreeStore(self.conn, create=False)
+
+
+def _envelope_host(payload: bytes) -> str:
+    """The host a stored (accepted, hence decodable) segment's envelope names."""
+    wire = envelope_wire(payload)
+    assert wire is not None, "a folded segment's envelope decodes"
+    return wire.host

@@ -3,6 +3,7 @@ events and of segments under a grant, by name, with nothing changed after a refu
 
 from __future__ import annotations
 
+import base64
 from pathlib import Path
 
 import pytest
@@ -20,10 +21,12 @@ from fleet.grant import (
 )
 from fleet.grant_errors import GrantWidens, MissingExpiry, NonCanonicalGrant
 from fleet.grant_events import decode_event
+from fleet.wire import RecordWire
 
-from fault_helpers import MANIFEST, host_key
+from fault_helpers import MANIFEST, SealedRun, host_key
 from grant_helpers import (
     AGENT,
+    CHILD_AGENT,
     ISSUER,
     NO_AMENDMENT,
     T0,
@@ -395,3 +398,66 @@ def test_a_restarted_ledger_rebuilds_the_same_book_and_decides_alike(tmp_path: P
     finally:
         w.close()
 
+
+
+# -- offline ----------------------------------------------------------------------------------
+
+
+def _evidence(w: World, run: bytes) -> dict:
+    from fleet.grant_events import chain_of
+    from fleet.grant_verify import evidence_json
+
+    grants_id = w.ledger.store.load_run(run).state.grants_id
+    events, segments = w.ledger.store.grant_evidence(run, chain_of(w.ledger.grants, grants_id))
+    return evidence_json(run, events, segments)
+
+
+def test_an_auditor_recomputes_the_grant_decisions_offline(tmp_path: Path) -> None:
+    """From the run's record file and its grant evidence alone, every segment is judged
+    again under the minted child's grant, its parent's amendment and ledger time; a record
+    holding a segment the grant would not allow, or evidence with an event removed, is
+    refused by name."""
+    from fleet.grant_errors import OverBudget, UnknownTrigger
+    from fleet.grant_verify import verify_grant_evidence
+
+    w = World(tmp_path / "l")
+    try:
+        sid = _standing(w)
+        assert w.event(trigger_event(TRIGGERS, "go")) == "accepted"
+        child = child_grant(sid, terms(budget_uj=5_000))
+        assert w.event(mint_event(AGENT, sid, "go", child)) == "accepted"
+        r = run_under(grant_address(child))
+        for n in range(2):
+            assert w.rule(r.subject, r.execute(n, uj=1_500), T0 + 2000 + n) == "accepted"
+        assert w.event(amend_event(ISSUER, sid, 1, NO_AMENDMENT,
+                                   terms(mint=policy(), budget_uj=4_000))) == "accepted"
+        head = w.ledger.store.head_at(r.run, 2)
+        cp = checkpoint_event(CHILD_AGENT, r.run, 2, head, digest(b"s"), "n")
+        assert w.event(cp) == "accepted"
+        assert w.rule(r.subject, r.execute(2, uj=1_000), T0 + 3000) == "accepted"
+        evidence = _evidence(w, r.run)
+        check = verify_grant_evidence(r.builder.to_record(), evidence)
+        assert (check.segments, check.energy_uj, check.effective.budget_uj) == (3, 4_000, 4_000)
+        assert check.events == 5  # issue, trigger, mint, amendment, checkpoint
+
+        # The ledger refuses the next interval; a record that holds it anyway fails offline.
+        over = r.execute(3, uj=1)
+        assert w.rule(r.subject, over, T0 + 4000) == "OverBudget"
+        evidence["segments"].append({"index": 4, "stream_seq": w.seq, "at_ms": T0 + 4000,
+                                     "host": "h1"})
+        with pytest.raises(OverBudget):
+            verify_grant_evidence(r.builder.to_record(), evidence)
+        stripped = {**_evidence(w, r.run)}
+        stripped["events"] = [e for e in stripped["events"]
+                              if decode_event(base64.b64decode(e["event"])).kind_name
+                              != "trigger"]
+        with pytest.raises(UnknownTrigger):
+            verify_grant_evidence(_record_upto(r, 3), stripped)
+    finally:
+        w.close()
+
+
+def _record_upto(r: SealedRun, n: int) -> RecordWire:
+    record = r.builder.to_record()
+    record.segments = record.segments[:n]
+    return record
