@@ -117,10 +117,16 @@ class FleetStore:
     # -- runs ------------------------------------------------------------------------------
 
     async def runs(self) -> list[tuple[dict[str, Any], int]]:
+        # The keys from the bucket's stream's subjects, not nats-py's ``kv.keys()``: its
+        # watcher can end before the first entry arrives on a loaded machine and then says
+        # "no keys" (NoKeysError) for a bucket that holds some.
+        stream = f"KV_{self.names.runtime_runs}"
+        prefix = f"$KV.{self.names.runtime_runs}."
         try:
-            keys = await self.kv.keys()
+            info = await self.js.stream_info(stream, subjects_filter=prefix + ">")
         except NotFoundError:
             return []
+        keys = sorted(s[len(prefix):] for s in (info.state.subjects or {}))
         out = []
         for key in keys:
             got = await self.get(key)
