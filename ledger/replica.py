@@ -41,6 +41,7 @@ from nats.js.errors import BucketNotFoundError
 from nats.js.kv import KeyValue
 
 from fleet.subjects import DEFAULT_FLEET, FleetNames
+from plumbing.nats_connect import bucket_keys
 
 if TYPE_CHECKING:
     from ledger.service import Ledger
@@ -183,7 +184,7 @@ async def read_replicas(js: JetStreamContext, names: FleetNames = DEFAULT_FLEET
             holder = json.loads(entry.value)["holder"]
     with contextlib.suppress(Exception):
         kv = await js.key_value(names.replicas_bucket)
-        for key in await kv.keys():
+        for key in await bucket_keys(js, names.replicas_bucket):
             with contextlib.suppress(Exception):
                 e = await kv.get(key)
                 if e.value:

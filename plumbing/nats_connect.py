@@ -78,3 +78,20 @@ async def connect(servers: list[str], nkey: Path | None = None, name: str = "fle
                               f"(tried for {window:g}s){last}") from None
     up = True
     return nc
+
+
+async def bucket_keys(js: Any, bucket: str) -> list[str]:
+    """The keys a JetStream key-value bucket holds an entry under (deleted keys included:
+    their entries read as deleted), sorted; none for a bucket that does not exist.
+
+    Read from the bucket stream's subjects rather than nats-py's ``kv.keys()``: its watcher
+    can end before the first entry arrives on a loaded machine and then reports "no keys"
+    for a bucket that holds some."""
+    from nats.js.errors import NotFoundError
+
+    prefix = f"$KV.{bucket}."
+    try:
+        info = await js.stream_info(f"KV_{bucket}", subjects_filter=prefix + ">")
+    except NotFoundError:
+        return []
+    return sorted(s[len(prefix):] for s in (info.state.subjects or {}))

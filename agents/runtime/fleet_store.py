@@ -30,6 +30,7 @@ from nats.js.api import KeyValueConfig, ObjectStoreConfig, StorageType, StreamCo
 from nats.js.errors import BadRequestError, KeyWrongLastSequenceError, NotFoundError
 
 from fleet.subjects import DEFAULT_FLEET, FleetNames, run_token
+from plumbing.nats_connect import bucket_keys
 
 # The default fleet's names (FleetNames.runtime_*); a FleetStore uses its fleet's.
 SIGNALS = DEFAULT_FLEET.runtime_signals
@@ -117,16 +118,7 @@ class FleetStore:
     # -- runs ------------------------------------------------------------------------------
 
     async def runs(self) -> list[tuple[dict[str, Any], int]]:
-        # The keys from the bucket's stream's subjects, not nats-py's ``kv.keys()``: its
-        # watcher can end before the first entry arrives on a loaded machine and then says
-        # "no keys" (NoKeysError) for a bucket that holds some.
-        stream = f"KV_{self.names.runtime_runs}"
-        prefix = f"$KV.{self.names.runtime_runs}."
-        try:
-            info = await self.js.stream_info(stream, subjects_filter=prefix + ">")
-        except NotFoundError:
-            return []
-        keys = sorted(s[len(prefix):] for s in (info.state.subjects or {}))
+        keys = await bucket_keys(self.js, self.names.runtime_runs)
         out = []
         for key in keys:
             got = await self.get(key)
