@@ -45,13 +45,10 @@ VERDICTS = ("NonBlocking", "Blocked", "Malformed", "Unproved")
 FORMS = ("image", "image+memory", "transcript")
 _HOUR = 3600.0
 
-# Every grant refusal's rule name: segment refusals (GrantRefusal) and event refusals.
+# Every grant refusal's rule name (a segment's, or a grant event's; UnknownGrant is either).
 GRANT_RULES: frozenset[str] = frozenset(
     name for name in grant_errors.__all__
     if name not in ("GrantError", "GrantEventError", "GrantRefusal"))
-_SEGMENT_RULES = frozenset(
-    name for name in GRANT_RULES
-    if issubclass(getattr(grant_errors, name), grant_errors.GrantRefusal))
 
 
 def park_form(snapshot: Any) -> str:
@@ -126,25 +123,27 @@ def _rate(uj: int, hours: float) -> float | None:
     return round(uj / hours, 3) if hours > 0 else None
 
 
-def grant_refusals(refusals: Iterable[tuple[str, float | None]], since: float | None = None
-                   ) -> dict[str, Any]:
-    """Counts of the grant rules among ``refusals`` ((rule, when refused)) since ``since``:
-    ``total``, ``segments`` (runs held to their grants), ``events`` (grant events not
-    taken) and ``by_rule``."""
+def grant_refusals(refusals: Iterable[tuple[str, float | None, bool]],
+                   since: float | None = None) -> dict[str, Any]:
+    """Counts of the grant rules among ``refusals`` ((rule, when refused, whether the
+    refused message was a grant event)) since ``since``: ``total``, ``segments`` (runs
+    held to their grants), ``events`` (grant events not taken) and ``by_rule``."""
     by_rule: dict[str, int] = defaultdict(int)
-    for rule, at in refusals:
+    events = 0
+    for rule, at, is_event in refusals:
         if rule in GRANT_RULES and (since is None or (at is not None and at >= since)):
             by_rule[rule] += 1
-    segments = sum(n for rule, n in by_rule.items() if rule in _SEGMENT_RULES)
-    return {"total": sum(by_rule.values()), "segments": segments,
-            "events": sum(by_rule.values()) - segments, "by_rule": dict(sorted(by_rule.items()))}
+            events += is_event
+    total = sum(by_rule.values())
+    return {"total": total, "segments": total - events, "events": events,
+            "by_rule": dict(sorted(by_rule.items()))}
 
 
 def audit(runs: Iterable[AuditRun], now: float, since: float | None = None,
           cheap_factor: float = 0.1,
-          refusals: Iterable[tuple[str, float | None]] = ()) -> dict[str, Any]:
+          refusals: Iterable[tuple[str, float | None, bool]] = ()) -> dict[str, Any]:
     """The audit of ``runs`` at ``now`` (see the module docstring); ``refusals``: the
-    ledger's refusals as (rule, when), for the grant refusals."""
+    ledger's refusals as (rule, when, of a grant event), for :func:`grant_refusals`."""
     runs = [r for r in runs if _active_since(r, since)]
     verdicts = {v: 0 for v in VERDICTS}
     decided: list[dict[str, Any]] = []

@@ -74,8 +74,10 @@ def audit_runs(store: LedgerStore) -> list[AuditRun]:
 def audit_store(store: LedgerStore, since: float | None = None,
                 cheap_factor: float = 0.1, now: float | None = None) -> dict[str, Any]:
     """The audit of the ledger's store (:func:`fleet.audit.audit`)."""
-    refusals = store.conn.execute(
-        f"SELECT rule, at FROM rejections WHERE rule IN ({','.join('?' * len(GRANT_RULES))})",
-        sorted(GRANT_RULES)).fetchall()
+    # A grant event's subject is <fleet>.ctl.grant (fleet.subjects), whatever the fleet.
+    refusals = [(rule, at, subject.endswith(".ctl.grant")) for rule, at, subject in
+                store.conn.execute("SELECT rule, at, subject FROM rejections WHERE rule IN "
+                                   f"({','.join('?' * len(GRANT_RULES))})",
+                                   sorted(GRANT_RULES))]
     return audit(audit_runs(store), time.time() if now is None else now, since, cheap_factor,
                  refusals)

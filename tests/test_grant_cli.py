@@ -111,7 +111,8 @@ def test_a_standing_grant_mints_a_child_on_a_trigger(nats_server: NatsServer,
                                                      tmp_path: Path) -> None:
     """``fleet grant trigger`` then ``fleet grant mint`` from a standing grant: the ledger
     folds the child under it (its chain names the standing grant); a second mint on the
-    same trigger is refused ReplayedTrigger."""
+    same trigger is refused ReplayedTrigger; under ``--grants require`` a run whose grant
+    was never presented is UnknownGrant; the audit counts both."""
     url = nats_server.url
     keys = tmp_path / "keys"
     for name in ("issuer", "agent", "trigger", "sub"):
@@ -119,7 +120,8 @@ def test_a_standing_grant_mints_a_child_on_a_trigger(nats_server: NatsServer,
     standing = tmp_path / "standing.grant"
     policy = f"3/2/60000/{keys / 'trigger.vkey'}"
     data = tmp_path / "ledger"
-    with LedgerProc(url, data) as ledger:
+    enroll_h1(data)
+    with LedgerProc(url, data, "--grants", "require") as ledger:
         ledger.start()
         sid = _json("grant", "issue", "--key", str(keys / "issuer.key"), "--subject",
                     str(keys / "agent.vkey"), "--scope", "/fs", "--budget-uj", "50000",
@@ -140,8 +142,14 @@ def test_a_standing_grant_mints_a_child_on_a_trigger(nats_server: NatsServer,
               "--out", str(tmp_path / "again.grant"))
         _folded_to(data, 4)
         assert _rules(data) == ["ReplayedTrigger"]
+        stranger = run_under(digest(b"a grant never presented"))
+        publish(url, [(stranger.subject, stranger.execute(0))])
+        _folded_to(data, 5)
+        assert _rules(data) == ["ReplayedTrigger", "UnknownGrant"]
         assert _json("audit", "--nats", url)["grant_refusals"] == {
-            "total": 1, "segments": 0, "events": 1, "by_rule": {"ReplayedTrigger": 1}}
+            "total": 2, "segments": 1, "events": 1,
+            "by_rule": {"ReplayedTrigger": 1, "UnknownGrant": 1}}
+        assert _json("status", "--nats", url)["grants"] == {"mode": "require", "folded": 2}
 
 
 def _keys(tmp_path: Path) -> Path:
