@@ -434,7 +434,7 @@ def show_run_grant(doc: dict[str, Any]) -> None:
                                        if len(g["chain"]) > 1 else ""))
     for line in terms_lines(g["effective"], g["used_uj"]):
         click.echo(f"    {line}")
-    for ev in [*g["history"], *g["checkpoints"]]:
+    for ev in sorted([*g["history"], *g["checkpoints"]], key=lambda e: e["stream_seq"]):
         click.echo("    " + history_line(ev))
 
 
