@@ -30,12 +30,14 @@ def split_servers(url: str) -> list[str]:
 
 
 def api(url: str, endpoint: str, body: dict[str, Any] | None = None,
-        nkey: Path | None = None, timeout: float = 10.0) -> Any:
-    """Call the ledger; one readable line and a non-zero exit when that fails."""
+        nkey: Path | None = None, timeout: float = 10.0, **kw: Any) -> Any:
+    """Call the ledger; one readable line and a non-zero exit when that fails. ``kw``:
+    more of :func:`ledger.client.call`'s options (``inbox_prefix``)."""
     from ledger.client import ApiError, LedgerUnreachable, call_sync
 
     try:
-        return call_sync(url, endpoint, body, nkey=nkey, timeout=timeout, fleet=FLEET["name"])
+        return call_sync(url, endpoint, body, nkey=nkey, timeout=timeout, fleet=FLEET["name"],
+                         **kw)
     except LedgerUnreachable as exc:
         raise UserError(str(exc)) from None
     except ApiError as exc:

@@ -86,6 +86,12 @@ def show(doc: dict[str, Any]) -> None:
     for s in doc["suspicious_hosts"]:
         for reason in s["reasons"]:
             click.echo(f"  {s['host']}: {reason}")
+    g = doc.get("grant_refusals")
+    if g is not None:
+        click.echo(f"\ngrant refusals: {g['total']} ({g['segments']} segments, "
+                   f"{g['events']} grant events)")
+        for rule, count in g["by_rule"].items():
+            click.echo(f"  {rule:<20} {count:>6}")
 
 
 @cli.command("audit")

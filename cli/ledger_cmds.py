@@ -91,6 +91,10 @@ def ledger() -> None:
               help="Run as one of several replicas sharing this origin and key: sign and "
                    "anchor only while holding the lease, whose time to live is this many "
                    "seconds (e.g. 2).")
+@click.option("--grants", type=click.Choice(["enforce", "require"]), default="enforce",
+              show_default=True, help="enforce: a run whose grant was presented is held to "
+              "it, others fold under no grant; require: a run whose grant was not presented "
+              "first is refused (UnknownGrant). See docs/grants.md.")
 @ledger_options
 @http_options(None, None)
 def ledger_serve(url: str, data: Path, nkey: Path | None, name: str, origin: str | None,
@@ -98,7 +102,7 @@ def ledger_serve(url: str, data: Path, nkey: Path | None, name: str, origin: str
                  dedup_window: float, http_address: str | None, ops_address: str | None,
                  ready_max_unsigned: float, http_busy_rate: float, log_format: str,
                  anchors_file: Path | None = None, operator_vkey: tuple[str, ...] = (),
-                 replica_ttl: float | None = None) -> None:
+                 replica_ttl: float | None = None, grants: str = "enforce") -> None:
     """The ledger and its API, against an existing NATS server or cluster."""
     from cli.anchor_cmds import load_anchors_option
     from cli.operator_cmds import operator_vkeys
@@ -111,7 +115,7 @@ def ledger_serve(url: str, data: Path, nkey: Path | None, name: str, origin: str
                             replicas=replicas, checkpoint_every=checkpoint_every,
                             checkpoint_ms=checkpoint_ms, dedup_window_s=dedup_window,
                             operator_vkeys=operator_vkeys(operator_vkey),
-                            replica_ttl=replica_ttl, fleet=FLEET["name"])
+                            replica_ttl=replica_ttl, fleet=FLEET["name"], grants=grants)
     anchors = load_anchors_option(anchors_file)
 
     def ready(led: Any) -> None:
@@ -268,6 +272,8 @@ def status(url: str, nkey: Path | None, data: Path | None, as_json: bool) -> Non
             receipts = _offline_receipts(data)
             doc = views.status(store, origin=origin, vkey=vkey,  # type: ignore[arg-type]
                                lag=None, healthy=True, detail="offline", receipts=receipts)
+            # The mode is the serving ledger's option, not stored: unknown offline.
+            doc["grants"] = {"mode": None, "folded": len(store.grant_book().entries)}
         finally:
             if receipts is not None:
                 receipts.close()
@@ -379,6 +385,9 @@ def run_show(run_id: str, exec_journal: Path | None, as_json: bool, url: str,
              else f"{h['host']} {h['first']}" for h in doc.get("holders", [])]
     if spans:
         click.echo("  held by " + ", ".join(spans))
+    from cli.grant_cmds import show_run_grant
+
+    show_run_grant(doc)
     for m in doc.get("exec", []):
         if m["interval"] is None:
             click.echo(f"  segment {m['segment']}: no interval of the exec journal")

@@ -49,9 +49,10 @@ def nats_config(
 ) -> None:
     """Write a nats-server config with account FLEET, nkey users and their permissions.
 
-    Users: one per host, `ledger`, a read-only `reader`, and `sys` (system account). A
-    seed already in OUT/creds is kept, so re-running keeps existing users' keys; delete a
-    seed file to rotate that key. Prints the paths written, never a seed.
+    Users: one per host, `ledger`, a read-only `reader`, `issuer` (grant events), and
+    `sys` (system account). A seed already in OUT/creds is kept, so re-running keeps
+    existing users' keys; delete a seed file to rotate that key. Prints the paths written,
+    never a seed.
     """
     names = [h.strip() for h in hosts.split(",") if h.strip()]
     if js_dir is None:

@@ -122,14 +122,17 @@ def publish_event(url: str, nkey: Path | None, key_file: Path, kind: int, host: 
             "id": event_id(data), "stream_seq": stream_seq, "subject": subject}
 
 
-async def _publish(servers: list[str], nkey: Path | None, subject: str, data: bytes) -> int:
+async def _publish(servers: list[str], nkey: Path | None, subject: str, data: bytes,
+                   msg_id: str | None = None, inbox: str | None = None) -> int:
+    """Publish one signed event to the stream (deduplicated by ``msg_id``, default the
+    control event's id); its stream sequence. ``inbox``: the NATS user's own prefix."""
     from fleet.control import event_id
     from plumbing.nats_connect import connect
 
-    nc = await connect(servers, nkey, name="fleet-operator")
+    nc = await connect(servers, nkey, name="fleet-operator", inbox_prefix=inbox)
     try:
         ack = await nc.jetstream(timeout=10.0).publish(
-            subject, data, headers={"Nats-Msg-Id": event_id(data)})
+            subject, data, headers={"Nats-Msg-Id": msg_id or event_id(data)})
         return int(ack.seq)
     finally:
         await nc.close()

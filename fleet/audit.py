@@ -19,10 +19,13 @@ energy split, its parks decoded from the folded segments, when each was folded) 
   cannot refuse that, so the audit names each such slot and the runs that count it;
 - **suspicious**: hosts whose parks of one form cost less than ``cheap_factor`` of the
   idle energy per hour the *other* hosts' parks of that form cost, and hosts whose parks
-  (or executed intervals) are all estimated, never measured.
+  (or executed intervals) are all estimated, never measured;
+- **grant refusals**: the ledger's refusals by a grant rule (:mod:`fleet.grant_errors`):
+  segments a run's grant did not allow, and grant events not taken, by rule.
 
-``since`` (Unix time) keeps runs active since then and parks that ended (or are still
-open) since then. Nothing here does I/O: the same rows give the same answer.
+``since`` (Unix time) keeps runs active since then, parks that ended (or are still
+open) since then, and refusals made since then. Nothing here does I/O: the same rows
+give the same answer.
 """
 
 from __future__ import annotations
@@ -33,12 +36,19 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["FORMS", "VERDICTS", "AuditPark", "AuditRun", "audit", "format_uj", "format_when",
-           "park_form"]
+from fleet import grant_errors
+
+__all__ = ["FORMS", "GRANT_RULES", "VERDICTS", "AuditPark", "AuditRun", "audit", "format_uj",
+           "format_when", "grant_refusals", "park_form"]
 
 VERDICTS = ("NonBlocking", "Blocked", "Malformed", "Unproved")
 FORMS = ("image", "image+memory", "transcript")
 _HOUR = 3600.0
+
+# Every grant refusal's rule name (a segment's, or a grant event's; UnknownGrant is either).
+GRANT_RULES: frozenset[str] = frozenset(
+    name for name in grant_errors.__all__
+    if name not in ("GrantError", "GrantEventError", "GrantRefusal"))
 
 
 def park_form(snapshot: Any) -> str:
@@ -113,9 +123,27 @@ def _rate(uj: int, hours: float) -> float | None:
     return round(uj / hours, 3) if hours > 0 else None
 
 
+def grant_refusals(refusals: Iterable[tuple[str, float | None, bool]],
+                   since: float | None = None) -> dict[str, Any]:
+    """Counts of the grant rules among ``refusals`` ((rule, when refused, whether the
+    refused message was a grant event)) since ``since``: ``total``, ``segments`` (runs
+    held to their grants), ``events`` (grant events not taken) and ``by_rule``."""
+    by_rule: dict[str, int] = defaultdict(int)
+    events = 0
+    for rule, at, is_event in refusals:
+        if rule in GRANT_RULES and (since is None or (at is not None and at >= since)):
+            by_rule[rule] += 1
+            events += is_event
+    total = sum(by_rule.values())
+    return {"total": total, "segments": total - events, "events": events,
+            "by_rule": dict(sorted(by_rule.items()))}
+
+
 def audit(runs: Iterable[AuditRun], now: float, since: float | None = None,
-          cheap_factor: float = 0.1) -> dict[str, Any]:
-    """The audit of ``runs`` at ``now`` (see the module docstring)."""
+          cheap_factor: float = 0.1,
+          refusals: Iterable[tuple[str, float | None, bool]] = ()) -> dict[str, Any]:
+    """The audit of ``runs`` at ``now`` (see the module docstring); ``refusals``: the
+    ledger's refusals as (rule, when, of a grant event), for :func:`grant_refusals`."""
     runs = [r for r in runs if _active_since(r, since)]
     verdicts = {v: 0 for v in VERDICTS}
     decided: list[dict[str, Any]] = []
@@ -166,6 +194,7 @@ def audit(runs: Iterable[AuditRun], now: float, since: float | None = None,
         "reused_slots": _reused_slots(runs),
         "suspicious_hosts": _suspicious(runs, closed, cheap_factor),
         "cheap_factor": cheap_factor,
+        "grant_refusals": grant_refusals(refusals, since),
     }
 
 

@@ -6,7 +6,8 @@ error header (code and one-line description) that the CLI prints as is.
     fleet.api.checkpoint   {}                          -> {"size", "root", "checkpoint"}
     fleet.api.prove        {"run", "index"?}           -> proof bundle
     fleet.api.consistency  {"old", "new"?}             -> {"old", "new", "proof", ...}
-    fleet.api.run          {"run"}                     -> run status
+    fleet.api.run          {"run"}                     -> run status (with its "grant")
+    fleet.api.grant        {"grant"}                   -> a folded grant (ledger.grant_views)
     fleet.api.runs         {}                          -> {"runs": [...]}
     fleet.api.export       {"run"}                     -> the run's record file
     fleet.api.rejections   {"limit"?, "host"?}         -> {"rejections": [...]}
@@ -31,6 +32,7 @@ from nats.micro.service import Service
 from fleet.errors import FleetError
 from ledger import views
 from ledger.audit_rows import audit_store
+from ledger.grant_views import GrantNotFound, grant_status
 from ledger.replica import read_replicas
 from ledger.store import ReadOnlyStore
 
@@ -71,6 +73,7 @@ class LedgerApi:
             "status": self.status, "checkpoint": self.checkpoint, "prove": self.prove,
             "consistency": self.consistency, "run": self.run, "runs": self.runs,
             "export": self.export, "rejections": self.rejections, "audit": self.audit,
+            "grant": self.grant,
         }
         for name, handler in endpoints.items():
             await self.service.add_endpoint(name=name, subject=names.api_subject(name),
@@ -102,7 +105,7 @@ class LedgerApi:
             except (BadRequest, json.JSONDecodeError) as exc:
                 await req.respond_error("400", f"bad request: {exc}")
                 return
-            except views.NotFound as exc:
+            except (views.NotFound, GrantNotFound) as exc:
                 await req.respond_error("404", str(exc))
                 return
             except FleetError as exc:
@@ -139,6 +142,7 @@ class LedgerApi:
                                healthy=led.healthy, detail=led.health_detail,
                                receipts=led.receipts,
                                puller=led.pulling.as_json())
+        doc["grants"] = {"mode": led.config.grants, "folded": len(led.grants.entries)}
         doc["replica"] = {"name": led.config.name, "leading": led.leading,
                           "signing": led.signs()}
         if replicas is not None:
@@ -164,7 +168,11 @@ class LedgerApi:
         return views.consistency(store, old, store.tree.size() if new is None else new)
 
     async def run(self, body: dict[str, Any]) -> Any:
-        return views.run_status(self.ledger.store, _field(body, "run", str))
+        return views.run_status(self.ledger.store, _field(body, "run", str),
+                                self.ledger.grants)
+
+    async def grant(self, body: dict[str, Any]) -> Any:
+        return grant_status(self.ledger.store, self.ledger.grants, _field(body, "grant", str))
 
     async def runs(self, body: dict[str, Any]) -> Any:
         return {"runs": self.ledger.store.list_runs()}

@@ -9,7 +9,7 @@ from typing import Any
 
 import msgspec
 
-from fleet.audit import AuditPark, AuditRun, audit, park_form
+from fleet.audit import GRANT_RULES, AuditPark, AuditRun, audit, park_form
 from fleet.run_codec import state_from_json
 from fleet.wait_proof import verdict_json
 from fleet.wire import (
@@ -74,4 +74,10 @@ def audit_runs(store: LedgerStore) -> list[AuditRun]:
 def audit_store(store: LedgerStore, since: float | None = None,
                 cheap_factor: float = 0.1, now: float | None = None) -> dict[str, Any]:
     """The audit of the ledger's store (:func:`fleet.audit.audit`)."""
-    return audit(audit_runs(store), time.time() if now is None else now, since, cheap_factor)
+    # A grant event's subject is <fleet>.ctl.grant (fleet.subjects), whatever the fleet.
+    refusals = [(rule, at, subject.endswith(".ctl.grant")) for rule, at, subject in
+                store.conn.execute("SELECT rule, at, subject FROM rejections WHERE rule IN "
+                                   f"({','.join('?' * len(GRANT_RULES))})",
+                                   sorted(GRANT_RULES))]
+    return audit(audit_runs(store), time.time() if now is None else now, since, cheap_factor,
+                 refusals)

@@ -15,14 +15,20 @@ Users and what they may do (publish / subscribe; everything else is denied)::
                     ($KV.>: the replicas' lease and heartbeats, ledger.replica)
     reader     pub  fleet.api.>, $SRV.*.fleet-ledger[.*]  the API and its discovery
                sub  fleet.checkpoint[.cosigned], _INBOX.reader.>
+    issuer     pub  fleet.ctl.grant                      grant events (fleet grant ...)
+                    fleet.api.grant, fleet.api.run       a grant's and a run's state
+               sub  _INBOX.issuer.>                      its replies (stream acks)
     sys        (system account SYS) server monitoring and events
 
 A host's JetStream publish (``Nats-Msg-Id``, ``Nats-Expected-Last-Subject-Sequence``)
 is a plain publish with a reply subject: the server sends the ack into the host's inbox,
-so a host needs no ``$JS.API`` permission. Hosts and the reader each get a private inbox
-prefix (``_INBOX.<name>``) so no client can read another's replies; they must connect
-with ``inbox_prefix=inbox_prefix(name)``. The ledger may subscribe to ``_INBOX.>`` and
-so works with nats-py's default prefix.
+so a host needs no ``$JS.API`` permission. The ``issuer`` user is the transport of every
+grant event (an issuer's grants and amendments, a holder's mints and checkpoints, a
+trigger): each event is signed by the principal the ledger checks, so one user for all of
+them lets no one do more than their keys allow, and it can touch nothing else. Hosts, the
+reader and the issuer each get a private inbox prefix (``_INBOX.<name>``) so no client
+can read another's replies; they must connect with ``inbox_prefix=inbox_prefix(name)``.
+The ledger may subscribe to ``_INBOX.>`` and so works with nats-py's default prefix.
 
 Cluster routes (port 6222) carry no credentials, because a route URL could only hold a
 plaintext password: keep the route port on a private network.
@@ -30,7 +36,7 @@ plaintext password: keep the route port on a private network.
 Generating (the text functions are pure; :func:`write_config` does the file I/O)::
 
     write_config(Path("out"), ["host1", "host2"], cluster=3)
-    # out/n1.conf out/n2.conf out/n3.conf out/creds/{host1,host2,ledger,reader,sys}.nk
+    # out/n1.conf out/n2.conf out/n3.conf out/creds/{host1,host2,ledger,reader,issuer,sys}.nk
 """
 
 from __future__ import annotations
@@ -47,6 +53,7 @@ from fleet.subjects import (
     API,
     API_SERVICE,
     CHECKPOINTS,
+    DEFAULT_FLEET,
     SEGMENTS,
     STREAM,
     api_subject,
@@ -59,8 +66,9 @@ ACCOUNT: Final = STREAM
 SYSTEM_ACCOUNT: Final = "SYS"
 LEDGER: Final = "ledger"
 READER: Final = "reader"
+ISSUER: Final = "issuer"
 SYSTEM_USER: Final = "sys"
-RESERVED_NAMES: Final = frozenset({LEDGER, READER, SYSTEM_USER})
+RESERVED_NAMES: Final = frozenset({LEDGER, READER, ISSUER, SYSTEM_USER})
 
 CLUSTER_NAME: Final = "fleet"
 ROUTE_PORT: Final = 6222
@@ -118,12 +126,21 @@ def reader_permissions() -> Permissions:
     )
 
 
+def issuer_permissions() -> Permissions:
+    return Permissions(
+        publish=(DEFAULT_FLEET.grant_subject, api_subject("grant"), api_subject("run")),
+        subscribe=(f"{inbox_prefix(ISSUER)}.>",),
+    )
+
+
 def fleet_permissions(name: str) -> Permissions:
     """The permissions of the FLEET account user called ``name`` (a host unless reserved)."""
     if name == LEDGER:
         return ledger_permissions()
     if name == READER:
         return reader_permissions()
+    if name == ISSUER:
+        return issuer_permissions()
     return host_permissions(name)
 
 
@@ -143,8 +160,8 @@ def check_hosts(hosts: Sequence[str]) -> list[str]:
 
 
 def user_names(hosts: Sequence[str]) -> list[str]:
-    """Every user a fleet config has: its hosts, then ledger, reader and sys."""
-    return [*check_hosts(hosts), LEDGER, READER, SYSTEM_USER]
+    """Every user a fleet config has: its hosts, then ledger, reader, issuer and sys."""
+    return [*check_hosts(hosts), LEDGER, READER, ISSUER, SYSTEM_USER]
 
 
 def node_names(cluster: int) -> list[str]:

@@ -19,6 +19,7 @@ from fleet.address import parse_address
 from fleet.anchor_bundle import anchor_fields
 from fleet.checkpoint import parse_checkpoint
 from fleet.errors import FleetError
+from fleet.grant_events import GrantBook
 from fleet.leaf import encode_leaf
 from fleet.note import parse_note
 from fleet.proof_bundle import build_bundle
@@ -26,6 +27,7 @@ from fleet.record_file import join_pages
 from fleet.run_codec import state_from_json
 from fleet.wait_proof import verdict_json
 from fleet.wire import EnvelopeWire, RecordWire, encode_record, envelope_wire
+from ledger.grant_views import run_grant
 from ledger.store import LedgerStore
 from plumbing.anchoring import ReceiptStore
 
@@ -84,16 +86,22 @@ def anchor_status(store: LedgerStore, receipts: ReceiptStore | None) -> list[dic
     return out
 
 
-def run_status(store: LedgerStore, run: str) -> dict[str, Any]:
+def run_status(store: LedgerStore, run: str, grants: GrantBook | None = None
+               ) -> dict[str, Any]:
+    """A run's document; ``grants``: the ledger's grant book (None: rebuilt from the store)
+    for its ``"grant"`` (:func:`ledger.grant_views.run_grant`)."""
     row = store.run_row(run)
     if row is None:
         raise NotFound(f"no run {run} in this ledger")
     state = state_from_json(row["state"])
+    book = store.grant_book() if grants is None else grants
     return {
         "run": row["run"], "host": row["host"], "segments": row["segments"],
         "head": row["head"], "phase": row["phase"],
         "energy": state.energy.as_json(), "wait_proof": verdict_json(state.wait_proof()),
         "holders": holders(store, run),
+        "grant": run_grant(store, book, row["state"]["grants_id"], row["run"],
+                           state.energy.total_uj),
     }
 
 

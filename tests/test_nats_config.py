@@ -82,7 +82,7 @@ def test_seeds_are_private_and_absent_from_config(tmp_path: Path) -> None:
     """Seed files are mode 0600 in a 0700 folder, and no config holds a seed, only public keys."""
     written = write_config(tmp_path, HOSTS, cluster=3)
     names = sorted(p.name for p in (tmp_path / "creds").iterdir())
-    assert names == sorted(f"{n}.nk" for n in [*HOSTS, "ledger", "reader", "sys"])
+    assert names == sorted(f"{n}.nk" for n in [*HOSTS, "ledger", "reader", "issuer", "sys"])
     assert stat.S_IMODE((tmp_path / "creds").stat().st_mode) == 0o700
     seeds = []
     for path in written.new_seeds:
@@ -512,3 +512,30 @@ def test_reload_without_a_host_disconnects_it(tmp_path: Path) -> None:
     conf = write_config(tmp_path, HOSTS, **local, port=-1).configs[0]
     with running(conf) as (server, proc):
         asyncio.run(scenario(server, proc))
+
+
+def test_issuer_publishes_grant_events_and_nothing_else(server: Server) -> None:
+    """The issuer's publish on fleet.ctl.grant is acked through its own inbox; a segment
+    subject is denied it and never reaches the stream."""
+
+    async def scenario() -> None:
+        await ensure_stream(server)
+        async with connect(server, "ledger") as nc:
+            js = nc.jetstream()
+            config = (await js.stream_info("FLEET")).config
+            if "fleet.ctl.grant" not in (config.subjects or []):
+                config.subjects = [*(config.subjects or []), "fleet.ctl.grant"]
+                await js.update_stream(config)
+        errors = Errors()
+        subject = f"fleet.seg.host1.{RUN}"
+        before = await stream_subject_count(server, subject)
+        async with connect(server, "issuer", errors) as nc:
+            ack = await nc.jetstream().publish("fleet.ctl.grant", b"event",
+                                               headers={"Nats-Msg-Id": "gev-test"})
+            assert ack.stream == "FLEET"
+            await nc.publish(subject, b"forged")
+            await errors.wait_for(f'Permissions Violation for Publish to "{subject}"')
+        assert await stream_subject_count(server, subject) == before
+        assert await stream_subject_count(server, "fleet.ctl.grant") == 1
+
+    asyncio.run(scenario())

@@ -1,0 +1,692 @@
+"""``fleet grant``: keys, grants and grant events (:mod:`fleet.grant`,
+:mod:`fleet.grant_events`; the operator's guide is ``docs/grants.md``).
+
+A grant file holds a grant's canonical bytes, nothing else; a grant is named on the
+command line by such a file or by its ``b3:`` address (then asked from the ledger). Every
+event is signed here with a key file and published to ``<fleet>.ctl.grant`` with its
+event id as ``Nats-Msg-Id``; the ledgers decide it in stream order. With ``--nkey`` the
+commands connect as the ``issuer`` NATS user (``fleet nats-config``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import re
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import click
+
+from cli._app import FLEET, CheckFailed, UserError, cli
+from cli._common import api, emit_json, split_servers, text_or_file
+
+_SPAN = re.compile(r"([0-9]+)([smhdw])\Z")
+_UNITS_MS = {"s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000, "w": 604_800_000}
+_NAME = re.compile(r"[A-Za-z0-9_.-]{1,64}\Z")
+
+
+@cli.group()
+def grant() -> None:
+    """Grants: what a run may do, signed by its issuer; minting, amending, revoking."""
+
+
+# -- keys ---------------------------------------------------------------------------------------
+
+
+def load_key(path: Path) -> Any:
+    """A signing key from a key file (``fleet grant keygen``, ``fleet operator keygen``);
+    a missing or bad file is one line, exit 2."""
+    from nacl.signing import SigningKey
+
+    try:
+        raw = base64.b64decode(path.read_text().strip(), validate=True)
+        return SigningKey(raw)
+    except FileNotFoundError:
+        raise UserError(f"{path}: no such key file") from None
+    except (OSError, ValueError, TypeError) as exc:
+        raise UserError(f"{path}: not a key file: {exc}") from None
+
+
+def parse_public(value: str, what: str) -> bytes:
+    """A public key (32 bytes) from hex, base64, or a file holding either."""
+    from fleet.seal import decode_key
+
+    try:
+        text = text_or_file(value)
+    except OSError as exc:
+        raise UserError(f"cannot read {what} {value}: {exc}") from None
+    if re.fullmatch(r"[0-9a-fA-F]{64}", text):
+        return bytes.fromhex(text)
+    try:
+        return bytes(decode_key(text))
+    except ValueError:
+        raise UserError(f"{what} is not a public key (64 hex digits, base64, or a file "
+                        f"holding one): {value}") from None
+
+
+@grant.command("keygen")
+@click.option("--out", type=click.Path(file_okay=False, path_type=Path), required=True,
+              help="Folder to write NAME.key (secret) and NAME.vkey (public, hex) into.")
+@click.option("--name", default="issuer", show_default=True,
+              help="The principal's file name: issuer, agent, trigger, ...")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+def grant_keygen(out: Path, name: str, as_json: bool) -> None:
+    """Make an Ed25519 key pair for an issuer, an agent or a trigger; prints its public key
+    (hex), the form grants and ``--subject`` take."""
+    from nacl.signing import SigningKey
+
+    from plumbing.files import write_atomically, write_secret
+
+    if not _NAME.match(name):
+        raise UserError(f"--name {name!r}: letters, digits, '_', '.', '-' only")
+    key_file, vkey_file = out / f"{name}.key", out / f"{name}.vkey"
+    if key_file.exists():
+        raise UserError(f"{key_file} exists; a key is never overwritten")
+    out.mkdir(parents=True, exist_ok=True)
+    key = SigningKey.generate()
+    public = bytes(key.verify_key).hex()
+    write_secret(key_file, base64.b64encode(bytes(key)).decode() + "\n")
+    write_atomically(vkey_file, (public + "\n").encode())
+    if as_json:
+        emit_json({"name": name, "public_key": public, "key_file": str(key_file),
+                   "vkey_file": str(vkey_file)})
+    else:
+        click.echo(public)
+
+
+# -- terms --------------------------------------------------------------------------------------
+
+
+def terms_options(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """The options that make (or change) terms; each overrides the ``--terms`` file."""
+    for option in reversed([
+        click.option("--terms", "terms_file", help="Terms as JSON (a file, or - for stdin): "
+                     "scopes, budget_uj, not_before_ms, expires_ms, hosts, manifests, mint."),
+        click.option("--scope", "scopes", multiple=True, help="A scope (absolute path "
+                     "prefix); repeatable."),
+        click.option("--budget-uj", type=click.IntRange(0), help="Energy budget (µJ)."),
+        click.option("--not-before-ms", type=click.IntRange(0),
+                     help="Valid from (Unix ms, ledger time)."),
+        click.option("--expires-ms", type=click.IntRange(0), help="Expiry (Unix ms)."),
+        click.option("--expires-in", help="Expiry from now: 30m, 6h, 2d, 1w."),
+        click.option("--host", "hosts", multiple=True, help="A host that may hold a run "
+                     "under it; repeatable (none: any host)."),
+        click.option("--manifest", "manifests", multiple=True,
+                     help="An environment manifest address (b3:) allowed; repeatable."),
+        click.option("--mint", "mint", help="A mint policy MAX_CHILDREN/MAX_PER_WINDOW/"
+                     "WINDOW_MS/TRIGGER_KEY (the key: hex, base64 or a file); 'none' for "
+                     "none."),
+    ]):
+        fn = option(fn)
+    return fn
+
+
+def _read_terms_file(value: str) -> dict[str, Any]:
+    try:
+        text = click.get_text_stream("stdin").read() if value == "-" else Path(value).read_text()
+    except FileNotFoundError:
+        raise UserError(f"{value}: no such terms file") from None
+    except OSError as exc:
+        raise UserError(f"cannot read the terms {value}: {exc.strerror or exc}") from None
+    try:
+        obj = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise UserError(f"{value}: the terms are not JSON: {exc}") from None
+    if not isinstance(obj, dict):
+        raise UserError(f"{value}: the terms are a JSON object")
+    return obj
+
+
+def _mint_json(value: str) -> dict[str, Any] | None:
+    if value == "none":
+        return None
+    parts = value.split("/", 3)
+    try:
+        counts = [int(p) for p in parts[:3]]
+    except ValueError:
+        counts = []
+    if len(parts) != 4 or len(counts) != 3:
+        raise UserError(f"--mint {value!r}: give MAX_CHILDREN/MAX_PER_WINDOW/WINDOW_MS/"
+                        "TRIGGER_KEY, or 'none'")
+    return {"max_children": counts[0], "max_per_window": counts[1], "window_ms": counts[2],
+            "trigger_key": parse_public(parts[3], "the trigger key").hex()}
+
+
+def _duration_ms(value: str) -> int:
+    span = _SPAN.match(value.strip())
+    if span is None:
+        raise UserError(f"--expires-in {value!r} is not a duration (30m, 6h, 2d, 1w)")
+    return int(span.group(1)) * _UNITS_MS[span.group(2)]
+
+
+def build_terms(opts: dict[str, Any], base: Any = None, now_ms: int | None = None) -> Any:
+    """Terms from ``--terms`` and the options over it; keys left out keep ``base``'s (a
+    :class:`fleet.grant.Terms`, or None: scopes, budget and expiry must be given)."""
+    from fleet.grant import terms_from_json
+    from fleet.grant_errors import GrantError
+
+    obj: dict[str, Any] = {}
+    if opts.get("terms_file"):
+        obj.update(_read_terms_file(opts["terms_file"]))
+    if opts.get("scopes"):
+        obj["scopes"] = list(opts["scopes"])
+    for key in ("budget_uj", "not_before_ms", "expires_ms"):
+        if opts.get(key) is not None:
+            obj[key] = opts[key]
+    if opts.get("expires_in"):
+        obj["expires_ms"] = (now_ms or time.time_ns() // 1_000_000) + _duration_ms(
+            opts["expires_in"])
+    if opts.get("hosts"):
+        obj["hosts"] = list(opts["hosts"])
+    if opts.get("manifests"):
+        obj["manifests"] = list(opts["manifests"])
+    if opts.get("mint"):
+        obj["mint"] = _mint_json(opts["mint"])
+    try:
+        return terms_from_json(obj, base)
+    except GrantError as exc:
+        raise UserError(f"{exc.rule}: {exc}") from None
+
+
+def _terms_given(opts: dict[str, Any]) -> bool:
+    return any(opts.get(k) for k in ("terms_file", "scopes", "budget_uj", "not_before_ms",
+                                      "expires_ms", "expires_in", "hosts", "manifests", "mint"))
+
+
+# -- grants: files and the ledger ---------------------------------------------------------------
+
+
+def read_grant_file(path: Path) -> tuple[bytes, Any]:
+    """A grant file's bytes and the grant in them (canonical; not yet verified)."""
+    from fleet.grant import decode_grant
+    from fleet.grant_errors import GrantError
+
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        raise UserError(f"{path}: no such grant file") from None
+    try:
+        return data, decode_grant(data)
+    except GrantError as exc:
+        raise CheckFailed(f"{path}: {exc.rule}: {exc}") from None
+
+
+def _is_address(value: str) -> bool:
+    return value.startswith("b3:")
+
+
+def _address(value: str) -> bytes:
+    from fleet.address import parse_address
+    from fleet.errors import FleetError
+
+    try:
+        return parse_address(value)
+    except FleetError as exc:
+        raise UserError(str(exc)) from None
+
+
+def ask_grant(url: str, nkey: Path | None, address: str) -> dict[str, Any]:
+    """What the ledger holds of a grant (``fleet.api.grant``)."""
+    from ledger.nats_config import ISSUER, inbox_prefix
+
+    return api(url, "grant", {"grant": address}, nkey=nkey,  # type: ignore[no-any-return]
+               inbox_prefix=inbox_prefix(ISSUER))
+
+
+# -- publishing ---------------------------------------------------------------------------------
+
+
+def publish_grant_event(url: str, nkey: Path | None, data: bytes) -> dict[str, Any]:
+    """Publish one grant event; its kind, id, address and stream sequence."""
+    from cli.operator_cmds import _publish
+    from fleet.address import digest, format_address
+    from fleet.grant_events import decode_event, event_id
+    from fleet.subjects import fleet_names
+    from ledger.nats_config import ISSUER, inbox_prefix
+
+    subject = fleet_names(FLEET["name"]).grant_subject
+    msg_id = event_id(data)
+    try:
+        stream_seq = asyncio.run(_publish(split_servers(url), nkey, subject, data, msg_id,
+                                          inbox_prefix(ISSUER) if nkey else None))
+    except Exception as exc:
+        hint = (f" (no stream takes {subject}: is a ledger of fleet {FLEET['name']!r} "
+                "running?)" if "no response from stream" in str(exc) else "")
+        raise UserError(f"cannot publish the event to {url}: {exc}{hint}") from None
+    return {"event": decode_event(data).kind_name, "id": msg_id,
+            "address": format_address(digest(data)), "stream_seq": stream_seq,
+            "subject": subject}
+
+
+def _say_published(report: dict[str, Any], what: str) -> None:
+    click.echo(f"published {report['event']} {what} at stream sequence {report['stream_seq']};"
+               " ledgers decide it there")
+
+
+def publish_options(required: bool) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    def wrap(fn: Callable[..., Any]) -> Callable[..., Any]:
+        fn = click.option("--nkey", type=click.Path(dir_okay=False, path_type=Path),
+                          help="NATS nkey seed file (the 'issuer' user).")(fn)
+        return click.option("--nats", "url", envvar="FLEET_NATS" if required else None,
+                            required=required,
+                            help="NATS server URL(s), comma separated: publish the event."
+                            )(fn)
+    return wrap
+
+
+def _key_option(text: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    return click.option("--key", "key_file", type=click.Path(dir_okay=False, path_type=Path),
+                        required=True, help=text)
+
+
+def _event(build: Callable[[], bytes]) -> bytes:
+    from fleet.grant_errors import GrantError
+
+    try:
+        return build()
+    except GrantError as exc:
+        raise UserError(f"{exc.rule}: {exc}") from None
+
+
+def _write(out: Path, data: bytes) -> None:
+    from plumbing.files import write_atomically
+
+    write_atomically(out, data)
+
+
+# -- issue, show, verify ------------------------------------------------------------------------
+
+
+@grant.command("issue")
+@_key_option("The issuer's key file.")
+@click.option("--subject", required=True, help="The agent's public key (hex, base64 or a "
+              "file): who holds the grant.")
+@terms_options
+@click.option("--out", type=click.Path(dir_okay=False, path_type=Path), required=True,
+              help="The grant file to write.")
+@publish_options(False)
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+def grant_issue(key_file: Path, subject: str, out: Path, url: str | None, nkey: Path | None,
+                as_json: bool, **opts: Any) -> None:
+    """Sign a grant; prints its address (a run's grants_id). With --nats, also publish its
+    ISSUE event so ledgers hold runs under it to it."""
+    from fleet.address import format_address
+    from fleet.grant import grant_address, sign_grant
+    from fleet.grant_events import issue_event
+
+    issuer = load_key(key_file)
+    subject_key = parse_public(subject, "--subject")
+    terms = build_terms(opts)
+    if subject_key == bytes(issuer.verify_key):
+        raise UserError("IssuerIsSubject: the subject is the issuer's own key; an agent "
+                        "cannot grant itself")
+    data = _event(lambda: sign_grant(issuer, subject_key, terms))
+    _write(out, data)
+    address = format_address(grant_address(data))
+    report = None
+    if url:
+        report = publish_grant_event(url, nkey, _event(lambda: issue_event(issuer, data)))
+    if as_json:
+        emit_json({"address": address, "file": str(out), "published": report})
+        return
+    click.echo(address)
+    if report:
+        _say_published(report, address)
+
+
+@grant.command("show")
+@click.argument("what", metavar="GRANT")
+@click.option("--nats", "url", envvar="FLEET_NATS", default="nats://127.0.0.1:4222",
+              show_default=True, help="NATS server URL(s) (for a b3: address).")
+@click.option("--nkey", type=click.Path(dir_okay=False, path_type=Path),
+              help="NATS nkey seed file (the read-only 'reader' user).")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+def grant_show(what: str, url: str, nkey: Path | None, as_json: bool) -> None:
+    """A grant file, or a grant the ledger holds (b3: address: with its effective terms,
+    amendments, mints and history)."""
+    from fleet.grant import grant_json, verify_grant
+    from fleet.grant_errors import GrantError
+
+    if _is_address(what):
+        _address(what)
+        doc = api(url, "grant", {"grant": what}, nkey=nkey)
+    else:
+        data, g = read_grant_file(Path(what))
+        doc = grant_json(data)
+        try:
+            verify_grant(g)
+            doc["signature"] = "valid"
+        except GrantError:
+            doc["signature"] = "INVALID"
+        doc["grant"] = base64.b64encode(data).decode()
+    (emit_json if as_json else _show_grant)(doc)
+
+
+def _show_grant(doc: dict[str, Any]) -> None:
+    click.echo(f"grant {doc['address']}")
+    click.echo(f"  issuer  {doc['issuer']}")
+    click.echo(f"  subject {doc['subject']}")
+    if doc["parent"]:
+        click.echo(f"  parent  {doc['parent']}")
+    if "signature" in doc:
+        click.echo(f"  signature {doc['signature']}")
+    for line in terms_lines(doc.get("effective", doc)):
+        click.echo(f"  {line}")
+    if "amended" in doc:
+        click.echo(f"  amended {doc['amended']} times; minted {doc['minted']} children")
+        for ev in doc["history"]:
+            click.echo("  " + history_line(ev))
+
+
+def _when_ms(ms: int) -> str:
+    from fleet.audit import format_when
+
+    return format_when(ms / 1000) + " UTC"
+
+
+def terms_lines(t: dict[str, Any], used_uj: int | None = None) -> list[str]:
+    """Terms (their JSON form) as lines for a person."""
+    if t["expires_ms"] <= t["not_before_ms"]:
+        return ["REVOKED: allows nothing"]
+    budget = f"budget {t['budget_uj']} uJ"
+    if used_uj is not None:
+        budget = f"budget {used_uj} of {t['budget_uj']} uJ used"
+    hosts = "any host" if t["hosts"] is None else "hosts " + (", ".join(t["hosts"]) or "none")
+    manifests = ("any manifest" if t["manifests"] is None
+                 else f"{len(t['manifests'])} manifests")
+    lines = [f"scopes {' '.join(t['scopes']) or '(none)'}; {budget}",
+             f"window {_when_ms(t['not_before_ms'])} .. {_when_ms(t['expires_ms'])}",
+             f"{hosts}; {manifests}"]
+    m = t["mint"]
+    if m is not None:
+        lines.append(f"mints at most {m['max_children']} children, {m['max_per_window']} per "
+                     f"{m['window_ms']} ms, on triggers of {m['trigger_key'][:16]}...")
+    return lines
+
+
+def history_line(ev: dict[str, Any]) -> str:
+    """One grant event of a history, for a person."""
+    head = f"{_when_ms(ev['at_ms'])} seq {ev['stream_seq']:<6} {ev['kind']:<10}"
+    if ev["kind"] == "amend":
+        t = ev["terms"]
+        what = ("revoked" if t["expires_ms"] <= t["not_before_ms"]
+                else f"#{ev['seq']}: budget {t['budget_uj']} uJ, expires "
+                     f"{_when_ms(t['expires_ms'])}")
+        return f"{head} {what}"
+    if ev["kind"] == "mint":
+        return f"{head} {ev['child']} from {ev['standing']} on trigger {ev['trigger']!r}"
+    if ev["kind"] == "checkpoint":
+        return f"{head} index {ev['index']} state {ev['state']}: {ev['note']}"
+    return f"{head} {ev.get('grant', '')}"
+
+
+def show_run_grant(doc: dict[str, Any]) -> None:
+    """The ``"grant"`` of ``fleet run show``, as text."""
+    g = doc.get("grant")
+    if g is None:
+        click.echo("  grant: none presented")
+        return
+    click.echo(f"  grant {g['id']}" + (f" (under {len(g['chain']) - 1} more)"
+                                       if len(g["chain"]) > 1 else ""))
+    for line in terms_lines(g["effective"], g["used_uj"]):
+        click.echo(f"    {line}")
+    for ev in sorted([*g["history"], *g["checkpoints"]], key=lambda e: e["stream_seq"]):
+        click.echo("    " + history_line(ev))
+
+
+@grant.command("verify")
+@click.argument("grant_file", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--parent", "parent_file", type=click.Path(dir_okay=False, path_type=Path),
+              help="The parent grant: check the child's parent, issuer and narrowing.")
+@click.option("--at-ms", type=click.IntRange(0), help="Judge expiry at this time (Unix ms; "
+              "default now).")
+def grant_verify(grant_file: Path, parent_file: Path | None, at_ms: int | None) -> None:
+    """Check a grant file: canonical bytes, its issuer's signature, issuer != subject, an
+    expiry not passed; with --parent, that it is that grant's child and only tightens it.
+    Exit 1 with one line when a check fails."""
+    from fleet.address import format_address
+    from fleet.grant import check_narrows, grant_address, verify_grant
+    from fleet.grant_errors import GrantError
+
+    def check(path: Path) -> tuple[bytes, Any]:
+        data, g = read_grant_file(path)
+        try:
+            verify_grant(g)
+        except GrantError as exc:
+            raise CheckFailed(f"{path}: {exc.rule}: {exc}") from None
+        if g.issuer == g.subject:
+            raise CheckFailed(f"{path}: IssuerIsSubject: the grant's issuer is its subject")
+        t = g.terms
+        if t.expires_ms <= t.not_before_ms:
+            raise CheckFailed(f"{path}: MissingExpiry: no expiry after the not-before")
+        return data, g
+
+    now = time.time_ns() // 1_000_000 if at_ms is None else at_ms
+    data, g = check(grant_file)
+    if now >= g.terms.expires_ms:
+        raise CheckFailed(f"{grant_file}: GrantExpired: it expired at "
+                          f"{_when_ms(g.terms.expires_ms)}")
+    if parent_file is not None:
+        pdata, p = check(parent_file)
+        if g.parent != grant_address(pdata) or g.issuer != p.subject:
+            raise CheckFailed(f"{grant_file}: ChildMismatch: not a child of {parent_file} "
+                              "(its parent must be that grant and its issuer that grant's "
+                              "subject)")
+        try:
+            check_narrows(g.terms, p.terms)
+        except GrantError as exc:
+            raise CheckFailed(f"{grant_file}: {exc.rule}: {exc}") from None
+    click.echo(f"OK {format_address(grant_address(data))}")
+
+
+# -- events -------------------------------------------------------------------------------------
+
+
+@grant.command("mint")
+@_key_option("The holder's key file (the standing grant's subject).")
+@click.option("--standing", required=True, help="The standing grant: its file, or its b3: "
+              "address (its effective terms asked from the ledger).")
+@click.option("--trigger", required=True, help="The trigger the mint uses (raised with "
+              "'fleet grant trigger').")
+@click.option("--subject", required=True, help="The child's subject: the agent's public key.")
+@terms_options
+@click.option("--out", type=click.Path(dir_okay=False, path_type=Path), required=True,
+              help="The child grant file to write.")
+@publish_options(True)
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+def grant_mint(key_file: Path, standing: str, trigger: str, subject: str, out: Path,
+               url: str, nkey: Path | None, as_json: bool, **opts: Any) -> None:
+    """Mint a child of a standing grant on a trigger; terms left out are the standing
+    grant's (without its mint policy). Publishes the MINT event."""
+    from dataclasses import replace
+
+    from fleet.address import format_address
+    from fleet.grant import check_narrows, grant_address, sign_grant, terms_from_json
+    from fleet.grant_errors import GrantError
+    from fleet.grant_events import mint_event
+
+    holder = load_key(key_file)
+    child_subject = parse_public(subject, "--subject")
+    if _is_address(standing):
+        address = _address(standing)
+        above = terms_from_json(ask_grant(url, nkey, standing)["effective"])
+    else:
+        sdata, sg = read_grant_file(Path(standing))
+        address, above = grant_address(sdata), sg.terms
+    terms = build_terms(opts, replace(above, mint=None))
+    try:
+        check_narrows(terms, above)
+    except GrantError as exc:
+        raise UserError(f"{exc.rule}: {exc}") from None
+    child = _event(lambda: sign_grant(holder, child_subject, terms, parent=address))
+    data = _event(lambda: mint_event(holder, address, trigger, child))
+    _write(out, child)
+    report = publish_grant_event(url, nkey, data)
+    child_address = format_address(grant_address(child))
+    if as_json:
+        emit_json({"address": child_address, "file": str(out), "published": report})
+        return
+    click.echo(child_address)
+    _say_published(report, f"of {child_address} on trigger {trigger!r}")
+
+
+def _amendment(url: str, nkey: Path | None, what: str, seq: int | None,
+               previous: str | None) -> tuple[bytes, Any, int, bytes]:
+    """The grant's address, its terms as they stand, and the next amendment's sequence and
+    previous address: asked from the ledger unless ``--seq`` and ``--previous`` are given
+    (then the terms are the grant file's, or None for an address)."""
+    from fleet.grant import grant_address, terms_from_json
+    from fleet.grant_events import NO_AMENDMENT
+
+    if (seq is None) != (previous is None):
+        raise UserError("give both --seq and --previous, or neither (then the ledger is asked)")
+    if _is_address(what):
+        address, own = _address(what), None
+    else:
+        data, g = read_grant_file(Path(what))
+        address, own = grant_address(data), g.terms
+    if seq is not None and previous is not None:
+        prev = NO_AMENDMENT if previous in ("none", "0") else _address(previous)
+        return address, own, seq, prev
+    from fleet.address import format_address
+
+    doc = ask_grant(url, nkey, format_address(address))
+    last = doc["last_amendment"]
+    return (address, terms_from_json(doc["terms"]), doc["amended"] + 1,
+            NO_AMENDMENT if last is None else _address(last))
+
+
+def _publish_amend(key_file: Path, what: str, url: str, nkey: Path | None, seq: int | None,
+                   previous: str | None, make: Callable[[Any], Any], as_json: bool,
+                   label: str) -> None:
+    from fleet.address import format_address
+    from fleet.grant import check_narrows
+    from fleet.grant_errors import GrantError
+    from fleet.grant_events import amend_event
+
+    issuer = load_key(key_file)
+    address, own, n, prev = _amendment(url, nkey, what, seq, previous)
+    terms = make(own)
+    if own is not None:
+        try:
+            check_narrows(terms, own)
+        except GrantError as exc:
+            raise UserError(f"{exc.rule}: {exc} (an amendment only tightens)") from None
+    report = publish_grant_event(url, nkey, _event(
+        lambda: amend_event(issuer, address, n, prev, terms)))
+    report["seq"] = n
+    if as_json:
+        emit_json({"grant": format_address(address), "published": report})
+        return
+    _say_published(report, f"{label} #{n} of {format_address(address)}")
+
+
+def _amend_options(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """GRANT, the issuer's key, ``--seq``/``--previous``, where to publish, ``--json``."""
+    for option in reversed([
+        click.argument("what", metavar="GRANT"),
+        _key_option("The issuer's key file."),
+        click.option("--seq", type=click.IntRange(1), help="The amendment's number "
+                     "(default: the ledger's last + 1)."),
+        click.option("--previous", help="The previous amendment's address ('none' for the "
+                     "first; default: asked from the ledger)."),
+        publish_options(True),
+        click.option("--json", "as_json", is_flag=True, help="Print JSON."),
+    ]):
+        fn = option(fn)
+    return fn
+
+
+@grant.command("amend")
+@_amend_options
+@terms_options
+def grant_amend(what: str, key_file: Path, seq: int | None, previous: str | None, url: str,
+                nkey: Path | None, as_json: bool, **opts: Any) -> None:
+    """Tighten a grant (a file or its b3: address): the options change its terms as they
+    stand; a widening is refused here and by the ledger. Takes effect from the run's next
+    segment the ledger folds."""
+    if not _terms_given(opts):
+        raise UserError("say what changes (--budget-uj, --expires-ms, --terms, ...)")
+    _publish_amend(key_file, what, url, nkey, seq, previous,
+                   lambda own: build_terms(opts, own), as_json, "amendment")
+
+
+@grant.command("revoke")
+@_amend_options
+def grant_revoke(what: str, key_file: Path, seq: int | None, previous: str | None, url: str,
+                 nkey: Path | None, as_json: bool) -> None:
+    """Amend a grant to nothing: every later segment of its runs (and of its children's) is
+    refused GrantRevoked; a close still folds."""
+    from fleet.grant import nothing
+
+    def make(own: Any) -> Any:
+        if own is None:
+            raise UserError("give the grant file (or let the ledger be asked) to revoke it")
+        return nothing(own)
+
+    _publish_amend(key_file, what, url, nkey, seq, previous, make, as_json, "revocation")
+
+
+@grant.command("trigger")
+@click.argument("name")
+@_key_option("The trigger key file (a mint policy's trigger_key).")
+@publish_options(True)
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+def grant_trigger(name: str, key_file: Path, url: str, nkey: Path | None,
+                  as_json: bool) -> None:
+    """Raise a trigger: one mint of a standing grant whose policy names this key may use it."""
+    from fleet.grant_events import trigger_event
+
+    key = load_key(key_file)
+    report = publish_grant_event(url, nkey, _event(lambda: trigger_event(key, name)))
+    if as_json:
+        emit_json({"trigger": name, "published": report})
+        return
+    _say_published(report, repr(name))
+
+
+@grant.command("checkpoint")
+@_key_option("The agent's key file (the run's grant's subject).")
+@click.option("--run", "run_id", required=True, help="The run (b3:).")
+@click.option("--index", type=click.IntRange(1), help="The segment index the checkpoint is "
+              "bound to (default: the run's last, asked from the ledger).")
+@click.option("--head", help="The run's head at --index (b3:).")
+@click.option("--state", required=True, help="The agent's state: a b3: digest, or a file "
+              "(its BLAKE3).")
+@click.option("--note", required=True, help="A line saying what the checkpoint is.")
+@publish_options(True)
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+def grant_checkpoint(key_file: Path, run_id: str, index: int | None, head: str | None,
+                     state: str, note: str, url: str, nkey: Path | None,
+                     as_json: bool) -> None:
+    """Checkpoint the agent's own state, bound to the run's head: kept in the run's grant
+    history (fleet run show)."""
+    from fleet.address import digest
+    from fleet.grant_events import checkpoint_event
+    from ledger.nats_config import ISSUER, inbox_prefix
+
+    agent = load_key(key_file)
+    run = _address(run_id)
+    if (index is None) != (head is None):
+        raise UserError("give both --index and --head, or neither (then the ledger is asked)")
+    if index is None or head is None:
+        doc = api(url, "run", {"run": run_id}, nkey=nkey, inbox_prefix=inbox_prefix(ISSUER))
+        index, head = doc["segments"], doc["head"]
+    if _is_address(state):
+        state_digest = _address(state)
+    else:
+        try:
+            state_digest = digest(Path(state).read_bytes())
+        except FileNotFoundError:
+            raise UserError(f"{state}: no such state file (or give a b3: digest)") from None
+    head_raw = _address(head)
+    report = publish_grant_event(url, nkey, _event(
+        lambda: checkpoint_event(agent, run, index, head_raw, state_digest, note)))
+    if as_json:
+        emit_json({"run": run_id, "index": index, "head": head, "published": report})
+        return
+    _say_published(report, f"of {run_id} at index {index}")
