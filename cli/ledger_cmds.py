@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import signal
 from pathlib import Path
 from typing import Any
@@ -14,6 +15,7 @@ import click
 from cli._app import FLEET, CheckFailed, UserError, cli
 from cli._common import api, emit_json, nats_options, split_servers
 from cli._http import HttpSettings, http_options, http_settings
+from plumbing.files import write_atomically
 
 
 def _ledger_config(data: Path, servers: list[str], **kw: Any) -> Any:
@@ -416,6 +418,22 @@ def _exec_evidence(run_id: str, journal_file: Path, url: str, nkey: Path | None
     return [{**m, "denials": [d for d in decisions.get(m["interval"], [])
                               if d["verdict"] == "deny"]}
             for m in matched]
+
+
+@run.command("grant-evidence")
+@click.argument("run_id", metavar="RUN")
+@click.option("--out", type=click.Path(dir_okay=False, path_type=Path),
+              help="Write the evidence here (default: print it).")
+@nats_options
+def run_grant_evidence(run_id: str, out: Path | None, url: str, nkey: Path | None) -> None:
+    """What an auditor needs beside the run's record file to recompute every grant
+    decision the ledger made about it (`fleet verify RECORD --grants EVIDENCE`)."""
+    doc = api(url, "grant_evidence", {"run": run_id}, nkey=nkey)
+    if out is None:
+        emit_json(doc)
+        return
+    write_atomically(out, (json.dumps(doc, indent=1) + "\n").encode())
+    click.echo(f"{out}: {len(doc['events'])} events, {len(doc['segments'])} segments")
 
 
 @run.command("list")

@@ -8,7 +8,9 @@ from pathlib import Path
 import click
 
 from cli._app import CheckFailed, UserError, cli
-from fleet.errors import FleetError, RecordError
+from fleet.errors import FleetError
+from fleet.grant import terms_json
+from fleet.grant_verify import GrantCheck, verify_grant_evidence
 from fleet.verify import RecordReport, verify_record
 from fleet.wait_proof import verdict_json
 from fleet.wire import decode_record
@@ -41,8 +43,9 @@ def report_json(report: RecordReport) -> dict[str, object]:
 
 def describe_failure(exc: FleetError) -> str:
     where = ""
-    if isinstance(exc, RecordError) and exc.segment is not None:
-        where = f" at segment {exc.segment}"
+    segment = getattr(exc, "segment", None)
+    if segment is not None:
+        where = f" at segment {segment}"
     return f"invalid{where}: {exc.rule}: {exc}"
 
 
@@ -53,20 +56,33 @@ def describe_failure(exc: FleetError) -> str:
 @click.option("--reference", is_flag=True,
               help="Decide by the object path only (the reference decoder), skipping the wire "
                    "fast path: to cross-check the two on your own files.")
-def verify(record_file: str, host_key: str | None, as_json: bool, reference: bool) -> None:
+@click.option("--grants", "evidence_file", metavar="EVIDENCE.json",
+              help="The run's grant evidence (fleet run grant-evidence): also judge every "
+                   "segment under the run's grant at its ledger time, as the ledger did.")
+def verify(record_file: str, host_key: str | None, as_json: bool, reference: bool,
+           evidence_file: str | None) -> None:
     """Verify a run record file offline, from genesis."""
     data = read_input(record_file)
+    evidence = None if evidence_file is None else read_input(evidence_file)
+    granted: GrantCheck | None = None
     try:
-        report = verify_record(decode_record(data), host_key=host_key, fast=not reference)
+        record = decode_record(data)
+        report = verify_record(record, host_key=host_key, fast=not reference)
+        if evidence is not None:
+            granted = verify_grant_evidence(record, evidence)
     except FleetError as exc:
         if as_json:
             out: dict[str, object] = {"verdict": "invalid", "rule": exc.rule, "error": str(exc)}
-            if isinstance(exc, RecordError):
-                out["segment"] = exc.segment
+            if getattr(exc, "segment", None) is not None:
+                out["segment"] = exc.segment  # type: ignore[attr-defined]
             click.echo(json.dumps(out))
         raise CheckFailed(f"{record_file}: {describe_failure(exc)}") from None
     if as_json:
-        click.echo(json.dumps(report_json(report)))
+        doc = report_json(report)
+        if granted is not None:
+            doc["grant"] = {"effective": terms_json(granted.effective),
+                            "events": granted.events, "used_uj": granted.energy_uj}
+        click.echo(json.dumps(doc))
         return
     e = report.energy
     wait = verdict_json(report.wait_proof)
@@ -84,3 +100,6 @@ def verify(record_file: str, host_key: str | None, as_json: bool, reference: boo
         "  wait proof: " + str(wait["verdict"])
         + (f" (segment {wait['segment']})" if "segment" in wait else "")
     )
+    if granted is not None:
+        click.echo(f"  grant: every segment allowed ({granted.events} events replayed; used "
+                   f"{granted.energy_uj} of {granted.effective.budget_uj} uJ)")

@@ -8,6 +8,8 @@ error header (code and one-line description) that the CLI prints as is.
     fleet.api.consistency  {"old", "new"?}             -> {"old", "new", "proof", ...}
     fleet.api.run          {"run"}                     -> run status (with its "grant")
     fleet.api.grant        {"grant"}                   -> a folded grant (ledger.grant_views)
+    fleet.api.grant_evidence {"run"}                   -> the run's grant evidence
+                                                          (fleet.grant_verify)
     fleet.api.runs         {}                          -> {"runs": [...]}
     fleet.api.export       {"run"}                     -> the run's record file
     fleet.api.rejections   {"limit"?, "host"?}         -> {"rejections": [...]}
@@ -32,7 +34,7 @@ from nats.micro.service import Service
 from fleet.errors import FleetError
 from ledger import views
 from ledger.audit_rows import audit_store
-from ledger.grant_views import GrantNotFound, grant_status
+from ledger.grant_views import GrantNotFound, grant_evidence, grant_status
 from ledger.replica import read_replicas
 from ledger.store import ReadOnlyStore
 
@@ -74,6 +76,7 @@ class LedgerApi:
             "consistency": self.consistency, "run": self.run, "runs": self.runs,
             "export": self.export, "rejections": self.rejections, "audit": self.audit,
             "grant": self.grant,
+            "grant_evidence": self.grant_evidence,
         }
         for name, handler in endpoints.items():
             await self.service.add_endpoint(name=name, subject=names.api_subject(name),
@@ -173,6 +176,9 @@ class LedgerApi:
 
     async def grant(self, body: dict[str, Any]) -> Any:
         return grant_status(self.ledger.store, self.ledger.grants, _field(body, "grant", str))
+
+    async def grant_evidence(self, body: dict[str, Any]) -> Any:
+        return grant_evidence(self.ledger.store, self.ledger.grants, _field(body, "run", str))
 
     async def runs(self, body: dict[str, Any]) -> Any:
         return {"runs": self.ledger.store.list_runs()}

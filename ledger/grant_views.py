@@ -13,7 +13,8 @@ from typing import Any
 from fleet.address import format_address, parse_address
 from fleet.errors import FleetError
 from fleet.grant import grant_json, terms_json
-from fleet.grant_events import NO_AMENDMENT, GrantBook, event_json
+from fleet.grant_events import NO_AMENDMENT, GrantBook, chain_of, event_json
+from fleet.grant_verify import evidence_json
 from fleet.kernel import NO_GRANTS
 from ledger.store import LedgerStore
 
@@ -28,14 +29,11 @@ def _history(store: LedgerStore, refs: list[bytes]) -> list[dict[str, Any]]:
             for ev in (event_json(payload),)]
 
 
-def chain(book: GrantBook, address: bytes) -> list[bytes]:
-    """``address`` and the grants above it, up to the root (those the book holds)."""
-    out: list[bytes] = []
-    entry = book.entry(address)
-    while entry is not None and entry.address not in out:
-        out.append(entry.address)
-        entry = None if entry.grant.parent is None else book.entry(entry.grant.parent)
-    return out
+def _address(text: str) -> bytes:
+    try:
+        return parse_address(text)
+    except FleetError as exc:
+        raise GrantNotFound(str(exc)) from None
 
 
 def grant_status(store: LedgerStore, book: GrantBook, text: str) -> dict[str, Any]:
@@ -43,10 +41,7 @@ def grant_status(store: LedgerStore, book: GrantBook, text: str) -> dict[str, An
     the effective terms a run under it is held to, the last amendment's number and
     address (what the next amendment names), the children minted from it, its chain and
     the events about it (its issue or mint, its amendments)."""
-    try:
-        address = parse_address(text)
-    except FleetError as exc:
-        raise GrantNotFound(str(exc)) from None
+    address = _address(text)
     entry = book.entry(address)
     if entry is None:
         raise GrantNotFound(f"no grant {text} is folded in this ledger")
@@ -61,7 +56,7 @@ def grant_status(store: LedgerStore, book: GrantBook, text: str) -> dict[str, An
         "amended": entry.amended,
         "last_amendment": None if entry.last == NO_AMENDMENT else format_address(entry.last),
         "minted": len(entry.minted),
-        "chain": [format_address(a) for a in chain(book, address)],
+        "chain": [format_address(a) for a in chain_of(book, address)],
         "history": _history(store, [address]),
     }
 
@@ -76,7 +71,7 @@ def run_grant(store: LedgerStore, book: GrantBook, grants_id: str, run: str,
         return None
     effective = book.effective(address)
     assert effective is not None
-    above = chain(book, address)
+    above = chain_of(book, address)
     return {
         "id": grants_id,
         "effective": terms_json(effective),
@@ -87,4 +82,15 @@ def run_grant(store: LedgerStore, book: GrantBook, grants_id: str, run: str,
     }
 
 
-__all__ = ["GrantNotFound", "chain", "grant_status", "run_grant"]
+def grant_evidence(store: LedgerStore, book: GrantBook, run_text: str) -> dict[str, Any]:
+    """The run's grant evidence (:mod:`fleet.grant_verify`): what an auditor needs beside
+    its record file to recompute every grant decision the ledger made about it."""
+    run = _address(run_text)
+    slot = store.load_run(run)
+    if slot is None:
+        raise GrantNotFound(f"no run {run_text} is folded in this ledger")
+    events, segments = store.grant_evidence(run, chain_of(book, slot.state.grants_id))
+    return evidence_json(run, events, segments)
+
+
+__all__ = ["GrantNotFound", "grant_evidence", "grant_status", "run_grant"]

@@ -96,6 +96,20 @@ def test_issue_amend_checkpoint_revoke_through_the_cli(nats_server: NatsServer,
         status = _json("status", "--nats", url)
         assert status["grants"] == {"mode": "enforce", "folded": 1}
 
+        # An auditor recomputes the grant's decisions offline from the record and the
+        # evidence; evidence placing the segment after the grant's expiry fails by name.
+        record, evidence = tmp_path / "run.json", tmp_path / "evidence.json"
+        fleet("run", "export", run_id, "--out", str(record), "--nats", url)
+        fleet("run", "grant-evidence", run_id, "--out", str(evidence), "--nats", url)
+        checked = _json("verify", str(record), "--grants", str(evidence))
+        assert checked["grant"]["events"] == 3 and checked["grant"]["used_uj"] == 3_000
+        late = json.loads(evidence.read_text())
+        late["segments"][0]["at_ms"] = g["effective"]["expires_ms"]
+        evidence.write_text(json.dumps(late))
+        failed = fleet("verify", str(record), "--grants", str(evidence), check=False)
+        assert failed.returncode == 1 and "GrantExpired" in failed.stderr
+        assert "Traceback" not in failed.stderr
+
         fleet("grant", "revoke", gid, *issuer)
         _folded_to(data, 6)
         run.execute(1, uj=10)
