@@ -401,8 +401,10 @@ def meet(a: Terms, b: Terms) -> Terms:
 
 def nothing(current: Terms) -> Terms:
     """The terms a revoke amends ``current`` to: no scope, no budget, an empty window, no
-    host, no manifest, no mint policy (below every terms with ``current``'s not-before)."""
-    return Terms((), 0, current.not_before_ms, current.not_before_ms, (), (), None)
+    host, no manifest, no mint policy; below ``current`` in :func:`check_narrows`'s order
+    even when an amendment already emptied its window (expiry before not-before)."""
+    return Terms((), 0, current.not_before_ms,
+                 min(current.not_before_ms, current.expires_ms), (), (), None)
 
 
 def is_void(t: Terms) -> bool:
