@@ -28,6 +28,7 @@ from agents.energy import IntervalMeter, image_park_idle, transcript_park_idle
 from agents.host import Host, HostRun
 from agents.publisher import Publisher
 from agents.refusals import RefusalWatcher
+from agents.sim_grants import SimGrants
 from fleet.address import digest
 from fleet.manifest import Manifest, manifest_of_text, read_manifest_file, sign
 from fleet.manifest_errors import ManifestError
@@ -228,9 +229,16 @@ class Migration:
                    for p in (self.folder / "offered").glob("*.json"))
 
 
-def record_runs(host: Host, runs: int, migration: Migration | None = None) -> int:
+def run_environment(environments: list[Manifest], number: int) -> Manifest:
+    """The environment run ``number`` parks and resumes in (on every host alike)."""
+    return environments[number % len(environments)]
+
+
+def record_runs(host: Host, runs: int, migration: Migration | None = None,
+                grants: SimGrants | None = None) -> int:
     """Record every planned step of ``runs`` runs on ``host`` (a migrating run only up to its
-    first park, then offered to the other hosts); returns segments written."""
+    first park, then offered to the other hosts); returns segments written. With ``grants``
+    each run is opened under its own grant (already issued), else under a placeholder id."""
     s = salt(host.dir)
     environments = host_manifests(host)
     active: list[tuple[HostRun, list[Step], int]] = []
@@ -238,14 +246,17 @@ def record_runs(host: Host, runs: int, migration: Migration | None = None) -> in
     parking = 0
     for number in range(runs):
         unit = digest(b"unit/" + s + b"/%d" % number)
-        grants = digest(b"grants/fleet-sim/v1")
+        if grants is None:
+            grants_id = digest(b"grants/fleet-sim/v1")
+        else:
+            grants_id = grants.grants_id(number, run_environment(environments, number).digest)
         rng = random.Random(s + b"%d" % number)
         steps = plan(rng)
         if migration is not None and any(st.kind == "suspended" for st in steps):
             if migration.moves(parking):
                 moving.add(number)
             parking += 1
-        active.append((host.open_run(unit, grants), steps, number))
+        active.append((host.open_run(unit, grants_id), steps, number))
     written = 0
     while active:
         still = []
@@ -254,7 +265,7 @@ def record_runs(host: Host, runs: int, migration: Migration | None = None) -> in
                 assert migration is not None
                 migration.offer(host.name, run, s, number)
                 continue
-            if advance(run, steps, number, environments[number % len(environments)]):
+            if advance(run, steps, number, run_environment(environments, number)):
                 written += 1
                 still.append((run, steps, number))
         active = still
@@ -280,7 +291,7 @@ def adopt_offers(host: Host, migration: Migration, deadline_s: float = 120.0) ->
         steps = plan(random.Random(bytes.fromhex(offer["salt"]) + b"%d" % number))
         # The same declaration the offering host parked in (every host signs the same
         # samples, in the same order: the same manifest addresses).
-        environment = environments[number % len(environments)]
+        environment = run_environment(environments, number)
         while advance(run, steps, number, environment):
             written += 1
         adopted += 1
@@ -301,11 +312,13 @@ def _adopt(host: Host, migration: Migration, run: str, end: float) -> HostRun:
 async def simulate_host(name: str, host_dir: Path, runs: int, servers: list[str],
                         nkey: Path | None = None, drain_timeout: float = 120.0,
                         on_progress: Callable[[int, int], None] | None = None,
-                        migration: Migration | None = None, fleet: str = "fleet") -> dict:
+                        migration: Migration | None = None, fleet: str = "fleet",
+                        grants: SimGrants | None = None) -> dict:
     """Record ``runs`` runs and publish everything; returns counts. ``on_progress`` is
     called now and then with (segments acked so far, segments still pending). With
     ``migration``, some runs are handed to the other simulated hosts at a park, and this
-    host adopts and finishes theirs."""
+    host adopts and finishes theirs. With ``grants``, each run's grant is issued (its event
+    acknowledged by the stream) before any segment is written."""
     host = Host(name, host_dir, fleet=fleet)
     if migration is not None:
         host.ledger = (migration.source, migration.ledger_keys)
@@ -320,6 +333,12 @@ async def simulate_host(name: str, host_dir: Path, runs: int, servers: list[str]
                                            host.names.rejection_subject(name)).start()
             loop = asyncio.get_running_loop()
             acked = 0
+            issued = 0
+            if grants is not None:
+                environments = host_manifests(host)
+                issued = await grants.publish(
+                    nc.jetstream(timeout=5.0), host.names.grant_subject, host.names.stream,
+                    [(n, run_environment(environments, n).digest) for n in range(runs)])
 
             async def publish_while(work: asyncio.Future[Any]) -> Any:
                 nonlocal acked
@@ -331,7 +350,7 @@ async def simulate_host(name: str, host_dir: Path, runs: int, servers: list[str]
                 return await work
 
             written = await publish_while(loop.run_in_executor(None, record_runs, host, runs,
-                                                               migration))
+                                                               migration, grants))
             adopted = 0
             if migration is not None:
                 # Everything offered must be sent before another host can adopt it.
@@ -345,6 +364,8 @@ async def simulate_host(name: str, host_dir: Path, runs: int, servers: list[str]
             out = {"host": name, "runs": runs, "segments_written": written,
                    "remaining": report.remaining, "public_key": host.public_key,
                    "seconds": round(time.monotonic() - started, 3)}
+            if grants is not None:
+                out["grants_issued"] = issued
             if migration is not None:
                 out["adopted"] = adopted
                 out["stopped"] = sorted(watcher.stopped)

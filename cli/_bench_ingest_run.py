@@ -26,6 +26,7 @@ import asyncio
 import statistics
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -34,9 +35,11 @@ from nats.js.api import AckPolicy, ConsumerConfig
 
 from fleet.address import digest, format_address
 from fleet.builder import RecordBuilder
+from fleet.grant import grant_address, make_terms, sign_grant
+from fleet.grant_events import decode_event, event_id, issue_event
 from fleet.seal import encode_key
 from fleet.segment import CallAccount, make_snapshot
-from fleet.subjects import STREAM, segment_subject
+from fleet.subjects import DEFAULT_FLEET, STREAM, segment_subject
 from fleet.wire import encode_envelope
 from ledger.pull import ack_all
 from ledger.puller import Puller
@@ -50,17 +53,26 @@ from plumbing.natsd import NatsServer
 Message = tuple[str, str, bytes, str, int]  # subject, msg id, payload, run, index
 
 
-def make_segments(count: int, hosts: int = 4, per_run: int = 10) -> tuple[list[Message],
-                                                                         dict[str, SigningKey]]:
-    """``count`` sealed segments (runs of ``per_run``) spread over ``hosts`` host keys."""
+def make_segments(count: int, hosts: int = 4, per_run: int = 10,
+                  grants: list[bytes] | None = None) -> tuple[list[Message],
+                                                              dict[str, SigningKey]]:
+    """``count`` sealed segments (runs of ``per_run``) spread over ``hosts`` host keys. With
+    ``grants`` (a list to fill), each run is opened under a grant of its own (see
+    :func:`bench_grant`), whose ISSUE event is appended to ``grants``."""
     keys = {f"bench{h}": SigningKey(bytes([h + 1]) * 32) for h in range(hosts)}
     names = list(keys)
     out: list[Message] = []
     run_no = 0
     manifest = digest(b"bench-manifest")
+    now_ms = int(time.time() * 1000)
     while len(out) < count:
         name = names[run_no % hosts]
-        b = RecordBuilder(keys[name], digest(b"bench-unit-%d" % run_no), digest(b"grants"))
+        grants_id = digest(b"grants")
+        if grants is not None:
+            event = bench_grant(run_no, names, manifest, now_ms)
+            grants.append(event)
+            grants_id = grant_address(decode_event(event).fields["grant"])
+        b = RecordBuilder(keys[name], digest(b"bench-unit-%d" % run_no), grants_id)
         run = format_address(b.run)
         subject = segment_subject(name, run)
         for i in range(per_run):
@@ -81,6 +93,21 @@ def make_segments(count: int, hosts: int = 4, per_run: int = 10) -> tuple[list[M
             out.append((subject, format_address(s.head), payload, run, s.index))
         run_no += 1
     return out, keys
+
+
+# The grant mode's issuer and agent: neither a host's key nor each other.
+BENCH_ISSUER = SigningKey(digest(b"fleet-bench/issuer"))
+BENCH_AGENT = SigningKey(digest(b"fleet-bench/agent"))
+
+
+def bench_grant(run_no: int, hosts: list[str], manifest: bytes, now_ms: int) -> bytes:
+    """The ISSUE event of run ``run_no``'s own grant: its scope, a budget far above what the
+    run spends, a day's window around ``now_ms``, the bench's hosts and its one manifest
+    (so every rule of :func:`fleet.grant_events.check_segment` is checked and passes)."""
+    terms = make_terms([f"/bench/{run_no}"], 10**12, now_ms - 3_600_000, now_ms + 86_400_000,
+                       hosts=hosts, manifests=[manifest])
+    return issue_event(BENCH_ISSUER, sign_grant(BENCH_ISSUER, bytes(BENCH_AGENT.verify_key),
+                                                terms))
 
 
 def interleave(messages: list[Message]) -> list[Message]:
@@ -190,47 +217,134 @@ async def wait_folded(ledger: Ledger, js: Any, timeout: float = 600.0,
     raise TimeoutError("the ledger did not catch up")
 
 
+async def fold_once(workdir: Path, url: str, name: str, keys: dict[str, SigningKey],
+                    leaves: int, last_seq: int, grants: str = "enforce",
+                    before: Sequence[bytes] = (), phase: str | None = None
+                    ) -> tuple[float, int]:
+    """One fresh ledger (its own store and consumer, the default checkpoint cadence) folding
+    the pre-filled stream up to ``last_seq``: its rate in leaves a second and the
+    checkpoints it signed. Raises :class:`BenchError` unless all ``leaves`` became leaves.
+    ``before``: the stream's first messages (grant events), folded by the ledger's own
+    :meth:`Ledger.fold_messages` before the clock starts, as the hosts are enrolled."""
+    ledger = Ledger(LedgerConfig(data_dir=workdir / f"ledger-{name}", servers=[url],
+                                 name=name, grants=grants))
+    for host, key in keys.items():
+        ledger.store.enroll(host, encode_key(bytes(key.verify_key)))
+    now_ms = int(time.time() * 1000)
+    subject = DEFAULT_FLEET.grant_subject
+    for first in range(0, len(before), 2048):
+        chunk = before[first:first + 2048]
+        ledger.fold_messages([(first + n + 1, subject, ev) for n, ev in enumerate(chunk)],
+                             [now_ms] * len(chunk))
+    stop = asyncio.Event()
+    # Set up (connection, API, seal worker process) before the clock starts, as the raw
+    # baseline's consumer is: this phase times the fold.
+    await ledger.start()
+    start = time.perf_counter()
+    task = asyncio.create_task(ledger.run(stop))
+    try:
+        await wait_folded(ledger, None, last_seq=last_seq)
+        rate = leaves / (time.perf_counter() - start)
+    finally:
+        stop.set()
+        await task
+    try:
+        # Counted once the loop has settled its last commit (whose checkpoint, if due, is
+        # signed then): the watermark the clock waits on is written before the commit.
+        checkpoints = _count_checkpoints(ledger.store)
+        check_all_folded(ledger.store, leaves, phase or f"fold {name}")
+    finally:
+        await ledger.close()
+    return rate, checkpoints
+
+
+async def prefill(url: str, messages: list[Message], events: Sequence[bytes] = ()
+                  ) -> tuple[Any, Any]:
+    """A fresh FLEET stream holding ``events`` (grant events) and then ``messages``; the
+    connection and its JetStream context."""
+    nc = await connect([url], name="bench-fill")
+    js = nc.jetstream(timeout=10.0)
+    await ensure_stream(js)
+    for first in range(0, len(events), 256):
+        await asyncio.gather(*(js.publish(DEFAULT_FLEET.grant_subject, ev,
+                                          headers={"Nats-Msg-Id": event_id(ev)})
+                               for ev in events[first:first + 256]))
+    await publish_all(js, messages)
+    return nc, js
+
+
 async def fold_rates(workdir: Path, messages: list[Message], keys: dict[str, SigningKey],
                      repeats: int) -> tuple[list[float], float, list[int]]:
-    """The fold rate of ``repeats`` fresh ledgers (each its own store and consumer, the
-    default checkpoint cadence) over one pre-filled stream, the lean puller's rate on that
-    stream with no folding, and the checkpoints each ledger signed over the stream. Raises
-    :class:`BenchError` if a ledger's tree does not end with every message as a leaf."""
+    """The fold rate of ``repeats`` fresh ledgers over one pre-filled stream
+    (:func:`fold_once`), the lean puller's rate on that stream with no folding, and the
+    checkpoints each ledger signed over the stream."""
     with NatsServer(store_dir=workdir / "nats-fold") as server:
-        nc = await connect([server.url], name="bench-fill")
-        js = nc.jetstream(timeout=10.0)
-        await ensure_stream(js)
-        await publish_all(js, messages)
+        nc, js = await prefill(server.url, messages)
         rates = []
         checkpoints = []
-        for n in range(repeats):
-            ledger = Ledger(LedgerConfig(data_dir=workdir / f"ledger-fold-{n}",
-                                         servers=[server.url], name=f"bench{n}"))
-            for name, key in keys.items():
-                ledger.store.enroll(name, encode_key(bytes(key.verify_key)))
-            stop = asyncio.Event()
-            # Set up (connection, API, seal worker process) before the clock starts, as the
-            # raw baseline's consumer is: this phase times the fold.
-            await ledger.start()
-            start = time.perf_counter()
-            task = asyncio.create_task(ledger.run(stop))
-            await wait_folded(ledger, js, last_seq=len(messages))
-            rates.append(len(messages) / (time.perf_counter() - start))
-            stop.set()
-            await task
-            # Counted once the loop has settled its last commit (whose checkpoint, if due, is
-            # signed then): the watermark the clock waits on is written before the commit.
-            checkpoints.append(_count_checkpoints(ledger.store))
-            try:
-                check_all_folded(ledger.store, len(messages), f"fold {n + 1}")
-            except BenchError:
-                await ledger.close()
-                await nc.drain()
-                raise
-            await ledger.close()
-        lean = await lean_pull_rate(nc, js, len(messages))
-        await nc.drain()
+        try:
+            for n in range(repeats):
+                rate, signed = await fold_once(workdir, server.url, f"bench{n}", keys,
+                                               len(messages), len(messages),
+                                               phase=f"fold {n + 1}")
+                rates.append(rate)
+                checkpoints.append(signed)
+            lean = await lean_pull_rate(nc, js, len(messages))
+        finally:
+            await nc.drain()
     return rates, lean, checkpoints
+
+
+async def grant_fold_rates(workdir: Path, segments: int, repeats: int) -> dict[str, Any]:
+    """The fold with a grant on every run against the same fold without (each run under
+    its own issued grant, the ISSUE events in the stream before the runs, the ledger
+    requiring grants), fresh ledgers taking turns: without; with, the grant events folded
+    before the clock starts (the cost of holding every segment to its run's grant); with,
+    the whole stream timed (issuing the grants included)."""
+    plain, keys = make_segments(segments)
+    events: list[bytes] = []
+    granted, _ = make_segments(segments, grants=events)
+    without: list[float] = []
+    with_grants: list[float] = []
+    whole: list[float] = []
+    with NatsServer(store_dir=workdir / "nats-plain") as s1, \
+            NatsServer(store_dir=workdir / "nats-grants") as s2:
+        nc1, _ = await prefill(s1.url, plain)
+        nc2, _ = await prefill(s2.url, granted, events)
+        try:
+            for n in range(repeats):
+                rate, _ = await fold_once(workdir, s1.url, f"plain{n}", keys, segments,
+                                          segments)
+                without.append(rate)
+                rate, _ = await fold_once(workdir, s2.url, f"grants{n}", keys, segments,
+                                          segments + len(events), "require", events)
+                with_grants.append(rate)
+                rate, _ = await fold_once(workdir, s2.url, f"whole{n}", keys, segments,
+                                          segments + len(events), "require")
+                whole.append(rate)
+        finally:
+            await nc1.drain()
+            await nc2.drain()
+    a, b, c = (statistics.median(r) for r in (without, with_grants, whole))
+    return {
+        "segments": segments, "runs": len(events), "grant_events": len(events),
+        "repeats": repeats, "seal_verifier": VERIFIER, "grants_mode": "require",
+        "fold_per_s_without_grants": round(a), "fold_per_s_with_grants": round(b),
+        "fold_per_s_with_grant_events": round(c),
+        "fold_runs_per_s_without_grants": [round(r) for r in without],
+        "fold_runs_per_s_with_grants": [round(r) for r in with_grants],
+        "fold_runs_per_s_with_grant_events": [round(r) for r in whole],
+        "fold_ratio_grants_to_without": round(b / a, 3),
+        "fold_ratio_grant_events_to_without": round(c / a, 3),
+        "bar": GRANT_BAR, "within_bar": b / a >= GRANT_BAR,
+        "statistic": "segments folded a second, median of fresh ledgers taking turns; "
+                     "with_grants: the grant events folded before the clock starts; "
+                     "with_grant_events: their fold timed too",
+    }
+
+
+# The issue's bar: the fold with grants on every run within 10% of the fold without.
+GRANT_BAR = 0.9
 
 
 async def lean_pull_rate(nc: Any, js: Any, count: int) -> float:
@@ -303,6 +417,12 @@ async def end_to_end(workdir: Path, messages: list[Message], keys: dict[str, Sig
         await ledger.close()
         await nc.drain()
     return len(messages) / elapsed, latencies
+
+
+async def grant_bench(segments: int, repeats: int = 3) -> dict[str, Any]:
+    """``fleet bench ingest --grants``: :func:`grant_fold_rates` in a temporary folder."""
+    with tempfile.TemporaryDirectory(prefix="fleet-bench-") as tmp:
+        return await grant_fold_rates(Path(tmp), segments, repeats)
 
 
 async def run_bench(segments: int, rate: float, e2e_segments: int,

@@ -14,16 +14,18 @@ from cli._common import progress
 
 
 @asynccontextmanager
-async def embedded_ledger(workdir: Path) -> AsyncIterator[tuple[Any, Any]]:
+async def embedded_ledger(workdir: Path, grants: str = "enforce"
+                          ) -> AsyncIterator[tuple[Any, Any]]:
     """``(server, ledger)``: a nats-server storing in ``workdir/nats`` and a ledger named
-    ``demo`` in ``workdir/ledger`` (checkpoints every 200 ms), stopped on exit."""
+    ``demo`` in ``workdir/ledger`` (checkpoints every 200 ms; ``grants`` as
+    :attr:`LedgerConfig.grants`), stopped on exit."""
     from cli._wiring import make_ledger
     from ledger.service import LedgerConfig
     from plumbing.natsd import NatsServer
 
     with NatsServer(store_dir=workdir / "nats", die_with_parent=True) as server:
         ledger = make_ledger(LedgerConfig(data_dir=workdir / "ledger", servers=[server.url],
-                                          name="demo", checkpoint_ms=200))
+                                          name="demo", checkpoint_ms=200, grants=grants))
         stop = asyncio.Event()
         await ledger.start()
         task = asyncio.create_task(ledger.run(stop))

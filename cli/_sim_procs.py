@@ -9,11 +9,18 @@ from pathlib import Path
 
 def simulator_command(name: str, runs: int, url: str, host_dir: Path,
                       enroll_into: Path | None = None, nkey: Path | None = None,
-                      migrate: tuple[float, str, Path, int] | None = None) -> list[str]:
-    """``migrate``: (fraction, the ledger's verifier key, the hand-off folder, peers)."""
+                      migrate: tuple[float, str, Path, int] | None = None,
+                      grant_hosts: list[str] | None = None, seed: str | None = None
+                      ) -> list[str]:
+    """``migrate``: (fraction, the ledger's verifier key, the hand-off folder, peers);
+    ``grant_hosts``: the hosts the runs' grants allow (the whole simulated fleet)."""
     cmd = [sys.executable, "-m", "cli", "host", "simulate", "--hosts", "1",
            "--name", name, "--runs", str(runs), "--nats", url, "--data", str(host_dir),
            "--json"]
+    if grant_hosts:
+        cmd += ["--grant-hosts", ",".join(grant_hosts)]
+    if seed is not None:
+        cmd += ["--seed", seed]
     if enroll_into is not None:
         cmd += ["--enroll-into", str(enroll_into)]
     if nkey is not None:
@@ -28,8 +35,8 @@ def simulator_command(name: str, runs: int, url: str, host_dir: Path,
 def spawn_simulators(hosts: int, runs: int, url: str, base: Path,
                      enroll_into: Path | None = None, prefix: str = "host",
                      log_dir: Path | None = None, nkey: Path | None = None,
-                     migrate: float = 0.0, vkey: str | None = None
-                     ) -> list[subprocess.Popen[str]]:
+                     migrate: float = 0.0, vkey: str | None = None,
+                     seed: str | None = None) -> list[subprocess.Popen[str]]:
     """Start ``hosts`` simulator processes, host folders under ``base``; with ``migrate``
     (and the ledger's ``vkey``), that fraction of runs moves between them at a park.
 
@@ -38,13 +45,15 @@ def spawn_simulators(hosts: int, runs: int, url: str, base: Path,
     chatty simulator blocks once a pipe is full.
     """
     procs = []
+    names = [f"{prefix}{i}" for i in range(1, hosts + 1)]
     for i in range(1, hosts + 1):
         name = f"{prefix}{i}"
         moving = None
         if migrate > 0:
             assert vkey is not None, "moving runs needs the ledger's verifier key"
             moving = (migrate, vkey, base / "handoff", hosts)
-        cmd = simulator_command(name, runs, url, base / name, enroll_into, nkey, moving)
+        cmd = simulator_command(name, runs, url, base / name, enroll_into, nkey, moving,
+                                names, seed)
         if log_dir is None:
             procs.append(subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                           text=True, stdin=subprocess.DEVNULL))

@@ -19,15 +19,22 @@ from cli._common import emit_result
               help="Segments published in the end-to-end phase.")
 @click.option("--repeats", default=3, show_default=True, type=click.IntRange(1),
               help="Fresh ledgers folding the pre-filled stream (the median is reported).")
+@click.option("--grants", "with_grants", is_flag=True,
+              help="Instead: the fold with a grant on every run (each its own, issued in the "
+                   "stream before the runs) against the same fold without, alternating fresh "
+                   "ledgers (--repeats of each).")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON only.")
 def bench_ingest(segments: int, rate: float, e2e_segments: int, repeats: int,
-                 as_json: bool) -> None:
+                 with_grants: bool, as_json: bool) -> None:
     """Raw nats-py publish/consume, the ledger folding a pre-filled stream, end to end.
     Fails (exit 1, one line) unless every segment of each fold became a leaf."""
-    from cli._bench_ingest_run import BenchError, run_bench
+    from cli._bench_ingest_run import BenchError, grant_bench, run_bench
 
     try:
-        result = asyncio.run(run_bench(segments, rate, e2e_segments, repeats))
+        if with_grants:
+            result = asyncio.run(grant_bench(segments, repeats))
+        else:
+            result = asyncio.run(run_bench(segments, rate, e2e_segments, repeats))
     except BenchError as exc:
         raise CheckFailed(f"bench ingest: {exc}") from None
     emit_result(result, as_json)

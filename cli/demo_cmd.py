@@ -19,6 +19,7 @@ from plumbing.natsd import NatsServerError
 async def _demo(workdir: Path, hosts: int, runs: int) -> dict[str, Any]:
     from cli._embedded import embedded_ledger, wait_folded
     from cli._env_demo import refused_resume
+    from cli._grant_demo import overspending_run
     from cli._sim_procs import spawn_simulators
     from fleet.checkpoint import open_checkpoint
     from fleet.note import parse_verifier_key
@@ -30,7 +31,9 @@ async def _demo(workdir: Path, hosts: int, runs: int) -> dict[str, Any]:
     from ledger.client import call
 
     started = time.monotonic()
-    async with embedded_ledger(workdir) as (server, ledger):
+    # Every run must present its grant before its first segment (the simulator issues one
+    # per run).
+    async with embedded_ledger(workdir, grants="require") as (server, ledger):
         # A third of the runs move to another host process at a park (with two or more
         # hosts): the adopting host verifies the record and its proof first.
         procs = spawn_simulators(hosts, runs, server.url, workdir / "hosts",
@@ -49,12 +52,14 @@ async def _demo(workdir: Path, hosts: int, runs: int) -> dict[str, Any]:
                 raise CheckFailed(f"a simulated host failed: {err.strip()[-300:]}")
         assert ledger.js is not None and ledger.nc is not None
         await wait_folded(ledger, ledger.js, 60.0)
+        # An issuer tightens a running run's budget: its next segment is refused by name.
+        overspent = await overspending_run(ledger, workdir, int(time.time() * 1000))
         # One hostile message: a real segment with its energy edited in flight, of the
         # longest run (any run has one executed segment to edit; a short plan may have
         # no more).
         # (A run that never moved: its first host still holds it, so the edit is what
         # the ledger refuses, not who sent it.)
-        victim = max(ledger.store.list_runs(),
+        victim = max((r for r in ledger.store.list_runs() if r["run"] != overspent["run"]),
                      key=lambda r: (len(views.holders(ledger.store, r["run"])) == 1,
                                     r["segments"]))
         payload = ledger.store.payloads(victim["run"])[0]
@@ -104,7 +109,7 @@ async def _demo(workdir: Path, hosts: int, runs: int) -> dict[str, Any]:
         "record_segments": report.segments, "origin": ledger.origin,
         "wait_proofs": dict(sorted(verdicts.items())),
         "moved_runs": len(moved), **moved_proof,
-        "environment_refusal": environment,
+        "environment_refusal": environment, "grant_refusal": overspent,
         "seconds": round(time.monotonic() - started, 2),
     }
 
@@ -143,8 +148,9 @@ def demo(hosts: int, runs: int, keep: Path | None, as_json: bool, durable: bool)
         click.echo(json.dumps(summary))
         return
     rejected = ", ".join(f"{v} {k}" for k, v in summary["rejected"].items()) or "none"
-    click.echo(f"fleet demo: {summary['hosts']} hosts streamed {summary['runs']} runs, "
-               f"{summary['segments']} segments folded in {summary['seconds']} s")
+    click.echo(f"fleet demo: {summary['hosts']} hosts streamed {summary['runs'] - 1} runs, one "
+               f"more ran under an amended grant; {summary['segments']} segments folded in "
+               f"{summary['seconds']} s")
     click.echo(f"  fleet log: {summary['tree_size']} leaves, root {summary['root']}")
     click.echo(f"  checkpoint signed by {summary['origin']} at size {summary['checkpoint_size']}")
     click.echo(f"  rejected: {rejected}")
@@ -159,6 +165,11 @@ def demo(hosts: int, runs: int, keep: Path | None, as_json: bool, durable: bool)
                    f"{summary['moved_proved_run']} ({spans}): verified offline")
     proofs = ", ".join(f"{n} {v}" for v, n in summary["wait_proofs"].items())
     click.echo(f"  wait proofs across the fleet's runs: {proofs}")
+    g = summary["grant_refusal"]
+    click.echo(f"  run {g['run']} spent {g['spent_uj']} of its grant's {g['budget_uj']} µJ; "
+               f"the issuer amended the budget to {g['amended_budget_uj']} µJ:")
+    click.echo(f"    segment {g['refused_index']} refused: {g['rule']}: {g['reason']}; its "
+               f"{g['segments_standing']} earlier segments stand")
     env = summary["environment_refusal"]
     click.echo(f"  a run parked in the {env['parked_in']} environment, offered "
                f"{env['offered_in']} to resume in: {env['rule']} on the host, nothing sealed")

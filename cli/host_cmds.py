@@ -158,12 +158,22 @@ def host_rekey(name: str, pubkey: str, data: Path | None, url: str | None,
               help="The folder simulated hosts hand runs over in (one host per process).")
 @click.option("--peers", type=click.IntRange(2), hidden=True,
               help="How many simulated hosts share --handoff.")
+@click.option("--seed", default="fleet-sim", show_default=True,
+              help="Seed of the simulated fleet's grant issuer and agent keys.")
+@click.option("--grant-hosts", hidden=True,
+              help="The hosts each run's grant allows, comma separated (default: all the "
+                   "simulated hosts).")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON summary.")
 def host_simulate(hosts: int, runs: int, url: str, data: Path, name: str | None,
                   nkey: Path | None, enroll_into: Path | None, migrate: float,
-                  vkey: str | None, handoff: Path | None, peers: int | None,
-                  as_json: bool) -> None:
-    """Record and stream simulated runs; a killed simulator resumes where it stopped."""
+                  vkey: str | None, handoff: Path | None, peers: int | None, seed: str,
+                  grant_hosts: str | None, as_json: bool) -> None:
+    """Record and stream simulated runs; a killed simulator resumes where it stopped.
+
+    Each run is opened under a grant of its own, issued (on the fleet's grant subject)
+    before its first segment by the simulated fleet's issuer (keys from --seed). Under
+    --nkey a host's NATS user may not publish grant events (the issuer is another
+    principal), so runs then carry a placeholder grant id and no grant."""
     servers = split_servers(url)
     if migrate > 0 and vkey is None:
         raise UserError("--migrate needs --vkey: the ledger's verifier key (ledger.vkey)")
@@ -174,8 +184,10 @@ def host_simulate(hosts: int, runs: int, url: str, data: Path, name: str | None,
         if migrate > 0:
             assert handoff is not None and peers is not None and vkey is not None
             moving = (migrate, vkey, handoff, peers)
-        summary = _one_host(name or "host", data, runs, servers, nkey, enroll_into, moving,
-                            url)
+        host_name = name or "host"
+        allowed = grant_hosts.split(",") if grant_hosts else [host_name]
+        summary = _one_host(host_name, data, runs, servers, nkey, enroll_into, moving,
+                            url, (seed, allowed))
         if as_json:
             emit_json(summary)
         else:
@@ -187,7 +199,7 @@ def host_simulate(hosts: int, runs: int, url: str, data: Path, name: str | None,
     from cli._sim_procs import spawn_simulators
 
     procs = spawn_simulators(hosts, runs, url, data, enroll_into, name or "host", nkey=nkey,
-                             migrate=migrate, vkey=vkey)
+                             migrate=migrate, vkey=vkey, seed=seed)
     import signal
     import sys
     from concurrent.futures import ThreadPoolExecutor, wait
@@ -224,7 +236,8 @@ def host_simulate(hosts: int, runs: int, url: str, data: Path, name: str | None,
 
 def _one_host(name: str, host_dir: Path, runs: int, servers: list[str], nkey: Path | None,
               enroll_into: Path | None,
-              moving: tuple[float, str, Path, int] | None = None, url: str = "") -> dict:
+              moving: tuple[float, str, Path, int] | None = None, url: str = "",
+              grants: tuple[str, list[str]] | None = None) -> dict:
     from agents.host import HostKeyError, load_or_create_key
     from agents.simulate import simulate_host
     from fleet.seal import encode_key
@@ -271,9 +284,19 @@ def _one_host(name: str, host_dir: Path, runs: int, servers: list[str], nkey: Pa
             raise UserError(f"--vkey: not a ledger verifier key: {exc}") from None
         source = LedgerRecordSource(url, nkey, host=name if nkey is not None else None)
         migration = Migration(fraction, folder, peers, source, keys)
+    sim_grants = None
+    if grants is not None and nkey is None:
+        from agents.sim_grants import SimGrants
+
+        seed, allowed = grants
+        try:
+            sim_grants = SimGrants(name, host_dir, [check_host_name(h) for h in allowed], seed)
+        except ValueError as exc:
+            raise UserError(f"--grant-hosts: {exc}") from None
     try:
         return asyncio.run(simulate_host(name, host_dir, runs, servers, nkey, on_progress=show,
-                                         migration=migration, fleet=FLEET["name"]))
+                                         migration=migration, fleet=FLEET["name"],
+                                         grants=sim_grants))
     except (NatsUnreachable, HostKeyError) as exc:
         raise UserError(str(exc)) from None
     except OSError as exc:

@@ -341,6 +341,7 @@ class GrantAccepted:
     stream_seq: int
     at_ms: int
     ref: bytes
+    grant: Grant | None = None  # the issued or minted grant, decoded once by the decision
 
     @property
     def address(self) -> bytes:
@@ -375,7 +376,7 @@ def decide_event(view: GrantView, data: bytes, stream_seq: int, at_ms: int,
         address = grant_address(f["grant"])
         if view.entry(address) is not None:
             raise DuplicateGrant(f"grant {format_address(address)} is already folded")
-        return GrantAccepted(ev, data, stream_seq, at_ms, address)
+        return GrantAccepted(ev, data, stream_seq, at_ms, address, g)
     if ev.kind == TRIGGER:
         if view.trigger(ev.signer, f["name"]) is not None:
             raise DuplicateTrigger(f"trigger {f['name']!r} was already raised by this key")
@@ -443,7 +444,7 @@ def _decide_mint(view: GrantView, ev: GrantEvent, data: bytes, stream_seq: int, 
     if recent >= policy.max_per_window:
         raise MintRateExceeded(f"{recent} mints in the last {policy.window_ms} ms; "
                                f"the policy allows {policy.max_per_window}")
-    return GrantAccepted(ev, data, stream_seq, at_ms, address)
+    return GrantAccepted(ev, data, stream_seq, at_ms, address, child)
 
 
 def _decide_amend(view: GrantView, ev: GrantEvent, data: bytes, stream_seq: int, at_ms: int,
@@ -487,12 +488,12 @@ def apply(book: Any, d: GrantAccepted) -> None:
     ev = d.event
     f = ev.fields
     if ev.kind == ISSUE:
-        g = decode_grant(f["grant"])
+        g = d.grant if d.grant is not None else decode_grant(f["grant"])
         book.put(GrantEntry(g, d.ref, f["grant"], g.terms, d.stream_seq))
     elif ev.kind == TRIGGER:
         book.put_trigger(ev.signer, f["name"], NO_AMENDMENT)
     elif ev.kind == MINT:
-        g = decode_grant(f["child"])
+        g = d.grant if d.grant is not None else decode_grant(f["child"])
         standing = book.entry(f["standing"]).copy()
         standing.minted.append(d.at_ms)
         book.put(standing)

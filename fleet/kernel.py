@@ -564,13 +564,16 @@ def apply(state: RunState, index: int, head: bytes, step: Step) -> None:
     energy = state.energy
     if receipt is not None:
         energy.receipts[receipt[0]] += receipt[1]
+        energy.spent += receipt[1]
     elif idle is not None:
         energy.idle[idle[0]] += idle[1]
+        energy.spent += idle[1]
     elif pool is not None:
         source, manifest, parts = pool
         account = energy.claim if source == CLAIM else energy.overhead
         for provenance, uj in parts:
             account[provenance] += uj
+            energy.spent += uj
         if manifest is not None and state.manifest is None:
             state.manifest = manifest
     if executed:

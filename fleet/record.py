@@ -56,20 +56,28 @@ class Energy:
     idle: dict[str, int] = field(default_factory=_zero)
     claim: dict[str, int] = field(default_factory=_zero)
     overhead: dict[str, int] = field(default_factory=_zero)
+    # The sum of the four accounts: counted from them when made, then kept beside them by the
+    # kernel's one state change (fleet.kernel.apply), so a grant's budget check on every
+    # segment reads it instead of summing.
+    spent: int = field(default=-1, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.spent < 0:
+            self.spent = sum(sum(s.values()) for s in self._sources())
 
     def _sources(self) -> tuple[dict[str, int], ...]:
         return self.receipts, self.idle, self.claim, self.overhead
 
     @property
     def total_uj(self) -> int:
-        return sum(sum(s.values()) for s in self._sources())
+        return self.spent
 
     def by_provenance(self) -> dict[str, int]:
         return {p: sum(s[p] for s in self._sources()) for p in self.receipts}
 
     def copy(self) -> Energy:
         return Energy(dict(self.receipts), dict(self.idle), dict(self.claim),
-                      dict(self.overhead))
+                      dict(self.overhead), self.spent)
 
     def as_json(self) -> dict[str, object]:
         return {

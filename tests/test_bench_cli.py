@@ -43,6 +43,43 @@ def test_bench_ingest_prints_the_contract_keys():
     assert (result["e2e_checkpoint_every"], result["e2e_checkpoint_ms"]) == (10**9, 100)
 
 
+def test_bench_ingest_grants_compares_folds_with_and_without_grants():
+    """`--grants`: fresh ledgers fold the stream without grants and with a grant on every
+    run (both timings), all segments leaves each time, and the ratio and the bar printed."""
+    out = cli("bench", "ingest", "--grants", "--segments", "300", "--repeats", "2", "--json",
+              timeout=240)
+    result = json.loads(out.stdout)
+    assert (result["segments"], result["runs"], result["grant_events"]) == (300, 30, 30)
+    for key in ("without_grants", "with_grants", "with_grant_events"):
+        runs = result[f"fold_runs_per_s_{key}"]
+        assert len(runs) == 2 and min(runs) <= result[f"fold_per_s_{key}"] <= max(runs)
+    assert result["fold_ratio_grants_to_without"] == pytest.approx(
+        result["fold_per_s_with_grants"] / result["fold_per_s_without_grants"], abs=0.01)
+    assert result["bar"] == 0.9 and result["within_bar"] == (
+        result["fold_per_s_with_grants"] >= 0.9 * result["fold_per_s_without_grants"])
+
+
+def test_the_grant_mode_holds_every_run_to_its_grant(monkeypatch):
+    """Grants of a 1 µJ budget: every run's first segment is refused OverBudget, so the
+    grant mode's fold fails the bench (its runs are really held to their grants)."""
+    from fleet.grant import make_terms, sign_grant
+    from fleet.grant_events import issue_event
+
+    def tiny(run_no: int, hosts: list[str], manifest: bytes, now_ms: int) -> bytes:
+        terms = make_terms([f"/bench/{run_no}"], 1, now_ms - 60_000, now_ms + 600_000)
+        issuer = bench_ingest.BENCH_ISSUER
+        return issue_event(issuer, sign_grant(issuer, bytes(bench_ingest.BENCH_AGENT.verify_key),
+                                              terms))
+
+    monkeypatch.setattr(bench_ingest, "bench_grant", tiny)
+    result = CliRunner().invoke(fleet_cli, ["bench", "ingest", "--grants", "--segments", "200",
+                                            "--repeats", "1", "--json"])
+    assert result.exit_code == 1, result.output
+    line = result.stderr.strip()
+    assert line.startswith("bench ingest: fold grants0: 0 of 200 segments"), line
+    assert "OverBudget 20" in line
+
+
 def test_the_fold_phase_signs_checkpoints_at_the_default_cadence(tmp_path):
     """1,200 segments pass ``checkpoint_every`` (1,000), so the fold signs at least one
     checkpoint (with the old cadence switched off it signed none), and all are leaves."""

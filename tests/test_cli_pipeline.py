@@ -384,9 +384,9 @@ def test_demo_json_reports_a_consistent_pipeline(tmp_path: Path) -> None:
     """`fleet demo --json` exits 0 and reports numbers that fit together."""
     doc = json.loads(cli("demo", "--hosts", "2", "--runs", "3", "--json", "--keep",
                          str(tmp_path / "demo"), timeout=120).stdout)
-    assert doc["hosts"] == 2 and doc["runs"] == 6
+    assert doc["hosts"] == 2 and doc["runs"] == 6 + 1  # and the one whose grant is amended
     assert doc["segments"] == doc["tree_size"] == doc["checkpoint_size"] >= 6
-    assert doc["rejected"] == {"AttestationMismatch": 1}
+    assert doc["rejected"] == {"AttestationMismatch": 1, "OverBudget": 1}
     assert doc["record_verdict"] in doc["wait_proofs"] and doc["record_segments"] == doc[
         "proved_index"] >= 3
     assert sum(doc["wait_proofs"].values()) == doc["runs"]
@@ -403,6 +403,10 @@ def test_demo_json_reports_a_consistent_pipeline(tmp_path: Path) -> None:
     assert (offline["tree_size"], offline["root"]) == (doc["tree_size"], doc["root"])
     env = doc["environment_refusal"]
     assert env["rule"] == "EnvironmentMismatch" and env["recorded"] != env["offered"]
+    g = doc["grant_refusal"]
+    assert (g["rule"], g["refused_index"], g["segments_standing"]) == ("OverBudget", 3, 2)
+    assert g["spent_uj"] <= g["amended_budget_uj"] < g["budget_uj"]
+    assert g["run"] != doc["proved_run"]
 
 
 def test_nkey_users_run_the_pipeline(tmp_path: Path) -> None:
@@ -445,8 +449,9 @@ def test_demo_with_only_a_short_run(tmp_path: Path) -> None:
     (host / "sim.salt").write_text(salt.hex())
     doc = json.loads(cli("demo", "--hosts", "1", "--runs", "1", "--json", "--keep",
                          str(tmp_path / "demo")).stdout)
-    assert doc["runs"] == 1 and doc["segments"] == doc["record_segments"] < 3
-    assert doc["rejected"] == {"AttestationMismatch": 1}
+    standing = doc["grant_refusal"]["segments_standing"]
+    assert doc["runs"] == 1 + 1 and doc["segments"] - standing == doc["record_segments"] < 3
+    assert doc["rejected"] == {"AttestationMismatch": 1, "OverBudget": 1}
 
 
 def _children(pid: int) -> list[int]:
@@ -473,7 +478,8 @@ def _gone(pid: int) -> bool:
 def test_sigterm_to_host_simulate_stops_its_host_processes(nats_server: NatsServer,
                                                            tmp_path: Path) -> None:
     """SIGTERM to `fleet host simulate --hosts 2` stops both host processes with it; run
-    again, every segment the hosts wrote reaches the stream exactly once."""
+    again, every segment the hosts wrote, and each run's grant, reaches the stream exactly
+    once."""
     _make_stream(nats_server.url)
     args = ["host", "simulate", "--hosts", "2", "--runs", "60", "--nats", nats_server.url,
             "--data", str(tmp_path / "hosts"), "--json"]
@@ -490,7 +496,9 @@ def test_sigterm_to_host_simulate_stops_its_host_processes(nats_server: NatsServ
     assert again["failed"] == []
     rows = [r for i in (1, 2) for r in outbox_rows(tmp_path / "hosts" / f"host{i}")]
     assert rows and all(r[3] == "acked" for r in rows)
-    assert asyncio.run(stream_state(nats_server.url)) == (len(rows), len(rows))
+    grants = 2 * 60  # one ISSUE event per run, before its first segment
+    assert asyncio.run(stream_state(nats_server.url)) == (len(rows) + grants,
+                                                          len(rows) + grants)
 
 
 def test_up_on_a_busy_port_fails_with_one_line(tmp_path):

@@ -12,7 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from agents.simulate import plan, salt
+from agents.host import Host
+from agents.sim_grants import SimGrants
+from agents.simulate import host_manifests, plan, run_environment, salt
 from fleet.address import digest, format_address
 from fleet.record import genesis
 from plumbing.natsd import NatsServer
@@ -89,7 +91,8 @@ def test_ledger_killed_then_stopped_mid_stream_ends_as_a_fault_free_fold(
         got = store_summary(led)
     finally:
         stop(sim, signal.SIGKILL)
-    assert got.size == top and got.rejections == []
+    # The stream also holds each simulated run's grant, issued before its first segment.
+    assert got.size == top - 3 * 80 and got.rejections == []
     got.check_leaves()
     _same_fold(got, _fresh_fold(url, tmp_path, keys))
 
@@ -130,15 +133,23 @@ def test_host_killed_mid_run_resumes_with_nothing_lost_or_twice(
     assert all(r[3] == "acked" for r in rows)
     # What the killed host had written is still there, unchanged; the rest came after it.
     assert [r[:3] for r in rows[:len(at_kill)]] == [a[:3] for a in at_kill]
-    assert len({(r, i) for r, i, _, _ in rows}) == len(rows) == got.size == top
+    grants = runs  # each run's grant, issued once (not again after the kill)
+    assert len({(r, i) for r, i, _, _ in rows}) == len(rows) == got.size == top - grants
     assert {(r, i, h) for r, i, h, _ in rows} == {(r, i, h) for r, i, h, _, _ in got.segments}
     assert got.rejections == []  # no Fork, IndexGap, Replay or anything else
     got.check_leaves()
     # Every run is complete: it holds exactly the steps of its plan, closed if the plan closes.
     s = salt(hd)
-    grants = digest(b"grants/fleet-sim/v1")
-    plans = {format_address(genesis(digest(b"unit/" + s + b"/%d" % n), grants)):
-             plan(random.Random(s + b"%d" % n)) for n in range(runs)}
+    host = Host("solo", hd)
+    try:
+        environments = host_manifests(host)
+    finally:
+        host.close()
+    # Each run's grant is a function of the seed, the host's folder and the run's number.
+    sim = SimGrants("solo", hd, ["solo"])
+    plans = {format_address(genesis(digest(b"unit/" + s + b"/%d" % n), sim.grants_id(
+        n, run_environment(environments, n).digest))): plan(random.Random(s + b"%d" % n))
+        for n in range(runs)}
     held = {r: (n, phase) for r, _host, n, _head, phase in got.runs}
     assert held == {r: (len(p), "closed" if p[-1].kind == "closed" else held[r][1])
                     for r, p in plans.items()}
