@@ -36,6 +36,7 @@ from nacl.signing import SigningKey, VerifyKey
 
 from fleet import kernel
 from fleet.address import digest, format_address
+from fleet.errors import FleetError
 from fleet.grant import (
     Grant,
     Reader,
@@ -111,6 +112,7 @@ __all__ = [
     "event_ref",
     "issue_event",
     "mint_event",
+    "signature_items",
     "trigger_event",
 ]
 
@@ -187,8 +189,9 @@ def event_id(data: bytes) -> str:
     return "gev-" + digest(data)[:16].hex()
 
 
-def decode_event(data: bytes) -> GrantEvent:
-    """The event in ``data`` with its signature checked, or the named refusal."""
+def decode_event(data: bytes, verify: bool = True) -> GrantEvent:
+    """The event in ``data`` with its signature checked (``verify=False``: by the caller,
+    :func:`signature_items`), or the named refusal."""
     if type(data) is not bytes or not data.startswith(EVENT_DOMAIN):
         raise MalformedGrant("not a fleet.gev/1 grant event")
     if len(data) < len(EVENT_DOMAIN) + 33 + _SIGNATURE:
@@ -214,12 +217,30 @@ def decode_event(data: bytes) -> GrantEvent:
         fields = {"run": r.take(32), "index": r.u64(), "head": r.take(32),
                   "state": r.take(32), "note": _name(r, "a checkpoint note")}
     r.end()
-    try:
-        VerifyKey(signer).verify(signed, signature)
-    except (BadSignatureError, ValueError, TypeError):
-        raise BadGrantSignature("the event's signature does not verify under its signer"
-                                ) from None
+    if verify:
+        try:
+            VerifyKey(signer).verify(signed, signature)
+        except (BadSignatureError, ValueError, TypeError):
+            raise BadGrantSignature("the event's signature does not verify under its signer"
+                                    ) from None
     return GrantEvent(kind, signer, fields, signed, signature)
+
+
+def signature_items(data: bytes) -> list[tuple[bytes, bytes, bytes]] | None:
+    """The (public key, signed bytes, signature) triples :func:`decide_event` checks for
+    ``data``: the event's, and an issued or minted grant's. A ledger may check them beside
+    the fold (as it checks seals) and pass the verdict as ``signatures_ok``. ``None``:
+    the bytes do not decode; the decision names why."""
+    try:
+        ev = decode_event(data, verify=False)
+        items = [(ev.signer, ev.signed, ev.signature)]
+        if ev.kind in (ISSUE, MINT):
+            raw = ev.fields["grant" if ev.kind == ISSUE else "child"]
+            g = decode_grant(raw)
+            items.append((g.issuer, raw[:-_SIGNATURE], g.signature))
+    except FleetError:
+        return None
+    return items
 
 
 def _name(r: Reader, what: str) -> str:
@@ -362,12 +383,16 @@ def event_ref(ev: GrantEvent) -> bytes:
 
 
 def decide_event(view: GrantView, data: bytes, stream_seq: int, at_ms: int,
-                 host_keys: Collection[bytes], run_at: RunAt) -> GrantAccepted:
-    """Decide one grant event; the first rule it breaks is raised, nothing is changed."""
-    ev = decode_event(data)
+                 host_keys: Collection[bytes], run_at: RunAt,
+                 signatures_ok: bool | None = None) -> GrantAccepted:
+    """Decide one grant event; the first rule it breaks is raised, nothing is changed.
+    ``signatures_ok``: every triple of :func:`signature_items` already found valid (True;
+    the signatures are not checked again), else they are checked here."""
+    check = signatures_ok is not True
+    ev = decode_event(data, check)
     f = ev.fields
     if ev.kind == ISSUE:
-        g = _grant(f["grant"])
+        g = _grant(f["grant"], check)
         if g.parent is not None:
             raise ChildNotMinted("a grant with a parent enters the book only by its mint")
         if ev.signer != g.issuer:
@@ -382,15 +407,16 @@ def decide_event(view: GrantView, data: bytes, stream_seq: int, at_ms: int,
             raise DuplicateTrigger(f"trigger {f['name']!r} was already raised by this key")
         return GrantAccepted(ev, data, stream_seq, at_ms, ev.signer)
     if ev.kind == MINT:
-        return _decide_mint(view, ev, data, stream_seq, at_ms, host_keys)
+        return _decide_mint(view, ev, data, stream_seq, at_ms, host_keys, check)
     if ev.kind == AMEND:
         return _decide_amend(view, ev, data, stream_seq, at_ms, host_keys)
     return _decide_checkpoint(view, ev, data, stream_seq, at_ms, run_at)
 
 
-def _grant(data: bytes) -> Grant:
+def _grant(data: bytes, check: bool) -> Grant:
     g = decode_grant(data)
-    verify_grant(g)
+    if check:
+        verify_grant(g)
     return g
 
 
@@ -411,7 +437,7 @@ def _known(view: GrantView, address: bytes) -> GrantEntry:
 
 
 def _decide_mint(view: GrantView, ev: GrantEvent, data: bytes, stream_seq: int, at_ms: int,
-                 host_keys: Collection[bytes]) -> GrantAccepted:
+                 host_keys: Collection[bytes], check: bool) -> GrantAccepted:
     f = ev.fields
     standing = _known(view, f["standing"])
     if ev.signer != standing.grant.subject:
@@ -422,7 +448,7 @@ def _decide_mint(view: GrantView, ev: GrantEvent, data: bytes, stream_seq: int, 
     if policy is None:
         raise NotStanding("the grant has no mint policy (or was amended to none)")
     check_window(terms, at_ms, None)
-    child = _grant(f["child"])
+    child = _grant(f["child"], check)
     if child.parent != standing.address or child.issuer != ev.signer:
         raise ChildMismatch("the child's parent must be the standing grant and its issuer "
                             "the holder who mints it")

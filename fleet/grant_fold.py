@@ -65,10 +65,11 @@ class BatchGrants:
         self.triggers[(key, name)] = child
 
     def fold(self, stream_seq: int, at_ms: int, data: bytes, host_keys: Collection[bytes],
-             run_at: RunAt) -> GrantAccepted | Refused:
-        """Decide one event and, accepted, take it into the batch."""
+             run_at: RunAt, signatures_ok: bool | None = None) -> GrantAccepted | Refused:
+        """Decide one event and, accepted, take it into the batch (``signatures_ok``: the
+        verdict on its signatures where checked beside the fold)."""
         try:
-            d = decide_event(self, data, stream_seq, at_ms, host_keys, run_at)
+            d = decide_event(self, data, stream_seq, at_ms, host_keys, run_at, signatures_ok)
         except FleetError as exc:
             return Refused(exc.rule, str(exc), None, None, None)
         apply(self, d)

@@ -27,11 +27,13 @@ from typing import BinaryIO
 
 from ledger.seal_verifiers import Item, verify_many
 
-__all__ = ["Item", "SealTicket", "SealWorker", "decode_request", "encode_request", "serve",
-           "verify_many"]
+__all__ = ["MAX_ITEM_MESSAGE", "Item", "SealTicket", "SealWorker", "decode_request",
+           "encode_request", "serve", "verify_many"]
 
 _HEAD = struct.Struct(">II")
 _LEN = struct.Struct(">H")
+# The longest message an item may carry (its length is a u16 in a frame).
+MAX_ITEM_MESSAGE = 0xFFFF
 
 
 def encode_request(items: list[Item]) -> bytes:

@@ -33,7 +33,7 @@ from fleet.checkpoint import check_consistent_then_sign, make_checkpoint, parse_
 from fleet.control import BatchControl, ControlAccepted
 from fleet.fold import Accepted, Admission, BatchRuns, HostEntry, Message, Refused, RunSlot
 from fleet.fold_fast import batch_addresses, fold_message, wire_seal_item
-from fleet.grant_events import GrantAccepted
+from fleet.grant_events import GrantAccepted, signature_items
 from fleet.grant_fold import BatchGrants
 from fleet.note import Signer, parse_note
 from fleet.subjects import fleet_names
@@ -43,7 +43,7 @@ from ledger.keys import load_or_create_signer
 from ledger.metrics import FoldMetrics, new_registry
 from ledger.pull import Delivery, PullerState, ack_all, ledger_time, nak, open_puller
 from ledger.replica import Replica, check_no_offline_hosts
-from ledger.seal_worker import SealTicket, SealWorker
+from ledger.seal_worker import MAX_ITEM_MESSAGE, SealTicket, SealWorker
 from ledger.store import CheckpointReader, HostsChanged, Incoming, LedgerStore
 from ledger.stream import ensure_consumer, ensure_stream
 from plumbing.anchoring import AnchorTaskFactory, ReceiptStore
@@ -227,8 +227,16 @@ class Ledger:
             (n, None if w is None else wire_seal_item(w, hosts, a and a[0]))
             for n, (w, a) in enumerate(zip(wires, addresses, strict=True)))
             if item is not None]
-        ticket = self._sealer.submit([item for _, item in found], share_in_line)
         runs = {identity(wires[n].run) for n, _ in found}  # type: ignore[union-attr]
+        # A grant event's signatures (its own, an issued or minted grant's) are checked
+        # beside the fold too: the event's verdict is the conjunction of its items'.
+        grant_subject = self.names.grant_subject
+        for n, (_seq, subject, data) in enumerate(msgs):
+            if subject == grant_subject:
+                items = signature_items(data)
+                if items is not None and all(len(m) <= MAX_ITEM_MESSAGE for _, m, _ in items):
+                    found += [(n, item) for item in items]
+        ticket = self._sealer.submit([item for _, item in found], share_in_line)
         return Prepared(msgs, [0] * len(msgs) if times is None else times, wires, hosts,
                         self._hosts_version, [n for n, _ in found], ticket,
                         runs, addresses)
@@ -272,7 +280,8 @@ class Ledger:
         self._trim_runs()
         seals: list[bool | None] = [None] * len(prepared.msgs)
         for n, ok in zip(prepared.sealed, self._sealer.collect(prepared.seals), strict=True):
-            seals[n] = ok
+            held = seals[n]
+            seals[n] = ok if held is None else held and ok
         hosts = prepared.hosts
         fast = self.config.fast_path
         watermark = self.store.watermark()
@@ -335,7 +344,7 @@ class Ledger:
             decision: Accepted | Refused | ControlAccepted | GrantAccepted
             if subject == grant_subject:
                 host_keys = {e.public_key for e in control.hosts.values()}
-                decision = grants.fold(seq, at_ms, data, host_keys, run_at)
+                decision = grants.fold(seq, at_ms, data, host_keys, run_at, seal_ok)
             elif is_control(subject):
                 decision = control.fold(seq, data)
             else:
