@@ -336,6 +336,11 @@ async def grant_fold_rates(workdir: Path, segments: int, repeats: int) -> dict[s
         "fold_runs_per_s_with_grant_events": [round(r) for r in whole],
         "fold_ratio_grants_to_without": round(b / a, 3),
         "fold_ratio_grant_events_to_without": round(c / a, 3),
+        # The whole stream holds a grant event per run beside the segments: per message,
+        # what each of its messages costs against a segment of the stream without.
+        "fold_msgs_per_s_with_grant_events": round(c * (segments + len(events)) / segments),
+        "fold_msg_ratio_grant_events_to_without": round(
+            c * (segments + len(events)) / segments / a, 3),
         "bar": GRANT_BAR, "within_bar": b / a >= GRANT_BAR,
         "statistic": "segments folded a second, median of fresh ledgers taking turns; "
                      "with_grants: the grant events folded before the clock starts; "

@@ -336,6 +336,8 @@ class Ledger:
 
         is_control = self.names.is_control
         grant_subject = self.names.grant_subject
+        host_keys: set[bytes] | None = None
+        keys_at = 0
         for (seq, subject, data), at_ms, wire, seal_ok, addresses in zip(
                 prepared.msgs, prepared.times, prepared.wires, seals, prepared.addresses,
                 strict=True):
@@ -343,7 +345,10 @@ class Ledger:
                 continue
             decision: Accepted | Refused | ControlAccepted | GrantAccepted
             if subject == grant_subject:
-                host_keys = {e.public_key for e in control.hosts.values()}
+                # The enrolled keys, taken once per batch (again after a control event).
+                if host_keys is None or keys_at != len(control.accepted):
+                    host_keys = {e.public_key for e in control.hosts.values()}
+                    keys_at = len(control.accepted)
                 decision = grants.fold(seq, at_ms, data, host_keys, run_at, seal_ok)
             elif is_control(subject):
                 decision = control.fold(seq, data)
