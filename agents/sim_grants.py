@@ -29,6 +29,7 @@ from typing import Any, Final
 
 from nacl.signing import SigningKey
 
+from agents.publisher import TRANSIENT, Backoff
 from fleet.address import digest
 from fleet.grant import grant_address, make_terms, sign_grant
 from fleet.grant_events import event_id, issue_event
@@ -100,9 +101,28 @@ class SimGrants:
                 todo.append(event)
         for first in range(0, len(todo), window):
             chunk = todo[first:first + window]
-            await asyncio.gather(*(js.publish(subject, ev, stream=stream,
-                                              headers={"Nats-Msg-Id": event_id(ev)})
-                                   for ev in chunk))
+            await asyncio.gather(*(_publish_acked(js, subject, stream, ev) for ev in chunk))
             with (self.dir / _ISSUED_FILE).open("a") as out:
                 out.write("".join(event_id(ev) + "\n" for ev in chunk))
         return len(todo)
+
+
+async def _publish_acked(js: Any, subject: str, stream: str, event: bytes,
+                         patience_s: float = 120.0) -> None:
+    """Publish ``event`` until the stream acknowledges it, through what the outbox's
+    publisher rides out (a leader election, a lost quorum: :data:`TRANSIENT`), with its
+    backoff; the event's message id makes a retry of an event that did land a duplicate
+    the stream drops."""
+    backoff = Backoff()
+    deadline = time.monotonic() + patience_s
+    attempt = 0
+    while True:
+        try:
+            await js.publish(subject, event, stream=stream,
+                             headers={"Nats-Msg-Id": event_id(event)})
+            return
+        except TRANSIENT:
+            if time.monotonic() >= deadline:
+                raise
+        await asyncio.sleep(backoff.delay(attempt))
+        attempt += 1
