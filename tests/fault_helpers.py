@@ -267,21 +267,26 @@ async def _stream_messages(url: str | list[str]) -> list[tuple[int, str, bytes]]
         out: list[tuple[int, str, bytes]] = []
         if info.state.messages == 0:
             return out
+        # Every message is read (the stream also holds control and grant events, and may
+        # end with one); the segments are kept.
         sub = await _retry(lambda: js.pull_subscribe(
-            "fleet.seg.>", stream=STREAM,
+            "fleet.>", stream=STREAM,
             config=ConsumerConfig(deliver_policy=DeliverPolicy.ALL, ack_policy=AckPolicy.NONE,
                                   inactive_threshold=30.0),
         ))
         deadline_at = time.monotonic() + 60
+        seen = 0
         try:
-            while not out or out[-1][0] < last:
+            while seen < last:
                 try:
                     got = await sub.fetch(1000, timeout=5.0)
                 except (TimeoutError, nats.errors.TimeoutError):
                     assert time.monotonic() < deadline_at, "the stream did not deliver"
                     continue  # a cluster that just re-formed may be slow to answer
                 for m in got:
-                    out.append((m.metadata.sequence.stream, m.subject, m.data))
+                    seen = m.metadata.sequence.stream
+                    if m.subject.startswith("fleet.seg."):
+                        out.append((seen, m.subject, m.data))
         finally:
             with contextlib.suppress(Exception):
                 await sub.unsubscribe()
@@ -291,7 +296,7 @@ async def _stream_messages(url: str | list[str]) -> list[tuple[int, str, bytes]]
 
 
 def stream_messages(url: str | list[str]) -> list[tuple[int, str, bytes]]:
-    """Every message of FLEET as (stream seq, subject, data), in stream order."""
+    """Every segment of FLEET as (stream seq, subject, data), in stream order."""
     return asyncio.run(_stream_messages(url))
 
 
