@@ -70,6 +70,11 @@ def ledger_options(fn: Any) -> Any:
                      type=click.Path(dir_okay=False, exists=True, path_type=Path),
                      help="TOML file of anchors (witnesses, TSAs, NATS) for the checkpoints; "
                           "see docs/anchoring.md."),
+        click.option("--grants", type=click.Choice(["enforce", "require"]), default="enforce",
+                     show_default=True,
+                     help="enforce: a run whose grant was presented is held to it, others "
+                          "fold under no grant; require: a run whose grant was not presented "
+                          "first is refused (UnknownGrant). See docs/grants.md."),
     ]):
         fn = option(fn)
     return fn
@@ -93,10 +98,6 @@ def ledger() -> None:
               help="Run as one of several replicas sharing this origin and key: sign and "
                    "anchor only while holding the lease, whose time to live is this many "
                    "seconds (e.g. 2).")
-@click.option("--grants", type=click.Choice(["enforce", "require"]), default="enforce",
-              show_default=True, help="enforce: a run whose grant was presented is held to "
-              "it, others fold under no grant; require: a run whose grant was not presented "
-              "first is refused (UnknownGrant). See docs/grants.md.")
 @ledger_options
 @http_options(None, None)
 def ledger_serve(url: str, data: Path, nkey: Path | None, name: str, origin: str | None,
@@ -154,7 +155,7 @@ def up(data: Path, url: str | None, nats_port: int, sim_hosts: int, runs: int, n
        origin: str | None, replicas: int, checkpoint_every: int, checkpoint_ms: int,
        dedup_window: float, http_address: str | None, ops_address: str | None,
        ready_max_unsigned: float, http_busy_rate: float, log_format: str,
-       anchors_file: Path | None = None) -> None:
+       anchors_file: Path | None = None, grants: str = "enforce") -> None:
     """Start a local nats-server (JetStream, in DATA/nats), the ledger, its API and its
     HTTP servers (the log and explorer on --http, metrics on --ops)."""
     from cli.anchor_cmds import load_anchors_option
@@ -177,7 +178,8 @@ def up(data: Path, url: str | None, nats_port: int, sim_hosts: int, runs: int, n
         click.echo(f"nats: {url}", err=True)
         config = _ledger_config(data / "ledger", split_servers(url), name=name, origin=origin,
                                 replicas=replicas, checkpoint_every=checkpoint_every,
-                                checkpoint_ms=checkpoint_ms, dedup_window_s=dedup_window)
+                                checkpoint_ms=checkpoint_ms, dedup_window_s=dedup_window,
+                                grants=grants)
         sims: list[Any] = []
 
         def ready(led: Any) -> None:

@@ -353,13 +353,15 @@ def test_progress_on_a_terminal_only_and_never_in_json(nats_server: NatsServer,
 
 
 def test_up_serves_then_sigint_stops_it_and_its_nats_server(tmp_path: Path) -> None:
-    """`fleet up --nats-port P --simulate 1` serves the API (queried with `fleet status`);
-    SIGINT makes it exit 0, and its nats-server is gone (the port closes)."""
+    """`fleet up --nats-port P --simulate 1 --grants require` serves the API (queried with
+    `fleet status`), folding the simulated runs under the grants they were issued; SIGINT
+    makes it exit 0, and its nats-server is gone (the port closes)."""
     port = closed_port()
     url = f"nats://127.0.0.1:{port}"
     log = tmp_path / "up.log"
     up = spawn("up", "--data", str(tmp_path / "d"), "--nats-port", str(port), "--simulate",
-               "1", "--runs", "2", "--checkpoint-ms", "200", *FREE_HTTP, log=log)
+               "1", "--runs", "2", "--checkpoint-ms", "200", "--grants", "require", *FREE_HTTP,
+               log=log)
     try:
         wait_for(lambda: b"up; Ctrl-C" in log.read_bytes() or up.poll() is not None, 30,
                  "fleet up to be ready")
@@ -367,6 +369,7 @@ def test_up_serves_then_sigint_stops_it_and_its_nats_server(tmp_path: Path) -> N
         status = wait_for(lambda: (s := cli_json("status", "--json", "--nats", url))["runs"]
                           == 2 and s["lag"] == 0 and s, 60, "the simulated host's runs")
         assert status["origin"] == "fleet-ledger.local/ledger"
+        assert status["grants"] == {"mode": "require", "folded": 2}
         assert (tmp_path / "d" / "ledger" / "ledger.vkey").read_text().strip() == status["vkey"]
         assert port_open(port)
         os.kill(up.pid, signal.SIGINT)
