@@ -292,6 +292,16 @@ def _event(build: Callable[[], bytes]) -> bytes:
         raise UserError(f"{exc.rule}: {exc}") from None
 
 
+def _issuable(data: bytes) -> bytes:
+    """``data``, a grant the ledger's ISSUE would take (bar the enrolled host keys, not
+    known here), or its refusal."""
+    from fleet.grant import decode_grant
+    from fleet.grant_events import check_issuable
+
+    check_issuable(decode_grant(data), ())
+    return data
+
+
 def _write(out: Path, data: bytes) -> None:
     from plumbing.files import write_atomically
 
@@ -321,10 +331,8 @@ def grant_issue(key_file: Path, subject: str, out: Path, url: str | None, nkey: 
     issuer = load_key(key_file)
     subject_key = parse_public(subject, "--subject")
     terms = build_terms(opts)
-    if subject_key == bytes(issuer.verify_key):
-        raise UserError("IssuerIsSubject: the subject is the issuer's own key; an agent "
-                        "cannot grant itself")
-    data = _event(lambda: sign_grant(issuer, subject_key, terms))
+    # Refused here as the ledger would refuse its ISSUE (no enrolled host keys known here).
+    data = _event(lambda: _issuable(sign_grant(issuer, subject_key, terms)))
     _write(out, data)
     address = format_address(grant_address(data))
     report = None
@@ -451,18 +459,15 @@ def grant_verify(grant_file: Path, parent_file: Path | None, at_ms: int | None) 
     from fleet.address import format_address
     from fleet.grant import check_narrows, grant_address, verify_grant
     from fleet.grant_errors import GrantError
+    from fleet.grant_events import check_child_of, check_issuable
 
     def check(path: Path) -> tuple[bytes, Any]:
         data, g = read_grant_file(path)
         try:
             verify_grant(g)
+            check_issuable(g, ())
         except GrantError as exc:
             raise CheckFailed(f"{path}: {exc.rule}: {exc}") from None
-        if g.issuer == g.subject:
-            raise CheckFailed(f"{path}: IssuerIsSubject: the grant's issuer is its subject")
-        t = g.terms
-        if t.expires_ms <= t.not_before_ms:
-            raise CheckFailed(f"{path}: MissingExpiry: no expiry after the not-before")
         return data, g
 
     now = time.time_ns() // 1_000_000 if at_ms is None else at_ms
@@ -472,11 +477,8 @@ def grant_verify(grant_file: Path, parent_file: Path | None, at_ms: int | None) 
                           f"{_when_ms(g.terms.expires_ms)}")
     if parent_file is not None:
         pdata, p = check(parent_file)
-        if g.parent != grant_address(pdata) or g.issuer != p.subject:
-            raise CheckFailed(f"{grant_file}: ChildMismatch: not a child of {parent_file} "
-                              "(its parent must be that grant and its issuer that grant's "
-                              "subject)")
         try:
+            check_child_of(g, grant_address(pdata), p.subject)
             check_narrows(g.terms, p.terms)
         except GrantError as exc:
             raise CheckFailed(f"{grant_file}: {exc.rule}: {exc}") from None

@@ -54,6 +54,7 @@ __all__ = [
     "MintPolicy",
     "Reader",
     "Terms",
+    "check_expiry",
     "check_narrows",
     "covers",
     "decode_grant",
@@ -230,12 +231,17 @@ def grant_address(data: bytes) -> bytes:
     return digest(data)
 
 
+def check_expiry(terms: Terms) -> None:
+    """``MissingExpiry`` unless the terms end after they begin (every grant ends)."""
+    if terms.expires_ms <= terms.not_before_ms:
+        raise MissingExpiry("a grant needs an expiry after its not-before")
+
+
 def sign_grant(issuer: SigningKey, subject: bytes, terms: Terms, parent: bytes | None = None
                ) -> bytes:
     """A grant's bytes, signed by ``issuer``; every check of :func:`decode_grant` (and a
     required expiry) is made first."""
-    if terms.expires_ms <= terms.not_before_ms:
-        raise MissingExpiry("a grant needs an expiry after its not-before")
+    check_expiry(terms)
     g = Grant(bytes(issuer.verify_key), subject, parent, terms)
     signed = signed_grant_bytes(g)
     return signed + issuer.sign(signed).signature

@@ -41,6 +41,7 @@ from fleet.grant import (
     Grant,
     Reader,
     Terms,
+    check_expiry,
     check_narrows,
     decode_grant,
     decode_terms,
@@ -69,7 +70,6 @@ from fleet.grant_errors import (
     ManifestNotGranted,
     MintLimitReached,
     MintRateExceeded,
-    MissingExpiry,
     NotGrantSubject,
     NotHolder,
     NotIssuer,
@@ -100,6 +100,8 @@ __all__ = [
     "amend_event",
     "apply",
     "chain_of",
+    "check_child_of",
+    "check_issuable",
     "check_segment",
     "check_step",
     "check_window",
@@ -301,24 +303,33 @@ class GrantView(Protocol):
 
 
 class GrantBook:
-    """The grants, triggers and mints folded so far (a ledger's committed book)."""
+    """The grants, triggers and mints folded so far: a ledger's committed book, or
+    (``base``) a batch's overlay on it, holding copies of the entries the batch changed
+    until :meth:`install` makes them the base's once the batch is durable."""
 
-    __slots__ = ("_effective", "entries", "triggers")
+    __slots__ = ("_effective", "base", "entries", "triggers")
 
-    def __init__(self) -> None:
+    def __init__(self, base: GrantBook | None = None) -> None:
+        self.base = base
         self.entries: dict[bytes, GrantEntry] = {}
         self.triggers: dict[tuple[bytes, str], bytes] = {}
         self._effective: dict[bytes, Terms] = {}
 
     def entry(self, address: bytes) -> GrantEntry | None:
-        return self.entries.get(address)
+        held = self.entries.get(address)
+        return held if held is not None or self.base is None else self.base.entry(address)
 
     def trigger(self, key: bytes, name: str) -> bytes | None:
-        return self.triggers.get((key, name))
+        held = self.triggers.get((key, name))
+        return (held if held is not None or self.base is None
+                else self.base.trigger(key, name))
 
     def effective(self, address: bytes) -> Terms | None:
         """The terms a run under ``address`` is held to: its own (amended) terms met with
-        its parent's effective terms, up the chain (cached until the book changes)."""
+        its parent's effective terms, up the chain (cached until the book changes; an
+        overlay that changed nothing asks its base, whose cache outlives the batch)."""
+        if self.base is not None and not self.entries:
+            return self.base.effective(address)
         held = self._effective.get(address)
         if held is None:
             held = effective_terms(self, address)
@@ -332,6 +343,13 @@ class GrantBook:
 
     def put_trigger(self, key: bytes, name: str, child: bytes) -> None:
         self.triggers[(key, name)] = child
+
+    def install(self) -> None:
+        """Make an overlay's changes its base's."""
+        assert self.base is not None
+        for entry in self.entries.values():
+            self.base.put(entry)
+        self.base.triggers.update(self.triggers)
 
 
 def chain_of(view: GrantView, address: bytes) -> list[bytes]:
@@ -412,7 +430,7 @@ def decide_event(view: GrantView, data: bytes, stream_seq: int, at_ms: int,
             raise ChildNotMinted("a grant with a parent enters the book only by its mint")
         if ev.signer != g.issuer:
             raise NotIssuer("a grant is presented by its issuer")
-        _check_issuable(g, host_keys)
+        check_issuable(g, host_keys)
         address = grant_address(f["grant"])
         if view.entry(address) is not None:
             raise DuplicateGrant(f"grant {format_address(address)} is already folded")
@@ -435,13 +453,24 @@ def _grant(data: bytes, check: bool) -> Grant:
     return g
 
 
-def _check_issuable(g: Grant, host_keys: Collection[bytes]) -> None:
+def check_issuable(g: Grant, host_keys: Collection[bytes]) -> None:
+    """What any grant must be to enter the book, beside its signature: issued by a key
+    other than its subject's (``IssuerIsSubject``) and than any enrolled host's
+    (``host_keys``: ``IssuerIsHost``), with an expiry after its not-before
+    (``MissingExpiry``)."""
     if g.issuer == g.subject:
         raise IssuerIsSubject("the grant's issuer is its subject: an agent cannot grant itself")
     if g.issuer in host_keys:
         raise IssuerIsHost("the grant's issuer is an enrolled host's key")
-    if g.terms.expires_ms <= g.terms.not_before_ms:
-        raise MissingExpiry("a grant needs an expiry after its not-before")
+    check_expiry(g.terms)
+
+
+def check_child_of(child: Grant, standing: bytes, holder: bytes) -> None:
+    """``ChildMismatch`` unless ``child`` names the grant at ``standing`` as its parent and
+    is issued by ``holder``, that grant's subject, who mints it."""
+    if child.parent != standing or child.issuer != holder:
+        raise ChildMismatch("the child's parent must be the standing grant and its issuer "
+                            "the holder who mints it")
 
 
 def _known(view: GrantView, address: bytes) -> GrantEntry:
@@ -464,10 +493,8 @@ def _decide_mint(view: GrantView, ev: GrantEvent, data: bytes, stream_seq: int, 
         raise NotStanding("the grant has no mint policy (or was amended to none)")
     check_window(terms, at_ms, None)
     child = _grant(f["child"], check)
-    if child.parent != standing.address or child.issuer != ev.signer:
-        raise ChildMismatch("the child's parent must be the standing grant and its issuer "
-                            "the holder who mints it")
-    _check_issuable(child, host_keys)
+    check_child_of(child, standing.address, ev.signer)
+    check_issuable(child, host_keys)
     address = grant_address(f["child"])
     if view.entry(address) is not None:
         raise ReplayedChild(f"child {format_address(address)} is already minted")
