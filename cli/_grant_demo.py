@@ -71,12 +71,12 @@ async def overspending_run(ledger: Any, workdir: Path, now_ms: int) -> dict[str,
     finally:
         host.close()
     refusals = ledger.store.rejections(host=HOST)
-    status = views.run_status(ledger.store, run_id)
+    status = views.run_status(ledger.store, run_id, ledger.grants)
     if not refusals or refusals[0]["rule"] != "OverBudget" or status["segments"] != 2:
         got = refusals[0]["rule"] if refusals else "nothing refused"
         raise CheckFailed(f"the grant demo expected OverBudget at segment 3 with 2 segments "
                           f"standing; got {got}, {status['segments']} standing")
     return {"run": run_id, "grant": format_address(gid), "budget_uj": BUDGET_UJ,
-            "amended_budget_uj": TIGHTER_UJ, "spent_uj": 2 * STEP_UJ,
+            "amended_budget_uj": TIGHTER_UJ, "spent_uj": status["energy"]["total_uj"],
             "refused_index": refusals[0]["index"], "rule": refusals[0]["rule"],
             "reason": refusals[0]["detail"], "segments_standing": status["segments"]}

@@ -24,7 +24,7 @@ from cli._common import text_or_file
 from fleet.note import Verifier, parse_verifier_key
 from fleet.record_file import join_pages
 from fleet.subjects import fleet_names
-from fleet.wire import decode_record, encode_record
+from fleet.wire import RecordWire, decode_record, encode_record
 from ledger.client import call
 from ledger.http import HttpServers, Readiness, Throttle, start_servers
 from ledger.log_reader import LogReader
@@ -79,15 +79,15 @@ class LedgerRecordSource:
     def record(self, run: str) -> bytes:
         """The run's record file, fetched in pages and joined (a long record is larger
         than one NATS message)."""
-        async def pages() -> list[bytes]:
+        async def pages() -> list[RecordWire]:
             out = []
             first = 1
             while True:
-                page = await call(self.url, "export", {"run": run, "from": first,
-                                                       "limit": self.PAGE},
-                                  nkey=self.nkey, timeout=self.timeout, inbox_prefix=self.inbox,
-                                  fleet=FLEET["name"])
-                got = len(decode_record(page).segments)
+                page = decode_record(await call(
+                    self.url, "export", {"run": run, "from": first, "limit": self.PAGE},
+                    nkey=self.nkey, timeout=self.timeout, inbox_prefix=self.inbox,
+                    fleet=FLEET["name"]))
+                got = len(page.segments)
                 if got == 0:
                     return out
                 out.append(page)
@@ -95,7 +95,7 @@ class LedgerRecordSource:
                 if got < self.PAGE:
                     return out
 
-        return encode_record(join_pages([decode_record(p) for p in asyncio.run(pages())]))
+        return encode_record(join_pages(asyncio.run(pages())))
 
     def proof(self, run: str, index: int) -> dict[str, Any]:
         return json.loads(asyncio.run(call(self.url, "prove", {"run": run, "index": index},

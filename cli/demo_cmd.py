@@ -80,9 +80,11 @@ async def _demo(workdir: Path, hosts: int, runs: int) -> dict[str, Any]:
         status = views.status(ledger.store, origin=ledger.origin, vkey=vkey.text())
         verdicts: dict[str, int] = {}
         for r in ledger.store.list_runs():
-            name = views.run_status(ledger.store, r["run"])["wait_proof"]["verdict"]
+            name = views.run_status(ledger.store, r["run"],
+                                    ledger.grants)["wait_proof"]["verdict"]
             verdicts[name] = verdicts.get(name, 0) + 1
-        ledger_verdict = views.run_status(ledger.store, run_id)["wait_proof"]["verdict"]
+        ledger_verdict = views.run_status(ledger.store, run_id,
+                                          ledger.grants)["wait_proof"]["verdict"]
         if ledger_verdict != report.wait_proof.name:
             raise CheckFailed(f"the ledger says {ledger_verdict} for run {run_id}, its "
                               f"record verifies to {report.wait_proof.name}")

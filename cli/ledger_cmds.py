@@ -277,7 +277,7 @@ def status(url: str, nkey: Path | None, data: Path | None, as_json: bool) -> Non
             doc = views.status(store, origin=origin, vkey=vkey,  # type: ignore[arg-type]
                                lag=None, healthy=True, detail="offline", receipts=receipts)
             # The mode is the serving ledger's option, not stored: unknown offline.
-            doc["grants"] = {"mode": None, "folded": len(store.grant_book().entries)}
+            doc["grants"] = {"mode": None, "folded": store.grant_count()}
         finally:
             if receipts is not None:
                 receipts.close()

@@ -350,6 +350,11 @@ class LedgerStore:
             apply(book, GrantAccepted(ev, bytes(payload), seq, at_ms, event_ref(ev)))
         return book
 
+    def grant_count(self) -> int:
+        """How many grants the book holds: one for each accepted issue or mint."""
+        return int(self.conn.execute("SELECT COUNT(*) FROM grant_events WHERE kind IN"
+                                     " ('issue', 'mint')").fetchone()[0])
+
     def grant_history(self, refs: Sequence[bytes]) -> list[tuple[int, int, bytes]]:
         """(stream seq, ledger time ms, event bytes) of the events concerning ``refs``
         (grants, or a run for its checkpoints), in stream order."""

@@ -409,6 +409,7 @@ def test_demo_json_reports_a_consistent_pipeline(tmp_path: Path) -> None:
     g = doc["grant_refusal"]
     assert (g["rule"], g["refused_index"], g["segments_standing"]) == ("OverBudget", 3, 2)
     assert g["spent_uj"] <= g["amended_budget_uj"] < g["budget_uj"]
+    assert g["spent_uj"] == 6000  # what the ledger holds of the two intervals it folded
     assert g["run"] != doc["proved_run"]
 
 
