@@ -21,7 +21,6 @@ second, different segment there (which the ledger would refuse as a fork).
 
 from __future__ import annotations
 
-import base64
 import os
 from collections.abc import Iterable
 from pathlib import Path
@@ -53,7 +52,7 @@ from fleet.subjects import check_host_name, fleet_names, run_token
 from fleet.verify import fold_sealed, verify_state
 from fleet.wire import SealedSegment, decode_envelope, decode_record, encode_envelope
 from plumbing import sqlite
-from plumbing.files import write_atomically, write_secret
+from plumbing.files import read_key_file, write_atomically, write_key_file
 
 KEY_FILE = "host.key"
 PUB_FILE = "host.pub"
@@ -68,11 +67,11 @@ def load_or_create_key(data_dir: Path) -> SigningKey:
     path = data_dir / KEY_FILE
     if path.exists():
         try:
-            return SigningKey(base64.b64decode(path.read_text().strip(), validate=True))
-        except (ValueError, TypeError) as exc:  # binascii.Error, a wrong seed length
+            return read_key_file(path)
+        except ValueError as exc:
             raise HostKeyError(f"{path} does not hold a base64 Ed25519 seed: {exc}") from None
     key = SigningKey.generate()
-    write_secret(path, base64.b64encode(bytes(key)).decode() + "\n")
+    write_key_file(path, key)
     (data_dir / PUB_FILE).write_text(encode_key(bytes(key.verify_key)) + "\n")
     return key
 

@@ -86,3 +86,16 @@ def progress_done() -> None:
     if _shown:
         click.echo(_ERASE, nl=False, err=True)
         _shown.clear()
+
+
+def load_key(path: Path) -> Any:
+    """A signing key from a key file (``fleet grant keygen``, ``fleet operator keygen``);
+    a missing or bad file is one line, exit 2."""
+    from plumbing.files import read_key_file
+
+    try:
+        return read_key_file(path)
+    except FileNotFoundError:
+        raise UserError(f"{path}: no such key file") from None
+    except (OSError, ValueError) as exc:
+        raise UserError(f"{path}: not a key file: {exc}") from None

@@ -22,7 +22,7 @@ from typing import Any
 import click
 
 from cli._app import FLEET, CheckFailed, UserError, cli
-from cli._common import api, emit_json, split_servers, text_or_file
+from cli._common import api, emit_json, load_key, split_servers, text_or_file
 
 _SPAN = re.compile(r"([0-9]+)([smhdw])\Z")
 _UNITS_MS = {"s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000, "w": 604_800_000}
@@ -35,20 +35,6 @@ def grant() -> None:
 
 
 # -- keys ---------------------------------------------------------------------------------------
-
-
-def load_key(path: Path) -> Any:
-    """A signing key from a key file (``fleet grant keygen``, ``fleet operator keygen``);
-    a missing or bad file is one line, exit 2."""
-    from nacl.signing import SigningKey
-
-    try:
-        raw = base64.b64decode(path.read_text().strip(), validate=True)
-        return SigningKey(raw)
-    except FileNotFoundError:
-        raise UserError(f"{path}: no such key file") from None
-    except (OSError, ValueError, TypeError) as exc:
-        raise UserError(f"{path}: not a key file: {exc}") from None
 
 
 def parse_public(value: str, what: str) -> bytes:
@@ -79,7 +65,7 @@ def grant_keygen(out: Path, name: str, as_json: bool) -> None:
     (hex), the form grants and ``--subject`` take."""
     from nacl.signing import SigningKey
 
-    from plumbing.files import write_atomically, write_secret
+    from plumbing.files import write_atomically, write_key_file
 
     if not _NAME.match(name):
         raise UserError(f"--name {name!r}: letters, digits, '_', '.', '-' only")
@@ -89,7 +75,7 @@ def grant_keygen(out: Path, name: str, as_json: bool) -> None:
     out.mkdir(parents=True, exist_ok=True)
     key = SigningKey.generate()
     public = bytes(key.verify_key).hex()
-    write_secret(key_file, base64.b64encode(bytes(key)).decode() + "\n")
+    write_key_file(key_file, key)
     write_atomically(vkey_file, (public + "\n").encode())
     if as_json:
         emit_json({"name": name, "public_key": public, "key_file": str(key_file),

@@ -8,7 +8,6 @@ The operator's signing key never reaches a ledger: ledgers are given its verifie
 from __future__ import annotations
 
 import asyncio
-import base64
 import time
 from pathlib import Path
 from typing import Any
@@ -16,7 +15,7 @@ from typing import Any
 import click
 
 from cli._app import FLEET, UserError, cli
-from cli._common import emit_json, split_servers
+from cli._common import emit_json, load_key, split_servers
 
 KEY_FILE = "operator.key"
 VKEY_FILE = "operator.vkey"
@@ -36,14 +35,14 @@ def operator_keygen(out: Path, as_json: bool) -> None:
     from nacl.signing import SigningKey
 
     from fleet.seal import encode_key
-    from plumbing.files import write_atomically, write_secret
+    from plumbing.files import write_atomically, write_key_file
 
     out.mkdir(parents=True, exist_ok=True)
     if (out / KEY_FILE).exists():
         raise UserError(f"{out / KEY_FILE} exists; an operator key is never overwritten")
     key = SigningKey.generate()
     vkey = encode_key(bytes(key.verify_key))
-    write_secret(out / KEY_FILE, base64.b64encode(bytes(key)).decode() + "\n")
+    write_key_file(out / KEY_FILE, key)
     write_atomically(out / VKEY_FILE, (vkey + "\n").encode())
     if as_json:
         emit_json({"vkey": vkey, "key_file": str(out / KEY_FILE)})
@@ -90,14 +89,6 @@ def operator_vkeys(values: tuple[str, ...]) -> tuple[bytes, ...]:
     return tuple(parse_vkey(v) for v in values)
 
 
-def load_operator_key(path: Path) -> Any:
-    from nacl.signing import SigningKey
-
-    try:
-        raw = base64.b64decode(path.read_text().strip(), validate=True)
-        return SigningKey(raw)
-    except (OSError, ValueError, TypeError) as exc:
-        raise UserError(f"{path}: not an operator key file: {exc}") from None
 
 
 def publish_event(url: str, nkey: Path | None, key_file: Path, kind: int, host: str,
@@ -107,7 +98,7 @@ def publish_event(url: str, nkey: Path | None, key_file: Path, kind: int, host: 
     from fleet.control_errors import MalformedControl
     from fleet.subjects import fleet_names
 
-    signer = load_operator_key(key_file)
+    signer = load_key(key_file)
     try:
         ev = sign_event(signer, kind, seq or time.time_ns() // 1000, host, key)
     except MalformedControl as exc:

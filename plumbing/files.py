@@ -7,8 +7,11 @@ size) survives a crash or power loss in full or not at all.
 
 from __future__ import annotations
 
+import base64
 import os
 from pathlib import Path
+
+from nacl.signing import SigningKey
 
 
 def write_secret(path: Path, text: str) -> None:
@@ -43,3 +46,18 @@ def write_atomically(path: Path, data: bytes, mode: int = 0o644) -> None:
         os.fsync(dir_fd)
     finally:
         os.close(dir_fd)
+
+
+def read_key_file(path: Path) -> SigningKey:
+    """The Ed25519 signing key in a key file (its 32-byte seed in base64: what
+    :func:`write_key_file` writes for hosts, operators, issuers and agents alike);
+    ``OSError`` when unreadable, ``ValueError`` when it holds no such seed."""
+    try:
+        return SigningKey(base64.b64decode(path.read_text().strip(), validate=True))
+    except TypeError as exc:  # a seed of the wrong length
+        raise ValueError(str(exc)) from None
+
+
+def write_key_file(path: Path, key: SigningKey) -> None:
+    """A new key file holding ``key`` (mode 0600; see :func:`write_secret`)."""
+    write_secret(path, base64.b64encode(bytes(key)).decode() + "\n")
