@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -99,3 +100,14 @@ def load_key(path: Path) -> Any:
         raise UserError(f"{path}: no such key file") from None
     except (OSError, ValueError) as exc:
         raise UserError(f"{path}: not a key file: {exc}") from None
+
+
+_SPAN = re.compile(r"([0-9]+(?:\.[0-9]+)?)([smhdw])\Z")
+_UNITS_S = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+
+
+def span_s(value: str) -> float | None:
+    """Seconds in a span (``90s``, ``30m``, ``6h``, ``2d``, ``1.5w``), or ``None`` for text
+    of another shape."""
+    span = _SPAN.match(value.strip())
+    return None if span is None else float(span.group(1)) * _UNITS_S[span.group(2)]

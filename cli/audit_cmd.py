@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 import time
 from datetime import UTC, datetime
 from pathlib import Path
@@ -11,20 +10,17 @@ from typing import Any
 import click
 
 from cli._app import UserError, cli
-from cli._common import api, emit_json, nats_options
+from cli._common import api, emit_json, nats_options, span_s
 from fleet.audit import format_uj as _uj
 from fleet.audit import format_when as _when
-
-_SPAN = re.compile(r"([0-9]+(?:\.[0-9]+)?)([smhdw])\Z")
-_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 
 
 def parse_since(value: str, now: float) -> float:
     """A duration back from now (``90s``, ``30m``, ``6h``, ``2d``, ``1w``), an ISO 8601
     time (UTC unless it says), or Unix seconds; as Unix seconds."""
-    span = _SPAN.match(value.strip())
-    if span:
-        return now - float(span.group(1)) * _UNITS[span.group(2)]
+    span = span_s(value)
+    if span is not None:
+        return now - span
     try:
         return float(value)
     except ValueError:

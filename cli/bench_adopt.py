@@ -11,7 +11,6 @@ a proof of its head under the ledger's key. Each phase is timed, over several ad
 from __future__ import annotations
 
 import asyncio
-import json
 import statistics
 import tempfile
 import time
@@ -21,6 +20,7 @@ from typing import Any
 import click
 
 from cli._app import CheckFailed, bench
+from cli._common import emit_result
 
 
 class _Timed:
@@ -123,8 +123,4 @@ def bench_adopt(segments: int, repeats: int, as_json: bool) -> None:
     """Adopting a parked run of N segments: fetch, verify from genesis, prove."""
     with tempfile.TemporaryDirectory(prefix="fleet-bench-adopt-") as tmp:
         result = asyncio.run(_measure(Path(tmp), segments, repeats))
-    if as_json:
-        click.echo(json.dumps(result))
-        return
-    for k, v in result.items():
-        click.echo(f"{k}: {v}")
+    emit_result(result, as_json)

@@ -29,6 +29,7 @@ import click
 from blake3 import blake3
 
 from cli._app import UserError, bench
+from cli._common import emit_result
 
 DRIVER = r"""
 import json, os, sys, time
@@ -143,8 +144,4 @@ def bench_exec(execs: int, rounds: int, binary: Path, as_json: bool) -> None:
     if os.geteuid() != 0:
         raise UserError("bench exec needs root (fanotify permission events, a tmpfs mount)")
     result = measure(execs, rounds, Path(os.path.realpath(binary)))
-    if as_json:
-        click.echo(json.dumps(result))
-        return
-    for k, v in result.items():
-        click.echo(f"{k}: {v}")
+    emit_result(result, as_json)

@@ -22,10 +22,8 @@ from typing import Any
 import click
 
 from cli._app import FLEET, CheckFailed, UserError, cli
-from cli._common import api, emit_json, load_key, split_servers, text_or_file
+from cli._common import api, emit_json, load_key, span_s, split_servers, text_or_file
 
-_SPAN = re.compile(r"([0-9]+)([smhdw])\Z")
-_UNITS_MS = {"s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000, "w": 604_800_000}
 _NAME = re.compile(r"[A-Za-z0-9_.-]{1,64}\Z")
 
 
@@ -143,10 +141,10 @@ def _mint_json(value: str) -> dict[str, Any] | None:
 
 
 def _duration_ms(value: str) -> int:
-    span = _SPAN.match(value.strip())
+    span = span_s(value)
     if span is None:
         raise UserError(f"--expires-in {value!r} is not a duration (30m, 6h, 2d, 1w)")
-    return int(span.group(1)) * _UNITS_MS[span.group(2)]
+    return int(span * 1000)
 
 
 def build_terms(opts: dict[str, Any], base: Any = None, now_ms: int | None = None) -> Any:

@@ -22,7 +22,7 @@ from typing import Any
 import click
 
 from cli._app import CheckFailed, UserError, cli
-from cli._common import emit_json
+from cli._common import emit_json, emit_result
 from fleet.address import format_address, parse_address
 from fleet.errors import FleetError, MalformedAddress
 
@@ -52,14 +52,6 @@ def _address(text: str | None, what: str) -> bytes | None:
         return parse_address(text)
     except MalformedAddress:
         raise UserError(f"{what}: not a b3: content address: {text}") from None
-
-
-def _show(doc: dict[str, Any], as_json: bool) -> None:
-    if as_json:
-        emit_json(doc)
-        return
-    for k, v in doc.items():
-        click.echo(f"{k}: {v}")
 
 
 @cli.group("pool")
@@ -99,7 +91,7 @@ def pool_warm(data: Path, name: str, manifest: str, fs_root: str, mem_image: str
         raise UserError(str(exc)) from None
     finally:
         pool.close()
-    _show(slot.to_json(), as_json)
+    emit_result(slot.to_json(), as_json)
 
 
 @pool_group.command("list")
@@ -157,7 +149,7 @@ def _end(data: Path, name: str, slot: str, as_json: bool, run: str | None,
         pool.close()
         if host is not None:
             host.close()
-    _show({**got.to_json(), **extra}, as_json)
+    emit_result({**got.to_json(), **extra}, as_json)
 
 
 _HOST_HELP = ("Seal the record too, as this host (its key and outbox in --data): the claim "

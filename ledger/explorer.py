@@ -38,7 +38,7 @@ from fleet.wire import (
     SuspendedWire,
     envelope_wire,
 )
-from ledger.log_reader import LogReader
+from ledger.log_reader import LogReader, decimal
 
 _STYLE = """
 body{font:14px/1.4 system-ui,sans-serif;margin:1.5em;color:#1d2430;background:#fafbfc}
@@ -107,12 +107,6 @@ def _e(value: object) -> str:
     return html.escape(str(value))
 
 
-def _decimal(text: str) -> bool:
-    """Whether ``text`` is ASCII digits (``str.isdigit`` also takes "²", which ``int``
-    refuses)."""
-    return text.isascii() and text.isdigit()
-
-
 def _table(headers: Iterable[str], rows: Iterable[Iterable[str]], ident: str) -> str:
     head = "".join(f"<th>{h}</th>" for h in headers)
     body = "".join("<tr>" + "".join(f"<td>{c}</td>" for c in row) + "</tr>" for row in rows)
@@ -138,7 +132,7 @@ class Explorer:
     async def index(self, request: web.Request) -> web.Response:
         q = request.query
         wanted = {k: q.get(k, "") for k in ("host", "verdict", "phase")}
-        limit = int(q["limit"]) if _decimal(q.get("limit", "")) else 500
+        limit = int(q["limit"]) if decimal(q.get("limit", "")) else 500
         checkpoints = self.reader.store.conn.execute(
             "SELECT size, root, at FROM checkpoints ORDER BY size DESC LIMIT 10").fetchall()
         runs = self._runs()
@@ -209,7 +203,7 @@ class Explorer:
 
     async def proof(self, request: web.Request) -> web.Response:
         run, index_text = request.match_info["run"], request.match_info["index"]
-        if not _decimal(index_text):
+        if not decimal(index_text):
             raise web.HTTPBadRequest(text="a segment index is a decimal\n")
         index = int(index_text)
         found = self.reader.inclusion(run, index)

@@ -44,7 +44,7 @@ from aiohttp import web
 
 from fleet.log_errors import MalformedTilePath
 from fleet.tiles import Tile, parse_tile_path
-from ledger.log_reader import LogReader
+from ledger.log_reader import LogReader, decimal
 from ledger.metrics import CONTENT_TYPE, FoldMetrics, render
 
 log = logging.getLogger(__name__)
@@ -164,7 +164,7 @@ class LogRoutes:
 
     async def proof(self, request: web.Request) -> web.Response:
         index_text = request.match_info.get("index")
-        if index_text is not None and not (_decimal(index_text) and int(index_text) >= 1):
+        if index_text is not None and not (decimal(index_text) and int(index_text) >= 1):
             raise web.HTTPBadRequest(text="a segment index is a decimal from 1\n")
         text = self.reader.tlog_proof(request.match_info["run"],
                                       None if index_text is None else int(index_text))
@@ -172,12 +172,6 @@ class LogRoutes:
             raise web.HTTPNotFound(text="no such run or segment in the latest checkpoint\n")
         return web.Response(text=text, content_type=TEXT, charset="utf-8",
                             headers={"Cache-Control": NO_STORE})
-
-
-def _decimal(text: str) -> bool:
-    """Whether ``text`` is ASCII digits (``str.isdigit`` also takes "²", which ``int``
-    refuses)."""
-    return text.isascii() and text.isdigit()
 
 
 @dataclass

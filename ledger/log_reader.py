@@ -158,3 +158,9 @@ class LogReader:
         if found is None:
             return None
         return format_tlog_proof(found.leaf_index, found.proof, found.note, extra=found.leaf)
+
+
+def decimal(text: str) -> bool:
+    """Whether ``text`` is ASCII digits (``str.isdigit`` also takes "²", which ``int``
+    refuses): what the HTTP paths and query values that hold numbers must be."""
+    return text.isascii() and text.isdigit()
