@@ -29,7 +29,9 @@ from typing import Any
 from fleet.address import digest
 
 __all__ = [
+    "COMMANDS",
     "KINDS",
+    "RESOLUTIONS",
     "args_hash",
     "blob_address",
     "canon",
@@ -43,9 +45,10 @@ __all__ = [
 ]
 
 # Commands (issued by workflow code, matched in order on replay) and resolutions (results,
-# matched by call id).
-KINDS = frozenset({"start", "dispatch", "resolve", "now", "random", "wait", "signal",
-                   "timeout", "timer", "fired", "patch", "end"})
+# matched by call id); a run's journal opens with ``start``.
+COMMANDS = frozenset({"dispatch", "now", "random", "wait", "timer", "patch", "end"})
+RESOLUTIONS = frozenset({"resolve", "signal", "timeout", "fired"})
+KINDS = frozenset({"start"}) | COMMANDS | RESOLUTIONS
 
 
 def text(value: str) -> bytes:

@@ -30,10 +30,8 @@ from typing import Final
 
 __all__ = [
     "API",
-    "API_QUEUE",
     "API_SERVICE",
     "CHECKPOINTS",
-    "CONTROL",
     "DEFAULT_FLEET",
     "FLEET_NAME",
     "HOST_NAME",
@@ -45,7 +43,6 @@ __all__ = [
     "check_host_name",
     "control_subject",
     "fleet_names",
-    "is_control",
     "parse_segment_subject",
     "rejection_subject",
     "run_token",
@@ -200,15 +197,12 @@ DEFAULT_FLEET: Final = fleet_names()
 # The default fleet's names, as constants and functions (every layout is FleetNames's).
 STREAM: Final = DEFAULT_FLEET.stream
 SEGMENTS: Final = DEFAULT_FLEET.segments
-CONTROL: Final = DEFAULT_FLEET.control
 REJECTIONS: Final = DEFAULT_FLEET.rejections
 CHECKPOINTS: Final = DEFAULT_FLEET.checkpoints
 API: Final = DEFAULT_FLEET.api
 API_SERVICE: Final = DEFAULT_FLEET.api_service
-API_QUEUE: Final = DEFAULT_FLEET.api_queue
 segment_subject = DEFAULT_FLEET.segment_subject
 rejection_subject = DEFAULT_FLEET.rejection_subject
 api_subject = DEFAULT_FLEET.api_subject
 control_subject = DEFAULT_FLEET.control_subject
-is_control = DEFAULT_FLEET.is_control
 

@@ -24,10 +24,8 @@ from agents.runtime.journal import Entry, Journal
 from agents.runtime.projection import Projection
 from fleet.address import format_address
 from fleet.runtime_errors import ReplayDiverged, SignalTimeout
-from fleet.runtime_journal import args_hash, projection_hash
+from fleet.runtime_journal import COMMANDS, RESOLUTIONS, args_hash, projection_hash
 
-COMMANDS = frozenset({"dispatch", "now", "random", "wait", "timer", "patch", "end"})
-RESOLUTIONS = frozenset({"resolve", "signal", "timeout", "fired"})
 _HERE = os.path.dirname(__file__)
 
 
@@ -318,4 +316,4 @@ def _random() -> float:
     return (struct.unpack(">Q", os.urandom(8))[0] >> 11) / float(1 << 53)
 
 
-__all__ = ["COMMANDS", "RESOLUTIONS", "Context", "Inbox", "Park", "StepFailed"]
+__all__ = ["Context", "Inbox", "Park", "StepFailed"]

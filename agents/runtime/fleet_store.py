@@ -32,12 +32,6 @@ from nats.js.errors import BadRequestError, KeyWrongLastSequenceError, NotFoundE
 from fleet.subjects import DEFAULT_FLEET, FleetNames, run_token
 from plumbing.nats_connect import bucket_keys
 
-# The default fleet's names (FleetNames.runtime_*); a FleetStore uses its fleet's.
-SIGNALS = DEFAULT_FLEET.runtime_signals
-SIGNAL_SUBJECT = DEFAULT_FLEET.runtime_signal_subject
-RUNS = DEFAULT_FLEET.runtime_runs
-JOURNALS = DEFAULT_FLEET.runtime_journals
-KEYS = DEFAULT_FLEET.runtime_keys
 # A claim that has not turned into a new state within this long (the worker died) may be
 # claimed again.
 CLAIM_LEASE_S = 60.0
@@ -212,5 +206,4 @@ def claim_stale(doc: dict[str, Any], now: float) -> bool:
         CLAIM_LEASE_S
 
 
-__all__ = ["CLAIM_LEASE_S", "JOURNALS", "RUNS", "SIGNALS", "FleetStore", "claim_stale",
-           "wait_over"]
+__all__ = ["CLAIM_LEASE_S", "FleetStore", "claim_stale", "wait_over"]
