@@ -22,8 +22,8 @@ from __future__ import annotations
 
 from agents.host import Host, HostRun
 from agents.warm_pool import Accrued, Slot, WarmPool
+from fleet import kernel
 from fleet.address import parse_address
-from fleet.errors import PhaseViolation
 from fleet.kernel import NO_GRANTS, pool_unit
 from fleet.pool_errors import SlotClaimed
 from fleet.segment import Claimed, Evicted, ImageSnapshot
@@ -62,9 +62,8 @@ def start_from_slot(host: Host, pool: WarmPool, sid: str, unit_id: bytes, grants
     segment. A run that already has segments is refused (``PhaseViolation``) before the
     slot is touched; a slot another run claimed, ``SlotClaimed``; evicted, ``SlotEvicted``."""
     run = host.open_run(unit_id, grants_id)
-    if run.state.index != 0:
-        raise PhaseViolation(f"a claim is a run's first segment; run {run.run} has "
-                             f"{run.state.index}", segment=run.state.index + 1)
+    # The kernel's phase rule, asked before the slot is touched (a claim cannot be undone).
+    kernel.next_phase(run.state.phase, kernel.CLAIMED, run.state.index + 1)
     try:
         got = pool.claim(sid, run.run)
     except SlotClaimed:

@@ -181,6 +181,7 @@ def audit(runs: Iterable[AuditRun], now: float, since: float | None = None,
             else:
                 h["parks"] += 1
                 closed.append((r.host, park))
+    reused = _reused_slots(runs)
     return {
         "now": now,
         "since": since,
@@ -191,8 +192,8 @@ def audit(runs: Iterable[AuditRun], now: float, since: float | None = None,
         "hosts": sorted(hosts.values(), key=lambda h: h["host"]),
         "parks": _by_form(closed),
         "parked": sorted(parked, key=lambda p: (p["since"] is None, p["since"] or 0)),
-        "reused_slots": _reused_slots(runs),
-        "suspicious_hosts": _suspicious(runs, closed, cheap_factor),
+        "reused_slots": reused,
+        "suspicious_hosts": _suspicious(runs, closed, cheap_factor, reused),
         "cheap_factor": cheap_factor,
         "grant_refusals": grant_refusals(refusals, since),
     }
@@ -234,7 +235,8 @@ def _reused_slots(runs: Sequence[AuditRun]) -> list[dict[str, Any]]:
 
 
 def _suspicious(runs: Sequence[AuditRun], closed: Sequence[tuple[str, AuditPark]],
-                cheap_factor: float) -> list[dict[str, Any]]:
+                cheap_factor: float, reused: Sequence[dict[str, Any]]
+                ) -> list[dict[str, Any]]:
     reasons: dict[str, list[str]] = defaultdict(list)
     by_host: dict[str, list[AuditPark]] = defaultdict(list)
     for host, park in closed:
@@ -258,8 +260,8 @@ def _suspicious(runs: Sequence[AuditRun], closed: Sequence[tuple[str, AuditPark]
     for host, split in sorted(active.items()):
         if split["estimated"] and not split["measured"]:
             reasons[host].append("all executed intervals' energy is estimated")
-    for reused in _reused_slots(runs):
-        for host in sorted({u["host"] for u in reused["uses"]}):
-            reasons[host].append(f"warm slot {reused['slot']} is counted "
-                                 f"{len(reused['uses'])} times")
+    for slot in reused:
+        for host in sorted({u["host"] for u in slot["uses"]}):
+            reasons[host].append(f"warm slot {slot['slot']} is counted "
+                                 f"{len(slot['uses'])} times")
     return [{"host": h, "reasons": reasons[h]} for h in sorted(reasons)]
