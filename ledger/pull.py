@@ -61,6 +61,10 @@ class Delivery(msgspec.Struct, frozen=True, gc=False):
     subject: str
     data: bytes
     reply: str  # the ack subject
+    # Ledger time: the stream's timestamp of the message in ms since the epoch (read from
+    # the ack subject with the sequence), what a grant's window is judged by on every
+    # replica alike.
+    at_ms: int
 
 
 class BadDelivery(Exception):
@@ -91,12 +95,6 @@ def ack_fields(reply: bytes | bytearray) -> tuple[int, int]:
         raise BadDelivery(f"not numbers where an ack subject has them: {reply[:80]!r}") \
             from None
     raise BadDelivery(f"unexpected ack subject layout: {reply[:80]!r}")
-
-
-def ledger_time(reply: str) -> int:
-    """A delivery's ledger time: its stream timestamp (:func:`ack_fields`) in ms since the
-    epoch, the time a grant's window is judged by on every replica alike."""
-    return ack_fields(reply.encode())[1] // 1_000_000
 
 
 def stream_seq(reply: bytes | bytearray) -> int:
@@ -184,7 +182,8 @@ class FetchPuller:
 def _delivery(msg: Msg) -> Delivery:
     """A nats-py message as the lean puller delivers it (a reply that is not an ack subject
     fails the fetch, as there: skipping it would let a later AckAll ack it unfolded)."""
-    return Delivery(stream_seq(msg.reply.encode()), msg.subject, msg.data, msg.reply)
+    seq, ts_ns = ack_fields(msg.reply.encode())
+    return Delivery(seq, msg.subject, msg.data, msg.reply, ts_ns // 1_000_000)
 
 
 # -- choosing -------------------------------------------------------------------------------

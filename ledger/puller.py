@@ -45,7 +45,7 @@ from nats.protocol.parser import AWAITING_CONTROL_LINE, MAX_CONTROL_LINE_SIZE, P
 
 # Defined beside the fetch puller (a module that needs no private part of nats-py), and
 # still importable from here.
-from ledger.pull import BadDelivery, Delivery, stream_seq
+from ledger.pull import BadDelivery, Delivery, ack_fields
 
 __all__ = ["Puller"]
 
@@ -102,14 +102,15 @@ class Puller:
                 self._wake.set()
             return
         try:
-            seq = stream_seq(reply)
+            seq, ts_ns = ack_fields(reply)
         except (BadDelivery, ValueError) as exc:
             # Skipping it would let a later AckAll ack it unfolded: fail the fetch instead.
             self._error = BadDelivery(str(exc))
             self._ended = True
             self._wake.set()
             return
-        self._buf.append(Delivery(seq, subject.decode(), data, reply.decode()))
+        self._buf.append(Delivery(seq, subject.decode(), data, reply.decode(),
+                                  ts_ns // 1_000_000))
         if len(self._buf) >= self._want:
             self._wake.set()
 

@@ -41,7 +41,7 @@ from fleet.wire import EnvelopeWire, envelope_wire, identity
 from ledger.api import LedgerApi
 from ledger.keys import load_or_create_signer
 from ledger.metrics import FoldMetrics, new_registry
-from ledger.pull import Delivery, PullerState, ack_all, ledger_time, nak, open_puller
+from ledger.pull import Delivery, PullerState, ack_all, nak, open_puller
 from ledger.replica import Replica, check_no_offline_hosts
 from ledger.seal_worker import MAX_ITEM_MESSAGE, SealTicket, SealWorker
 from ledger.store import CheckpointReader, HostsChanged, Incoming, LedgerStore
@@ -581,7 +581,7 @@ class Ledger:
             if msgs:
                 new = (msgs, self.prepare([(m.seq, m.subject, m.data) for m in msgs],
                                           refresh_hosts=committing is None,
-                                          times=[ledger_time(m.reply) for m in msgs]))
+                                          times=[m.at_ms for m in msgs]))
             await self._settle()
             if pending is not None:
                 await self._start_commit(*pending)
