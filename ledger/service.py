@@ -97,6 +97,7 @@ class BatchChanges(NamedTuple):
 
     runs: dict[bytes, RunSlot]
     grants: BatchGrants
+    control: BatchControl
 
 
 @dataclass
@@ -261,7 +262,8 @@ class Ledger:
             if not batch:
                 return batch, top, changed
             try:
-                self.store.write_batch(batch, top, prepared.hosts_version, changed.runs)
+                self.store.write_batch(batch, top, prepared.hosts_version, changed.runs,
+                                       changed.control.state)
             except HostsChanged:
                 prepared = self.prepare(prepared.msgs, share_in_line=0.5, times=prepared.times)
                 continue
@@ -359,7 +361,7 @@ class Ledger:
             batch.append(Incoming(seq, subject, data, decision, at_ms))
             if seq > top:
                 top = seq
-        return batch, top, BatchChanges(ctx.runs.changed, grants)
+        return batch, top, BatchChanges(ctx.runs.changed, grants, control)
 
     # -- checkpoints ----------------------------------------------------------------------
 

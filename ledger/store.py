@@ -41,7 +41,7 @@ from typing import Any
 import msgspec
 
 from fleet.address import format_address, id_text, parse_address
-from fleet.control import OPERATOR, ControlAccepted
+from fleet.control import ControlAccepted, ControlState
 from fleet.fold import Accepted, HostEntry, Refused, RunSlot
 from fleet.grant_events import GrantAccepted, GrantBook, apply, decode_event, event_ref
 from fleet.merkle import leaf_hash
@@ -317,25 +317,27 @@ class LedgerStore:
         keys = ("stream_seq", "kind", "operator", "seq", "host", "key")
         return [dict(zip(keys, row, strict=True)) for row in rows]
 
-    def _write_control(self, accepted: Sequence[tuple[ControlAccepted, bytes]]) -> None:
+    def _write_control(self, accepted: Sequence[tuple[ControlAccepted, bytes]],
+                       state: ControlState) -> None:
+        """The batch's accepted control events, the host entries they left, and the
+        operators as the batch's control state (``state``, changed by the one state
+        change, :func:`fleet.control.apply`) leaves them."""
         db = self.conn
         for d, payload in accepted:
             ev = d.event
-            op = encode_key(ev.operator)
             db.execute("INSERT INTO control_events (stream_seq, kind, operator, seq, host, key,"
                        " payload) VALUES (?, ?, ?, ?, ?, ?, ?)",
-                       (d.stream_seq, ev.kind_name, op, ev.seq, ev.host or None,
-                        encode_key(ev.key), payload))
-            db.execute("UPDATE operators SET last_seq = ? WHERE key = ?", (ev.seq, op))
-            if ev.kind == OPERATOR:
-                db.execute("UPDATE operators SET retired = 1 WHERE key = ?", (op,))
-                db.execute("INSERT OR IGNORE INTO operators (key, last_seq) VALUES (?, 0)",
-                           (encode_key(ev.key),))
-            else:
+                       (d.stream_seq, ev.kind_name, encode_key(ev.operator), ev.seq,
+                        ev.host or None, encode_key(ev.key), payload))
+            if d.entry is not None:
                 e = d.entry
-                assert e is not None
                 self._upsert_host(e.name, encode_key(e.public_key), e.enrolled_after,
                                   e.revoked_after, "stream")
+        db.executemany("INSERT INTO operators (key, last_seq, retired) VALUES (?, ?, 0)"
+                       " ON CONFLICT(key) DO UPDATE SET last_seq = excluded.last_seq",
+                       [(encode_key(k), last) for k, last in state.operators.items()])
+        db.executemany("UPDATE operators SET retired = 1 WHERE key = ?",
+                       [(encode_key(k),) for k in state.retired])
 
     # -- grants ---------------------------------------------------------------------------
 
@@ -435,19 +437,21 @@ class LedgerStore:
 
     def write_batch(self, batch: Sequence[Incoming], watermark: int,
                     hosts_version: int | None = None,
-                    runs: Mapping[bytes, RunSlot] | None = None) -> int:
+                    runs: Mapping[bytes, RunSlot] | None = None,
+                    control: ControlState | None = None) -> int:
         """Write a batch's leaves, runs, segments and refusals with the new watermark in a
         new transaction, left open for :meth:`commit`; returns the tree size after it.
         ``runs``: the states of the runs the batch changed (:attr:`fleet.fold.BatchRuns.
         changed`; the batch's accepted messages must all be among them).
         ``hosts_version``: the hosts table the batch was decided with (:class:`HostsChanged`
         if it has moved since; checked under the write lock, so no enrollment can slip in
-        between)."""
+        between). ``control``: the control state the batch's events left (needed when it
+        holds any), whose operators are written as they stand."""
         self.conn.execute("BEGIN IMMEDIATE")
         try:
             if hosts_version is not None and self.hosts_version() != hosts_version:
                 raise HostsChanged("the hosts table changed after the batch was decided")
-            return self._write(batch, watermark, runs or {})
+            return self._write(batch, watermark, runs or {}, control)
         except BaseException:
             self.conn.execute("ROLLBACK")
             raise
@@ -468,7 +472,7 @@ class LedgerStore:
             raise
 
     def _write(self, batch: Sequence[Incoming], watermark: int,
-               slots: Mapping[bytes, RunSlot]) -> int:
+               slots: Mapping[bytes, RunSlot], state: ControlState | None) -> int:
         db = self.conn
         size = self.tree.size()
         leaves: list[bytes] = []
@@ -515,7 +519,8 @@ class LedgerStore:
         db.executemany("INSERT INTO rejections (stream_seq, subject, host, run, idx, rule,"
                        " detail, payload, at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)", refusals)
         if control:
-            self._write_control(control)
+            assert state is not None, "control events are written with the state they left"
+            self._write_control(control, state)
         if grants:
             db.executemany("INSERT INTO grant_events (stream_seq, kind, signer, ref, at_ms,"
                            " payload) VALUES (?, ?, ?, ?, ?, ?)",
