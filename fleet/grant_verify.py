@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,13 +33,23 @@ from fleet.address import format_address, parse_address
 from fleet.errors import MalformedSegment, RecordError
 from fleet.grant import Terms
 from fleet.grant_errors import MalformedGrant
-from fleet.grant_events import GrantBook, apply, check_step, decide_event
+from fleet.grant_events import (
+    MINT,
+    TRIGGER,
+    GrantBook,
+    apply,
+    check_step,
+    decide_event,
+    decode_event,
+    event_ref,
+)
 from fleet.record import RunState
 from fleet.record_file import sealers
 from fleet.verify import verify_state
 from fleet.wire import RecordWire, segment_from_wire
 
-__all__ = ["EVIDENCE_FORMAT", "GrantCheck", "evidence_json", "verify_grant_evidence"]
+__all__ = ["EVIDENCE_FORMAT", "GrantCheck", "evidence_events", "evidence_json",
+           "verify_grant_evidence"]
 
 EVIDENCE_FORMAT = "fleet.grant-evidence/1"
 
@@ -73,6 +84,31 @@ class GrantCheck:
     events: int
     segments: int
     energy_uj: int
+
+
+def evidence_events(events: Iterable[tuple[int, int, bytes]], chain: Sequence[bytes],
+                    run: bytes) -> list[tuple[int, int, bytes]]:
+    """Of a ledger's accepted grant events (stream seq, ledger time, bytes, in stream
+    order), those the decisions about ``run`` depend on, its grant's chain being ``chain``
+    (the grant, then each parent): the chain's issues, mints and amendments, every other
+    mint of the chain's standing grants (they count against its limits) with the triggers
+    the mints used, and the run's checkpoints."""
+    held = set(chain) | {run}
+    kept: list[tuple[int, int, bytes]] = []
+    triggers: list[tuple[int, int, bytes, str]] = []
+    used: set[str] = set()
+    for seq, at_ms, data in events:
+        ev = decode_event(data, verify=False)  # accepted: checked when folded
+        if ev.kind == TRIGGER:
+            triggers.append((seq, at_ms, data, ev.fields["name"]))
+            continue
+        if ev.kind == MINT and ev.fields["standing"] in held:
+            used.add(ev.fields["trigger"])
+        elif event_ref(ev) not in held:
+            continue
+        kept.append((seq, at_ms, data))
+    kept += [(seq, at_ms, data) for seq, at_ms, data, name in triggers if name in used]
+    return sorted(kept)
 
 
 def evidence_json(run: bytes, events: list[tuple[int, int, bytes]],

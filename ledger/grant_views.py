@@ -14,7 +14,7 @@ from fleet.address import format_address, parse_address
 from fleet.errors import FleetError
 from fleet.grant import grant_json, terms_json
 from fleet.grant_events import NO_AMENDMENT, GrantBook, chain_of, event_json
-from fleet.grant_verify import evidence_json
+from fleet.grant_verify import evidence_events, evidence_json
 from fleet.kernel import NO_GRANTS
 from ledger.store import LedgerStore
 
@@ -89,8 +89,9 @@ def grant_evidence(store: LedgerStore, book: GrantBook, run_text: str) -> dict[s
     slot = store.load_run(run)
     if slot is None:
         raise GrantNotFound(f"no run {run_text} is folded in this ledger")
-    events, segments = store.grant_evidence(run, chain_of(book, slot.state.grants_id))
-    return evidence_json(run, events, segments)
+    chain = chain_of(book, slot.state.grants_id)
+    return evidence_json(run, evidence_events(store.grant_events(), chain, run),
+                         store.segment_times(run))
 
 
 __all__ = ["GrantNotFound", "grant_evidence", "grant_status", "run_grant"]

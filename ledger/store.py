@@ -345,11 +345,10 @@ class LedgerStore:
         """The grant book as the folded events left it (replayed through the one state
         change, :func:`fleet.grant_events.apply`)."""
         book = GrantBook()
-        for seq, at_ms, payload in self.conn.execute(
-                "SELECT stream_seq, at_ms, payload FROM grant_events ORDER BY stream_seq"):
+        for seq, at_ms, data in self.grant_events():
             # Accepted when folded: their signatures were checked then.
-            ev = decode_event(bytes(payload), verify=False)
-            apply(book, GrantAccepted(ev, bytes(payload), seq, at_ms, event_ref(ev)))
+            ev = decode_event(data, verify=False)
+            apply(book, GrantAccepted(ev, data, seq, at_ms, event_ref(ev)))
         return book
 
     def grant_count(self) -> int:
@@ -368,42 +367,17 @@ class LedgerStore:
             [format_address(r) for r in refs]).fetchall()
         return [(seq, at, bytes(p)) for seq, at, p in rows]
 
-    def grant_evidence(self, run: bytes, chain: Sequence[bytes]
-                       ) -> tuple[list[tuple[int, int, bytes]], list[tuple[int, int, int, str]]]:
-        """What an offline verifier needs to recompute the grant decisions of ``run``
-        (:mod:`fleet.grant_verify`), whose grant's chain is ``chain`` (the grant, then each
-        parent): the accepted events concerning the chain (issues, amendments, the mints
-        of its children with every other mint of the same standing grants and the triggers
-        they used) and the run's checkpoints, as (stream seq, ledger time, bytes); and each
-        segment's (index, stream seq, ledger time, sealing host)."""
-        held = set(chain)
-        wanted = {format_address(a) for a in chain} | {format_address(run)}
-        events: dict[int, tuple[int, int, bytes]] = {}
-        used: set[tuple[bytes, str]] = set()
-        for seq, kind, ref, at_ms, payload in self.conn.execute(
-                "SELECT stream_seq, kind, ref, at_ms, payload FROM grant_events"
-                " WHERE kind != 'trigger' ORDER BY stream_seq"):
-            data = bytes(payload)
-            if kind == "mint":
-                ev = decode_event(data)
-                if ev.fields["standing"] not in held:
-                    continue
-                used.add((ev.fields["standing"], ev.fields["trigger"]))
-            elif ref not in wanted:
-                continue
-            events[seq] = (seq, at_ms, data)
-        if used:
-            names = {name for _standing, name in used}
-            for seq, at_ms, payload in self.conn.execute(
-                    "SELECT stream_seq, at_ms, payload FROM grant_events WHERE kind = 'trigger'"):
-                data = bytes(payload)
-                if decode_event(data).fields["name"] in names:
-                    events[seq] = (seq, at_ms, data)
-        segments = [(idx, seq, at_ms or 0, _envelope_host(bytes(payload)))
-                    for idx, seq, at_ms, payload in self.conn.execute(
-                        "SELECT idx, stream_seq, at_ms, payload FROM segments WHERE run = ?"
-                        " ORDER BY idx", (format_address(run),))]
-        return [events[k] for k in sorted(events)], segments
+    def grant_events(self) -> list[tuple[int, int, bytes]]:
+        """Every accepted grant event as (stream seq, ledger time, bytes), in stream order."""
+        return [(seq, at_ms, bytes(payload)) for seq, at_ms, payload in self.conn.execute(
+            "SELECT stream_seq, at_ms, payload FROM grant_events ORDER BY stream_seq")]
+
+    def segment_times(self, run: bytes) -> list[tuple[int, int, int, str]]:
+        """Each folded segment of ``run`` as (index, stream seq, ledger time, sealing host)."""
+        return [(idx, seq, at_ms or 0, _envelope_host(bytes(payload)))
+                for idx, seq, at_ms, payload in self.conn.execute(
+                    "SELECT idx, stream_seq, at_ms, payload FROM segments WHERE run = ?"
+                    " ORDER BY idx", (format_address(run),))]
 
     # -- runs -----------------------------------------------------------------------------
 

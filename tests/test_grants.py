@@ -405,11 +405,12 @@ def test_a_restarted_ledger_rebuilds_the_same_book_and_decides_alike(tmp_path: P
 
 def _evidence(w: World, run: bytes) -> dict:
     from fleet.grant_events import chain_of
-    from fleet.grant_verify import evidence_json
+    from fleet.grant_verify import evidence_events, evidence_json
 
     grants_id = w.ledger.store.load_run(run).state.grants_id
-    events, segments = w.ledger.store.grant_evidence(run, chain_of(w.ledger.grants, grants_id))
-    return evidence_json(run, events, segments)
+    chain = chain_of(w.ledger.grants, grants_id)
+    return evidence_json(run, evidence_events(w.ledger.store.grant_events(), chain, run),
+                         w.ledger.store.segment_times(run))
 
 
 def test_an_auditor_recomputes_the_grant_decisions_offline(tmp_path: Path) -> None:
