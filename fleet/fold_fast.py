@@ -125,8 +125,6 @@ def _decide(ctx: Admission, msg: Message, wire: EnvelopeWire) -> Accepted | None
     run = identity(wire.run)
     unit, grants = identity(wire.unit_id), identity(wire.grants_id)
     seg = wire.segment
-    if seg.host is not None:
-        return None  # the envelope names the host: the reference path refuses this
     index = seg.index
     _entry, slot, state = admit(ctx, msg.subject, host, run, wire.run, unit, grants, index,
                                 WIRE_KIND[type(seg)], msg.stream_seq)

@@ -327,6 +327,9 @@ def _wire(data: bytes) -> EnvelopeWire:
         raise MalformedSegment(f"undecodable segment message: {exc}") from None
     if wire.v != ENVELOPE_VERSION:
         raise MalformedSegment(f"unknown envelope version {wire.v!r}")
+    if wire.segment.host is not None:
+        raise MalformedSegment("a segment on the wire names no host: its envelope does",
+                               segment=wire.segment.index)
     return wire
 
 
@@ -338,9 +341,6 @@ def decode_envelope(data: bytes) -> Envelope:
 def envelope_from_wire(wire: EnvelopeWire) -> Envelope:
     """The core objects of an envelope already decoded by :func:`envelope_wire` (its
     fields still checked here: a refusal names the first that fails)."""
-    if wire.segment.host is not None:
-        raise MalformedSegment("a segment on the wire names no host: its envelope does",
-                               segment=wire.segment.index)
     return Envelope(
         wire.v, wire.host, identity(wire.run), identity(wire.unit_id),
         identity(wire.grants_id), segment_from_wire(wire.segment),
