@@ -386,3 +386,24 @@ def test_a_hostile_index_is_stored_as_no_position(tmp_path, index: int) -> None:
         assert ledger.store.rejections()[0]["index"] is None
     finally:
         ledger.store.close()
+
+
+def test_an_envelope_whose_segment_names_a_host_is_malformed_on_both_paths() -> None:
+    """A segment on the wire names no host (its envelope does): one naming a host is
+    MalformedSegment, the wire decoder yields nothing to the fast path, and no state moves."""
+    from fleet.fold import Message
+    from fleet.fold_fast import decide_message
+    from fleet.wire import envelope_wire
+
+    fold = PureFold(HOSTS)
+    run = sealed_run("h1", "envelope-host", "e")
+    subject, data = run.messages[0]
+    doc = msgspec.json.decode(data)
+    doc["segment"]["host"] = "h1"
+    forged = msgspec.json.encode(doc)
+    assert envelope_wire(forged) is None
+    before = fold.snapshot()
+    d = decide_message(fold.ctx, Message(subject, forged, 1))
+    assert isinstance(d, Refused) and d.rule == "MalformedSegment" and d.index == 1
+    assert fold.snapshot() == before
+    assert isinstance(fold.feed(subject, data), Accepted)
