@@ -152,7 +152,7 @@ class Replica:
 
     def heartbeat(self) -> dict[str, Any]:
         led = self.ledger
-        watermark = led.store.watermark()
+        watermark = led.committed_seq
         return {"name": self.name, "stream_seq": watermark, "tree_size": led.store.tree.size(),
                 "lag": max(0, led.stream_last_seq - watermark), "leading": self.holds,
                 "healthy": led.healthy, "at": time.time()}

@@ -474,11 +474,8 @@ class Ledger:
         """Whether this ledger signs on the timer, publishes and anchors now."""
         if not self.leading or self._lead_floor is None:
             return False  # for a replica: no lease, or a renewal too old (a paused process)
-        if self.store.watermark() < self._lead_floor:
-            return False
-        if self._anchoring is not None and self._anchor_task is None:
-            self._start_anchors(self._anchoring)
-        return True
+        # The committed position: the store's watermark may be a batch still committing.
+        return self.committed_seq >= self._lead_floor
 
     def _start_anchors(self, anchoring: AnchorTaskFactory) -> None:
         """Anchor checkpoints in a task of its own, reading them through its own store
@@ -650,7 +647,12 @@ class Ledger:
     async def _checkpoint_if_due(self) -> None:
         """Sign and publish a checkpoint when N leaves or T ms have passed since the last
         (only between commits: the store then holds exactly what was committed)."""
-        if self._committing is None and self.signs() and self.checkpoint_due():
+        if self._committing is None and self.signs():
+            # Anchoring starts with the signing (never as a side effect of asking).
+            if self._anchoring is not None and self._anchor_task is None:
+                self._start_anchors(self._anchoring)
+            if not self.checkpoint_due():
+                return
             note = self.sign_checkpoint()
             if note is not None and self.nc is not None:
                 await self.nc.publish(self.names.checkpoints, note.encode())
