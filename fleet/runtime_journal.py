@@ -24,9 +24,11 @@ from __future__ import annotations
 
 import json
 import struct
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 from fleet.address import digest
+from fleet.runtime_errors import JournalTampered
 
 __all__ = [
     "COMMANDS",
@@ -35,6 +37,7 @@ __all__ = [
     "args_hash",
     "blob_address",
     "canon",
+    "chain_hashes",
     "entry_hash",
     "genesis",
     "interval_root",
@@ -71,6 +74,19 @@ def entry_hash(prev: bytes, seq: int, kind: str, call: str, body: str) -> bytes:
         raise ValueError("a previous hash holds 32 bytes")
     return digest(b"fleet.runtime.entry/1" + prev + struct.pack(">Q", seq) + text(kind)
                   + text(call) + text(body))
+
+
+def chain_hashes(run: str, workflow: str,
+                 entries: Iterable[tuple[int, str, str, str]]) -> Iterator[bytes]:
+    """Each entry's hash, in order, chained from the run's genesis; the entries
+    ``(seq, kind, call, body)`` are numbered 0, 1, 2, ... (``JournalTampered`` at the first
+    that is not)."""
+    prev = genesis(run, workflow)
+    for i, (seq, kind, call, body) in enumerate(entries):
+        if seq != i:
+            raise JournalTampered(f"journal entry {i} is numbered {seq}")
+        prev = entry_hash(prev, seq, kind, call, body)
+        yield prev
 
 
 def blob_address(salt: bytes, value: bytes) -> bytes:

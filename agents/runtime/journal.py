@@ -21,7 +21,7 @@ from nacl.secret import SecretBox
 
 from fleet.address import format_address, parse_address
 from fleet.runtime_errors import JournalTampered, ValueShredded
-from fleet.runtime_journal import blob_address, canon, entry_hash, genesis
+from fleet.runtime_journal import blob_address, canon, chain_hashes, entry_hash, genesis
 from plumbing import sqlite
 from plumbing.transactions import immediate
 
@@ -187,13 +187,10 @@ class Journal:
         (the park's transcript address) and every blob whose key is given to its address:
         else JournalTampered and nothing is written. A blob without a key was shredded."""
         run, workflow = str(data["run"]), str(data["workflow"])
-        prev = genesis(run, workflow)
-        rows = []
-        for i, (seq, kind, call, body) in enumerate(data["entries"]):
-            if seq != i:
-                raise JournalTampered(f"journal entry {i} is numbered {seq}")
-            prev = entry_hash(prev, seq, kind, call, body)
-            rows.append((run, seq, kind, call, body, prev))
+        entries = [tuple(e) for e in data["entries"]]
+        rows = [(run, *entry, h) for entry, h in zip(
+            entries, chain_hashes(run, workflow, entries), strict=True)]  # type: ignore[arg-type]
+        prev = rows[-1][-1] if rows else genesis(run, workflow)
         if prev != head:
             raise JournalTampered(f"the journal of {run} does not chain to its park's"
                                   f" transcript address {format_address(head)}")
@@ -232,10 +229,8 @@ def verify_chain(run: str, workflow: str, entries: list[Entry]) -> bytes:
     """The head of ``entries`` after recomputing every hash; JournalTampered at the first
     entry whose stored hash is not its own."""
     prev = genesis(run, workflow)
-    for i, entry in enumerate(entries):
-        if entry.seq != i:
-            raise JournalTampered(f"journal entry {i} is numbered {entry.seq}")
-        prev = entry_hash(prev, entry.seq, entry.kind, entry.call, entry.body)
+    for i, (entry, prev) in enumerate(zip(entries, chain_hashes(
+            run, workflow, ((e.seq, e.kind, e.call, e.body) for e in entries)), strict=True)):
         if prev != entry.hash:
             raise JournalTampered(f"journal entry {i} ({entry.kind} {entry.call}) does not"
                                   " hash to its stored hash")
