@@ -74,6 +74,9 @@ class Context:
         self.name = name
         self._journal = journal
         self._workflow = workflow
+        # The run's journal as this interval knows it: what it started from and each entry
+        # it appends (only the interval's context appends while it runs).
+        self._entries = list(entries)
         self._commands = [e for e in entries if e.kind in COMMANDS]
         self._resolved = {e.call: e for e in entries if e.kind in RESOLUTIONS}
         self._delivered = {e.data().get("id") for e in entries if e.kind == "signal"}
@@ -119,7 +122,10 @@ class Context:
                 sealed = Journal.seal_value(body.pop(key))
                 body[key] = sealed[0].address
                 values.append(sealed)
-        return self._journal.append(self.run, self._workflow, kind, call, body, tuple(values))
+        entry = self._journal.append(self.run, self._workflow, kind, call, body,
+                                     tuple(values))
+        self._entries.append(entry)
+        return entry
 
     def _resolve(self, kind: str, call: str, body: dict[str, Any], value: Any = None,
                  with_value: bool = False) -> Entry:
@@ -130,6 +136,7 @@ class Context:
             body = {**body, "value": sealed[0].address}
             values = (sealed,)
         entry = self._journal.append(self.run, self._workflow, kind, call, body, values)
+        self._entries.append(entry)
         self._resolved[call] = entry
         return entry
 
@@ -192,7 +199,7 @@ class Context:
 
     def history(self, before: int) -> list[dict[str, Any]]:
         """Every step result and delivered signal journaled before entry ``before``."""
-        entries = self._journal.entries(self.run)[:before]
+        entries = self._entries[:before]
         names = {e.call: e.data()["ask"].get("name") for e in entries if e.kind == "dispatch"}
         out = []
         for e in entries:

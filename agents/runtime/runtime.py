@@ -24,7 +24,7 @@ from typing import Any
 from agents.energy import IntervalMeter, Reading, transcript_park_idle
 from agents.host import Host, HostRun
 from agents.runtime.context import Context, Inbox, Park
-from agents.runtime.journal import Journal, verify_chain
+from agents.runtime.journal import Entry, Journal, verify_chain
 from fleet.address import format_address
 from fleet.kernel import genesis
 from fleet.runtime_errors import (
@@ -148,7 +148,7 @@ class Runtime:
         fn = self.workflows.get(wf) or load_workflow(wf)
         # Every entry belongs to one interval: a new run's first interval holds its start.
         first = len(entries) if "next" in meta else 0
-        hr, first = self._begin(run, name, wf, meta, first)
+        hr, first = self._begin(run, name, wf, meta, first, entries)
         meter = IntervalMeter().start()
         resume = self._resume_step(hr, wf, meta, entries)
         ctx = Context(self.journal, run, name, wf, entries, self.inbox(run),
@@ -195,14 +195,13 @@ class Runtime:
 
     # -- the record -------------------------------------------------------------------------
 
-    def _begin(self, run: str, name: str, wf: str, meta: dict[str, Any], first: int
-               ) -> tuple[HostRun | None, int]:
+    def _begin(self, run: str, name: str, wf: str, meta: dict[str, Any], first: int,
+               entries: list[Entry]) -> tuple[HostRun | None, int]:
         if self.host is None:
             self.journal.set_run(run, "running", {**meta, "open": True, "first": first})
             return None, first
         hr = self.held.get(run) or self.host.open_run(*run_ids(name, wf))
         self.held[run] = hr
-        entries = self.journal.entries(run)
         if (meta.get("open") and hr.state.index == meta.get("seg")
                 and hr.state.phase != "parked" and len(entries) > meta["first"]):
             # The last process died inside an interval: seal what it journaled, honestly
