@@ -22,7 +22,8 @@ def refused_resume(folder: Path) -> dict[str, str]:
     try:
         environments = host_environments(host)
         if len(environments) < 2:
-            raise UserError("the demo needs two sample environments (FLEET_DEVCONTAINERS)")
+            raise UserError(f"the demo needs two sample environments, {len(environments)} "
+                            "found (FLEET_DEVCONTAINERS names their folder)")
         first, other = environments[:2]
         run = host.open_run(digest(b"fleet-demo/unit/environment"), digest(b"fleet-demo/grants"))
         if run.state.phase != PARKED:

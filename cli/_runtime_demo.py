@@ -17,10 +17,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from cli._app import CheckFailed, UserError
+from cli._app import CheckFailed
 from cli._common import progress
-
-EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 
 
 async def runtime_demo(workdir: Path) -> dict[str, Any]:
@@ -31,6 +29,7 @@ async def runtime_demo(workdir: Path) -> dict[str, Any]:
     from agents.runtime.runtime import load_workflow
     from agents.runtime.worker import Worker
     from cli._embedded import embedded_ledger, wait_folded
+    from cli._samples import example_file
     from cli._wiring import LedgerRecordSource, ledger_keys
     from fleet.proof_bundle import verify_bundle
     from fleet.verify import verify_record
@@ -39,9 +38,7 @@ async def runtime_demo(workdir: Path) -> dict[str, Any]:
     from ledger.client import call
     from plumbing.nats_connect import connect
 
-    if not (EXAMPLES / "triage.py").exists():
-        raise UserError(f"the example is not here: {EXAMPLES / 'triage.py'}")
-    sys.path.insert(0, str(EXAMPLES))
+    sys.path.insert(0, str(example_file("triage.py").parent))
     os.environ["TRIAGE_TRACKER"] = str(workdir / "tracker.jsonl")
     started = time.monotonic()
     async with embedded_ledger(workdir) as (server, ledger):

@@ -145,6 +145,9 @@ def demo(hosts: int, runs: int, keep: Path | None, as_json: bool, durable: bool)
 
         show(_in_folder(keep, runtime_demo), as_json)
         return
+    from cli._samples import use_samples
+
+    use_samples(2)  # the hosts' runs park in them; the environment check needs two
     summary = _in_folder(keep, lambda folder: _demo(folder, hosts, runs))
     if as_json:
         click.echo(json.dumps(summary))

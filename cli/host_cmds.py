@@ -247,6 +247,9 @@ def _one_host(name: str, host_dir: Path, runs: int, servers: list[str], nkey: Pa
         check_host_name(name)
     except ValueError as exc:
         raise UserError(str(exc)) from None
+    from cli._samples import use_samples
+
+    use_samples()  # the runs park in them: a missing folder is named before NATS is tried
     host_dir.mkdir(parents=True, exist_ok=True)
     if enroll_into is not None:
         from ledger.store import StoreError
