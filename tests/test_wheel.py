@@ -127,6 +127,9 @@ def test_the_build_is_the_same_bytes_twice(dist: Path, tmp_path: Path):
             "cli/_examples/devcontainers/python/devcontainer.json"} <= names
     assert any(n.endswith(".dist-info/licenses/LICENSE") for n in names)
     assert not any(n.startswith(("examples/", "tests/")) for n in names)
+    # Every package of the checkout is in it (a new one must be added to only-include).
+    packages = {d.name for d in ROOT.iterdir() if (d / "__init__.py").is_file()}
+    assert {n.split("/")[0] for n in names if n.endswith("/__init__.py")} == packages
 
 
 @pytest.mark.slow
