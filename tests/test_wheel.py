@@ -89,11 +89,8 @@ def _demos_from_elsewhere(fleet: Path, tmp: Path) -> None:
         assert result.returncode == 0, f"fleet {' '.join(args)}: {result.stderr[-3000:]}"
         return result
 
-    where = subprocess.run([str(fleet.with_name("python")), "-c",
-                            "import cli._samples as s; print(s.examples_folder())"],
-                           capture_output=True, text=True, timeout=60, cwd=elsewhere,
-                           env=_clean_env(), check=True).stdout.strip()
-    assert Path(where).is_relative_to(fleet.parent.parent) and Path(where).name == "_examples"
+    where = Path(json.loads(run("examples", "--json").stdout)["folder"])
+    assert where.is_relative_to(fleet.parent.parent) and where.name == "_examples"
     demo = json.loads(run("demo", "--hosts", "2", "--runs", "2", "--json").stdout)
     assert demo["tree_size"] > 0 and demo["environment_refusal"]["rule"] == "EnvironmentMismatch"
     runtime = json.loads(run("demo", "--runtime", "--json").stdout)
@@ -161,6 +158,22 @@ def test_the_sdist_installed_elsewhere_runs_both_demos(dist: Path, tmp_path: Pat
     from an empty folder (the sdist holds everything the wheel needs)."""
     (sdist,) = dist.glob("*.tar.gz")
     _demos_from_elsewhere(_install(sdist, tmp_path), tmp_path)
+
+
+def test_examples_are_listed_and_copied_never_over_a_file(tmp_path: Path):
+    """``fleet examples`` names the examples' folder (a checkout's examples/) and its files;
+    ``--copy-to`` copies them byte for byte, and refuses (exit 2) to overwrite a file."""
+    shown = json.loads(cli("examples", "--json").stdout)
+    assert shown["folder"] == str(ROOT / "examples")
+    assert {"triage.py", "devcontainers/python/devcontainer.json"} <= set(shown["files"])
+    copied = json.loads(cli("examples", "--copy-to", str(tmp_path / "mine"), "--json").stdout)
+    assert copied == {"folder": str(tmp_path / "mine"), "files": shown["files"]}
+    for name in shown["files"]:
+        assert (tmp_path / "mine" / name).read_bytes() == (ROOT / "examples" / name).read_bytes()
+    (tmp_path / "mine" / "triage.py").write_text("# my edits\n")
+    again = cli("examples", "--copy-to", str(tmp_path / "mine"), check=False)
+    assert again.returncode == 2 and "exists (not overwritten)" in again.stderr
+    assert (tmp_path / "mine" / "triage.py").read_text() == "# my edits\n"
 
 
 def test_a_folder_without_sample_environments_is_named(tmp_path: Path):
