@@ -8,11 +8,16 @@ policy allows, whatever the file is called, wherever it lies and whatever runs i
         proc.wait()
         root = guard.seal_interval()     # the interval's exec journal root
 
-How it decides. The guard marks every filesystem the unit can reach (``marks``; by default
-every mounted one that can hold files, :func:`reachable_filesystems`) for fanotify's
-``FAN_OPEN_EXEC_PERM`` and ``FAN_OPEN_PERM``. The kernel then holds every exec and every
-open of a file there until the guard answers. An event from a process outside the unit's
-cgroup (or from the guard's own process) is allowed at once, without reading anything. For
+How it decides. The unit lives in a mount namespace of its own (:mod:`agents.unit_ns`),
+whose mounts are private copies of the host's. The guard marks those copies (``marks``: by
+default every one that can hold files; else the ones holding the given paths) for
+fanotify's ``FAN_OPEN_EXEC_PERM`` and ``FAN_OPEN_PERM`` with ``FAN_MARK_MOUNT``. The kernel
+then holds every exec and every open *through those mounts* until the guard answers, and
+nothing else: a process outside the unit opens files through the host's mounts, which
+carry no mark, so it raises no event, never waits and is never refused. An event that
+still comes from outside the unit's cgroup (a process reaching in through
+``/proc/PID/root`` of a unit process) is allowed at once, as is any event whose origin
+cannot be read, and every event left when the guard closes that is not the unit's. For
 the unit's, the guard hashes the file through the descriptor the kernel opened for the
 event, never its path, and answers with the policy's verdict for those bytes. So the same
 bytes are refused under any name, link, copy or move; and since opens are judged too, so
@@ -31,19 +36,21 @@ someone holds open for writing cannot be leased and is refused unverified (cause
 ``unpinned``), as are bytes that change while being hashed.
 
 The unit. :meth:`ExecGuard.spawn` starts it in its own cgroup v2 group, with
-``PR_SET_PDEATHSIG=SIGKILL`` and the seccomp filter of :mod:`agents.seccomp_filter`
-(no ``memfd_create``, no mounts, no namespaces). A watchdog process kills the group if the
-supervisor dies (:mod:`agents.unit_cgroup`). A host without fanotify permission events,
-cgroup v2 or the filter refuses to start it (:class:`~fleet.exec_errors.ExecGuardUnavailable`).
+``PR_SET_PDEATHSIG=SIGKILL``, in its mount namespace and a cgroup namespace rooted at its
+group (so it cannot move itself out), with no capabilities left even as root
+(:mod:`agents.unit_caps`; ``keep_capabilities=True`` keeps them and gives up the
+guarantee) and the seccomp filter of :mod:`agents.seccomp_filter` (no ``memfd_create``,
+no mounts, no namespaces, no descriptors taken from other processes). A watchdog process
+kills the group if the supervisor dies (:mod:`agents.unit_cgroup`). A host without fanotify
+permission events, cgroup v2, namespaces or the filter refuses to start it
+(:class:`~fleet.exec_errors.ExecGuardUnavailable`).
 
 Evidence. Every denial, and in allow-listed mode the first allow of each content address
 per access kind and interval, goes to the exec journal with the bytes' and the policy's
 addresses (:mod:`agents.exec_journal_store`, :mod:`fleet.exec_journal`).
 
-The hosting process. The guard answers its own process's events from a thread, so the
-process must never block holding Python's GIL on a file of a marked filesystem: a
-program that may import C extensions lazily from a marked filesystem should run the
-guard in a process of its own (``fleet exec run``), as the CLI does.
+The hosting process opens files through the host's mounts, so it raises no events and
+cannot wait on itself.
 """
 
 from __future__ import annotations
@@ -52,6 +59,7 @@ import collections
 import contextlib
 import errno
 import fcntl
+import logging
 import os
 import queue
 import select
@@ -67,9 +75,11 @@ from typing import Any
 
 from agents import fanotify
 from agents.exec_journal_store import ExecJournal
-from agents.host_linux import hash_fd, load_libc, mounts
+from agents.host_linux import Mount, hash_fd, load_libc, mounts
 from agents.seccomp_filter import Filter, SeccompUnavailable
+from agents.unit_caps import CapabilityDrop
 from agents.unit_cgroup import CgroupUnavailable, UnitGroup, Watchdog
+from agents.unit_ns import NamespaceUnavailable, UnitNamespace, unshare_cgroup
 from fleet.address import format_address
 from fleet.exec_errors import ExecGuardUnavailable
 from fleet.exec_journal import DEFAULT_LABEL
@@ -85,16 +95,23 @@ PSEUDO_FS = frozenset({
 LEASE_HOLD_S = 0.05
 _CACHE_LIMIT = 1 << 16
 PR_SET_PDEATHSIG = 1
+log = logging.getLogger("fleet.exec_guard")
 
 
 def reachable_filesystems(mountinfo: str = "/proc/self/mountinfo") -> list[str]:
     """One mount point per filesystem that can hold files (pseudo filesystems left out),
-    as this process (and so a unit it starts) sees them."""
+    as this process sees them."""
     seen: dict[str, str] = {}
     for m in mounts(mountinfo):
         if m.fstype not in PSEUDO_FS and m.device not in seen:
             seen[m.device] = m.mount_point
     return sorted(seen.values())
+
+
+def file_mounts(table: list[Mount]) -> list[Mount]:
+    """Every mount of ``table`` that can hold files (a filesystem mounted twice, by a bind
+    mount say, is two mounts: both are reachable, both are marked)."""
+    return [m for m in table if m.fstype not in PSEUDO_FS]
 
 
 @dataclass
@@ -103,6 +120,7 @@ class GuardStats:
 
     events: int = 0
     outside: int = 0
+    outside_unknown: int = 0
     unit: int = 0
     hashed: int = 0
     cache_hits: int = 0
@@ -123,9 +141,14 @@ class ExecGuard:
     def __init__(self, policy: ExecPolicy, *, marks: Sequence[str] | None = None,
                  journal: ExecJournal | None = None,
                  probe: Callable[[], str | None] = fanotify.probe,
-                 user: int | None = None, group: int | None = None) -> None:
+                 user: int | None = None, group: int | None = None,
+                 keep_capabilities: bool = False) -> None:
         self._policy = policy
-        self.marks = list(marks) if marks is not None else reachable_filesystems()
+        self._wanted = list(marks) if marks is not None else None
+        self.marks: list[str] = []
+        self.skipped: list[str] = []
+        self._keep_caps = keep_capabilities
+        self._ns: UnitNamespace | None = None
         self.journal = journal
         self._probe = probe
         self._user, self._gid = user, group
@@ -163,9 +186,12 @@ class ExecGuard:
                 f"{format_address(self._policy.address)} rather than run it unprotected")
         try:
             self._filter = Filter()
+            self._caps = None if self._keep_caps else CapabilityDrop()
         except SeccompUnavailable as exc:
             raise ExecGuardUnavailable(f"no seccomp filter for the unit: {exc.strerror}"
                                        ) from None
+        except (OSError, KeyError) as exc:
+            raise ExecGuardUnavailable(f"cannot drop the unit's capabilities: {exc}") from None
         try:
             self._group = UnitGroup()
         except CgroupUnavailable as exc:
@@ -173,12 +199,16 @@ class ExecGuard:
                 f"the unit needs a cgroup v2 group to be killed if the supervisor dies: "
                 f"{exc.strerror}") from None
         try:
+            self._ns = UnitNamespace()
             self._fan = fanotify.init()
-            for path in self.marks:
-                fanotify.mark_filesystem(self._fan, path)
-        except fanotify.FanotifyError as exc:
+            if self._wanted is None:
+                self.marks, self.skipped = self._ns.mark(self._fan,
+                                                         file_mounts(self._ns.mounts()))
+            else:
+                self.marks = self._ns.mark_paths(self._fan, self._wanted)
+        except (fanotify.FanotifyError, NamespaceUnavailable, FileNotFoundError) as exc:
             self._abort()
-            raise ExecGuardUnavailable(f"cannot mark the unit's filesystems: {exc.strerror}"
+            raise ExecGuardUnavailable(f"cannot mark the unit's mounts: {exc.strerror}"
                                        ) from None
         self._watchdog = Watchdog(self._group, self._fan)
         self._wake_r, self._wake_w = os.pipe()
@@ -222,6 +252,8 @@ class ExecGuard:
         os.close(self._wake_r)
         os.close(self._wake_w)
         self._group.remove()
+        if self._ns is not None:
+            self._ns.close()
         if self.journal is not None:
             self.journal.flush()
 
@@ -229,6 +261,8 @@ class ExecGuard:
         if self._fan >= 0:
             os.close(self._fan)
             self._fan = -1
+        if self._ns is not None:
+            self._ns.close()
         if self._group is not None:
             self._group.remove()
 
@@ -256,16 +290,20 @@ class ExecGuard:
                 done.set_exception(exc)
 
     def _child_setup(self) -> Callable[[], None]:
-        group, filt, parent = self._group, self._filter, os.getpid()
-        uid, gid, kill = self._user, self._gid, int(signal.SIGKILL)
+        group, filt, parent, ns = self._group, self._filter, os.getpid(), self._ns
+        uid, gid, kill, caps = self._user, self._gid, int(signal.SIGKILL), self._caps
         prctl = load_libc().prctl
-        assert group is not None
+        assert group is not None and ns is not None
 
         def setup() -> None:  # in the child, between fork and exec
             group.join_self()
+            unshare_cgroup()
+            ns.join()
             prctl(PR_SET_PDEATHSIG, kill, 0, 0, 0)
             if os.getppid() != parent:
                 os._exit(137)  # the supervisor is already gone
+            if caps is not None:
+                caps.apply()
             if gid is not None:
                 os.setgroups([])
                 os.setresgid(gid, gid, gid)
@@ -319,7 +357,10 @@ class ExecGuard:
         try:
             outside = ev.pid == self._pid or not self._group.contains(ev.pid)  # type: ignore[union-attr]
         except Exception:
-            outside = False
+            # Not provably the unit's: a live unit process's cgroup can always be read,
+            # so this is an outsider (or a process already gone); never refuse one.
+            outside = True
+            self.stats.outside_unknown += 1
         if outside:
             self.stats.outside += 1
             self._answer(ev.fd, True)
@@ -345,11 +386,20 @@ class ExecGuard:
             return True
 
     def _drain_on_close(self) -> None:
-        # Closing: the unit is dead; answer whatever is still queued in the kernel.
-        with contextlib.suppress(BlockingIOError, OSError):
-            for ev in fanotify.parse(os.read(self._fan, 1 << 16)):
+        # Closing: the unit has been killed; whatever is still queued in the kernel is
+        # allowed unless it is provably the unit's (closing the group allows the rest).
+        while True:
+            try:
+                events = list(fanotify.parse(os.read(self._fan, 1 << 16)))
+            except (BlockingIOError, OSError):
+                return
+            for ev in events:
                 if ev.fd >= 0:
-                    self._answer(ev.fd, ev.pid == self._pid)
+                    try:
+                        mine = ev.pid != self._pid and self._group.contains(ev.pid)  # type: ignore[union-attr]
+                    except Exception:
+                        mine = False
+                    self._answer(ev.fd, not mine)
                     os.close(ev.fd)
 
     def _answer(self, fd: int, allow: bool) -> None:

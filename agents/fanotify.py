@@ -1,10 +1,10 @@
 """Linux fanotify permission events through ctypes on libc: init, marks, events, answers.
 
-Only what the exec guard needs: a ``FAN_CLASS_CONTENT`` group, ``FAN_MARK_FILESYSTEM``
-marks for ``FAN_OPEN_EXEC_PERM | FAN_OPEN_PERM``, reading ``fanotify_event_metadata``
-records, answering ``FAN_ALLOW`` / ``FAN_DENY``. The kernel opens each event's file for
-the listener (``O_RDONLY``, no events of its own), so the listener reads the very bytes
-the opener would get, never a path that may have changed.
+Only what the exec guard needs: a ``FAN_CLASS_CONTENT`` group, ``FAN_MARK_MOUNT`` marks
+(one mount object, not its filesystem) for ``FAN_OPEN_EXEC_PERM | FAN_OPEN_PERM``, reading
+``fanotify_event_metadata`` records, answering ``FAN_ALLOW`` / ``FAN_DENY``. The kernel
+opens each event's file for the listener (``O_RDONLY``, no events of its own), so the
+listener reads the very bytes the opener would get, never a path that may have changed.
 
 An unanswered permission event blocks the process that caused it, and closing the group's
 last descriptor answers every pending event with "allow" and drops its marks; the guard is
@@ -30,7 +30,7 @@ FAN_UNLIMITED_QUEUE = 0x10
 FAN_UNLIMITED_MARKS = 0x20
 FAN_MARK_ADD = 0x01
 FAN_MARK_INODE = 0x00
-FAN_MARK_FILESYSTEM = 0x100
+FAN_MARK_MOUNT = 0x10
 FAN_OPEN_PERM = 0x00010000
 FAN_OPEN_EXEC_PERM = 0x00040000
 PERM_EVENTS = FAN_OPEN_PERM | FAN_OPEN_EXEC_PERM
@@ -75,11 +75,15 @@ def init() -> int:
     return fd
 
 
-def mark_filesystem(fd: int, path: str, mask: int = PERM_EVENTS) -> None:
-    """Mark the whole filesystem holding ``path`` for ``mask``."""
+def mark_mount(fd: int, target: int, mask: int = PERM_EVENTS) -> None:
+    """Mark the one mount that descriptor ``target`` (an ``O_PATH`` one will do) lies on:
+    opens through other mounts of the same filesystem raise no event."""
     assert _mark is not None
-    if _mark(fd, FAN_MARK_ADD | FAN_MARK_FILESYSTEM, mask, AT_FDCWD, os.fsencode(path)) != 0:
-        raise _fail(f"fanotify_mark {path}")
+    # Through the descriptor's magic link: the kernel resolves it to the very mount and
+    # file the descriptor holds (a NULL path would refuse an O_PATH descriptor).
+    where = b"/proc/self/fd/%d" % target
+    if _mark(fd, FAN_MARK_ADD | FAN_MARK_MOUNT, mask, AT_FDCWD, where) != 0:
+        raise _fail(f"fanotify_mark(FAN_MARK_MOUNT) of descriptor {target}")
 
 
 def mark_inode(fd: int, path: str, mask: int) -> None:
