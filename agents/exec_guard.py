@@ -95,6 +95,7 @@ PSEUDO_FS = frozenset({
 LEASE_HOLD_S = 0.05
 _CACHE_LIMIT = 1 << 16
 PR_SET_PDEATHSIG = 1
+PR_SET_MDWE, PR_GET_MDWE, PR_MDWE_REFUSE_EXEC_GAIN = 65, 66, 1
 log = logging.getLogger("fleet.exec_guard")
 
 
@@ -106,6 +107,14 @@ def reachable_filesystems(mountinfo: str = "/proc/self/mountinfo") -> list[str]:
         if m.fstype not in PSEUDO_FS and m.device not in seen:
             seen[m.device] = m.mount_point
     return sorted(seen.values())
+
+
+def deny_write_exec_unavailable(wanted: bool) -> bool:
+    """Whether ``wanted`` memory-deny-write-execute is missing from this kernel."""
+    if not wanted:
+        return False
+    prctl = load_libc().prctl
+    return bool(prctl(PR_GET_MDWE, 0, 0, 0, 0) < 0)
 
 
 def file_mounts(table: list[Mount]) -> list[Mount]:
@@ -142,12 +151,13 @@ class ExecGuard:
                  journal: ExecJournal | None = None,
                  probe: Callable[[], str | None] = fanotify.probe,
                  user: int | None = None, group: int | None = None,
-                 keep_capabilities: bool = False) -> None:
+                 keep_capabilities: bool = False, deny_write_exec: bool = False) -> None:
         self._policy = policy
         self._wanted = list(marks) if marks is not None else None
         self.marks: list[str] = []
         self.skipped: list[str] = []
         self._keep_caps = keep_capabilities
+        self._deny_write_exec = deny_write_exec
         self._ns: UnitNamespace | None = None
         self.journal = journal
         self._probe = probe
@@ -192,6 +202,9 @@ class ExecGuard:
                                        ) from None
         except (OSError, KeyError) as exc:
             raise ExecGuardUnavailable(f"cannot drop the unit's capabilities: {exc}") from None
+        if deny_write_exec_unavailable(self._deny_write_exec):
+            raise ExecGuardUnavailable("this kernel cannot refuse memory made executable "
+                                       "after being written (PR_SET_MDWE needs Linux 6.3)")
         try:
             self._group = UnitGroup()
         except CgroupUnavailable as exc:
@@ -283,15 +296,17 @@ class ExecGuard:
         while (item := self._spawns.get()) is not None:
             argv, popen, done = item
             try:
-                proc = subprocess.Popen(argv, preexec_fn=self._child_setup(), **popen)
+                setup = self._child_setup(tuple(popen.get("pass_fds", ())))
+                proc = subprocess.Popen(argv, preexec_fn=setup, **popen)
                 self._procs.append(proc)
                 done.set_result(proc)
             except BaseException as exc:
                 done.set_exception(exc)
 
-    def _child_setup(self) -> Callable[[], None]:
+    def _child_setup(self, pass_fds: tuple[int, ...]) -> Callable[[], None]:
         group, filt, parent, ns = self._group, self._filter, os.getpid(), self._ns
         uid, gid, kill, caps = self._user, self._gid, int(signal.SIGKILL), self._caps
+        fan, inherited, mdwe = self._fan, (0, 1, 2, *pass_fds), self._deny_write_exec
         prctl = load_libc().prctl
         assert group is not None and ns is not None
 
@@ -302,6 +317,9 @@ class ExecGuard:
             prctl(PR_SET_PDEATHSIG, kill, 0, 0, 0)
             if os.getppid() != parent:
                 os._exit(137)  # the supervisor is already gone
+            _mark_inherited(fan, inherited)
+            if mdwe and prctl(PR_SET_MDWE, PR_MDWE_REFUSE_EXEC_GAIN, 0, 0, 0) != 0:
+                os._exit(126)
             if caps is not None:
                 caps.apply()
             if gid is not None:
@@ -519,6 +537,19 @@ class ExecGuard:
             holds = kept
         for hold in holds:
             os.close(hold[0])
+
+
+def _mark_inherited(fan: int, fds: tuple[int, ...]) -> None:
+    """In the child: mark the inode of each inherited descriptor that is a regular file. It
+    was opened outside the unit's namespace, on a mount without marks, so an exec or a
+    reopen of it through ``/proc/self/fd`` would otherwise go unjudged. (Anyone else
+    opening that one file meets the mark too, and is answered at once.)"""
+    for fd in fds:
+        try:
+            if stat.S_ISREG(os.fstat(fd).st_mode):
+                fanotify.mark_inode(fan, f"/proc/self/fd/{fd}", fanotify.PERM_EVENTS)
+        except OSError:
+            continue
 
 
 def _key(st: os.stat_result) -> tuple[int, ...]:

@@ -203,16 +203,25 @@ def policy_verify(policy_file: Path, address: str | None, as_json: bool) -> None
               help="The exec journal (SQLite) in the run's host folder.")
 @click.option("--run", "run_id", help="The run this unit belongs to (kept in the journal).")
 @click.option("--mark", "marks", multiple=True,
-              help="Mark only these filesystems (a path on each; repeatable). Default: every "
-                   "filesystem this process can reach.")
+              help="Mark only the unit's mounts holding these paths (repeatable). Default: "
+                   "every mount of the unit's namespace that can hold files.")
 @click.option("--user", help="Run the unit as this user (name or uid) and its group.")
 @click.option("--report", type=click.Path(dir_okay=False, path_type=Path),
               help="Write a JSON summary here when the unit ends.")
+@click.option("--keep-capabilities", is_flag=True,
+              help="Leave a root unit its capabilities. This gives up the guarantee: with "
+                   "CAP_SYS_ADMIN or CAP_SYS_PTRACE a unit can run bytes the guard never "
+                   "sees (docs/process-control.md).")
+@click.option("--deny-write-exec", is_flag=True,
+              help="Refuse memory made executable after it was writable (PR_SET_MDWE, Linux "
+                   "6.3): closes code built in memory, breaks JIT compilers.")
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
 def exec_run(policy_file: Path, journal: Path, run_id: str | None, marks: tuple[str, ...],
-             user: str | None, report: Path | None, command: tuple[str, ...]) -> None:
-    """Run COMMAND as a unit under the policy; exits with the unit's status. SIGHUP reloads
-    the policy, SIGUSR1 ends the journal's interval, SIGINT/SIGTERM go to the unit."""
+             user: str | None, report: Path | None, keep_capabilities: bool,
+             deny_write_exec: bool, command: tuple[str, ...]) -> None:
+    """Run COMMAND as a unit under the policy; exits with the unit's status, or 126 when
+    the guard refuses COMMAND itself. SIGHUP reloads the policy, SIGUSR1 ends the
+    journal's interval, SIGINT/SIGTERM go to the unit."""
     from cli._exec_run import run_unit
 
     policy = load_policy(policy_file)
@@ -228,13 +237,17 @@ def exec_run(policy_file: Path, journal: Path, run_id: str | None, marks: tuple[
     try:
         code, summary = run_unit(policy, policy_file, list(command), journal=journal,
                                  run_id=run_id, marks=list(marks) or None, uid=uid, gid=gid,
-                                 load=load_policy)
+                                 load=load_policy, keep_capabilities=keep_capabilities,
+                                 deny_write_exec=deny_write_exec)
     except ExecGuardUnavailable as exc:
         raise CheckFailed(f"{exc.rule}: {exc}") from None
-    except FileNotFoundError as exc:
+    except OSError as exc:
         raise UserError(f"cannot run {command[0]}: {exc.strerror}") from None
     if report is not None:
         report.write_text(json.dumps(summary, indent=2) + "\n")
+    if summary["denied_first"]:
+        click.echo(f"fleet exec: {command[0]}: refused by the exec policy (exit 126)",
+                   err=True)
     click.echo(f"fleet exec: {summary['stats']['denied']} denied, {summary['stats']['allowed']}"
                f" allowed; journal {journal}, interval root {summary['root']}", err=True)
     sys.exit(code)
