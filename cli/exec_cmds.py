@@ -254,8 +254,14 @@ def exec_run(policy_file: Path, journal: Path, run_id: str | None, marks: tuple[
 
 
 def check_roots(journal: dict[str, Any], journal_file: Path) -> None:
-    """Refuse a journal file (read by ``read_journal``) whose stored interval roots do not
-    match their entries."""
+    """Refuse a journal file (read by ``read_journal``) with an entry whose stored bytes do
+    not match its fields, or whose stored interval roots do not match their entries."""
+    entries = journal.get("bad_entries", [])
+    if entries:
+        first = entries[0]
+        raise CheckFailed(f"{journal_file}: entries {[e['seq'] for e in entries]} do not "
+                          f"match their stored bytes (entry {first['seq']} of interval "
+                          f"{first['interval']}: {first['error']})")
     bad = [i["interval"] for i in journal["intervals"] if i.get("root_matches") is False]
     if bad:
         raise CheckFailed(f"{journal_file}: stored roots of intervals {bad} do not match "
