@@ -102,15 +102,21 @@ class UnitNamespace:
 
     def mark(self, group: int, wanted: Iterable[Mount]) -> tuple[list[str], list[str]]:
         """Mark each of ``wanted`` (mounts of this namespace) in fanotify ``group``:
-        (mount points marked, mount points skipped: gone, or hidden under another mount,
-        which no path reaches)."""
-        known = {m.mount_id for m in self.mounts()}
+        (mount points marked, mount points skipped). A mount that is gone by now is
+        skipped with a warning; one hidden under another mount (no path reaches it),
+        quietly."""
         marked, skipped = [], []
         for m in wanted:
-            if self._mark_one(group, m.mount_point, {m.mount_id}, known):
+            if self._mark_one(group, m.mount_point, {m.mount_id}):
                 marked.append(m.mount_point)
+                continue
+            skipped.append(m.mount_point)
+            if m.mount_id in {n.mount_id for n in self.mounts()}:
+                log.debug("exec guard: mount %s is hidden under another: skipped",
+                          m.mount_point)
             else:
-                skipped.append(m.mount_point)
+                log.warning("exec guard: mount %s of the unit's namespace vanished before "
+                            "it was marked: skipped", m.mount_point)
         return marked, skipped
 
     def mark_paths(self, group: int, paths: Iterable[str]) -> list[str]:
@@ -119,27 +125,21 @@ class UnitNamespace:
         ids = {m.mount_id for m in self.mounts()}
         marked = []
         for path in paths:
-            if not self._mark_one(group, os.path.abspath(path), ids, ids):
+            if not self._mark_one(group, os.path.abspath(path), ids):
                 raise FileNotFoundError(errno.ENOENT, f"{path}: not on a mount of the unit's "
                                         "namespace")
             marked.append(path)
         return marked
 
-    def _mark_one(self, group: int, path: str, ids: set[int], known: set[int]) -> bool:
+    def _mark_one(self, group: int, path: str, ids: set[int]) -> bool:
+        """Mark the mount ``path`` leads to in the namespace, if it is one of ``ids``
+        (never a mount of another namespace, whatever the path's links say)."""
         try:
             fd = os.open(f"/proc/{self.pid}/root{path}", os.O_PATH | os.O_CLOEXEC)
-        except OSError as exc:
-            log.warning("exec guard: mount %s of the unit's namespace is gone (%s): skipped",
-                        path, exc.strerror)
+        except OSError:
             return False
         try:
-            got = _mount_id(fd)
-            if got not in ids:
-                # Another mount of the namespace on top of it: hidden, unreachable by path.
-                # Anything else (unmounted meanwhile, a link out) is worth a warning.
-                (log.debug if got in known else log.warning)(
-                    "exec guard: %s resolves to mount %d, not %s: skipped", path, got,
-                    sorted(ids) if len(ids) < 4 else "the namespace's")
+            if _mount_id(fd) not in ids:
                 return False
             fanotify.mark_mount(group, fd)
             return True
