@@ -93,6 +93,9 @@ PSEUDO_FS = frozenset({
     "securityfs", "pstore", "bpf", "configfs", "fusectl", "autofs", "binfmt_misc",
     "rpc_pipefs", "nsfs", "efivarfs", "selinuxfs", "hugetlbfs"})
 LEASE_HOLD_S = 0.05
+# How often held leases look for their process's new image: releasing one late only keeps
+# a writer waiting a little longer, while polling often takes the GIL from the answers.
+LEASE_POLL_S = 0.002
 _CACHE_LIMIT = 1 << 16
 PR_SET_PDEATHSIG = 1
 PR_SET_MDWE, PR_GET_MDWE, PR_MDWE_REFUSE_EXEC_GAIN = 65, 66, 1
@@ -394,7 +397,7 @@ class ExecGuard:
             with self._lock:
                 known = _key(st) in self._cache
             if known or not stat.S_ISREG(st.st_mode):
-                self._decide(ev)
+                self._decide(ev, st)
                 return True
             return False
         except BaseException:
@@ -442,12 +445,13 @@ class ExecGuard:
                 self._answer(ev.fd, False)
                 os.close(ev.fd)
 
-    def _decide(self, ev: fanotify.Event) -> None:
+    def _decide(self, ev: fanotify.Event, st: os.stat_result | None = None) -> None:
         fd = ev.fd
         access = "exec" if ev.mask & fanotify.FAN_OPEN_EXEC_PERM else "open"
         self.stats.unit += 1
         self.stats.by_access[access] += 1
-        st = os.fstat(fd)
+        if st is None:
+            st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):  # devices, fifos, sockets: not code, never run
             self._answer(fd, True)
             os.close(fd)
@@ -519,7 +523,7 @@ class ExecGuard:
         holds: list[tuple[int, int, tuple[int, int], tuple[int, int] | None, float]] = []
         while True:
             try:
-                item = self._holds.get(timeout=0.0005) if holds else self._holds.get()
+                item = self._holds.get(timeout=LEASE_POLL_S) if holds else self._holds.get()
             except queue.Empty:
                 item = ()  # type: ignore[assignment]
             if item is None:
