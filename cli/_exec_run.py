@@ -20,6 +20,7 @@ from agents.exec_guard import ExecGuard
 from agents.exec_journal_store import ExecJournal
 from agents.seccomp_filter import SeccompUnavailable, current_arch
 from agents.unit_cgroup import CgroupUnavailable, cgroup2_mount, own_group
+from agents.unit_ns import NamespaceUnavailable, UnitNamespace
 from fleet.address import format_address
 from fleet.exec_policy import ExecPolicy
 
@@ -99,6 +100,11 @@ def probe_host() -> dict[str, Any]:
         checks["seccomp"] = None
     except SeccompUnavailable as exc:
         checks["seccomp"] = exc.strerror
+    try:
+        UnitNamespace().close()
+        checks["mount_namespace"] = None
+    except NamespaceUnavailable as exc:
+        checks["mount_namespace"] = exc.strerror
     checks["root"] = None if os.geteuid() == 0 else "not running as root"
     return {"ok": all(v is None for v in checks.values()), "checks": checks}
 

@@ -345,7 +345,8 @@ def _audit_record(journal: dict[str, Any], record_file: Path) -> list[dict[str, 
 @exec_group.command("probe")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 def exec_probe(as_json: bool) -> None:
-    """Can this host enforce exec policies? (fanotify permission events, cgroup v2, seccomp)"""
+    """Can this host enforce exec policies? (fanotify permission events, cgroup v2, seccomp,
+    a mount namespace for the unit)"""
     from cli._exec_run import probe_host
 
     doc = probe_host()

@@ -1,8 +1,9 @@
 """The exec guard on real processes, as root: denied bytes never run, whatever runs them.
 
-Every test builds its own tmpfs for the unit and marks only that filesystem (so the guard
-touches no other process on the machine), except the CLI test that marks ``/`` as well to
-refuse an interpreter of the system. Each expected refusal is asserted: the errno of the
+Every test builds its own tmpfs for the unit and marks only the unit's mount of it (the
+unit's mounts are its own namespace's, so no other process on the machine meets a mark in
+any case), except the CLI test that marks ``/`` as well to refuse an interpreter of the
+system. Each expected refusal is asserted: the errno of the
 refused exec or the failure of the program, that the denied program's marker never
 printed, and the journal entry naming the bytes and the policy.
 """
