@@ -11,12 +11,13 @@ policy allows, whatever the file is called, wherever it lies and whatever runs i
 How it decides. The unit lives in a mount namespace of its own (:mod:`agents.unit_ns`),
 whose mounts are private copies of the host's. The guard marks those copies (``marks``: by
 default every one that can hold files; else the ones holding the given paths) for
-fanotify's ``FAN_OPEN_EXEC_PERM`` and ``FAN_OPEN_PERM`` with ``FAN_MARK_MOUNT``. The kernel
-then holds every exec and every open *through those mounts* until the guard answers, and
-nothing else: a process outside the unit opens files through the host's mounts, which
-carry no mark, so it raises no event, never waits and is never refused. An event that
-still comes from outside the unit's cgroup (a process reaching in through
-``/proc/PID/root`` of a unit process) is allowed at once, as is any event whose origin
+fanotify's ``FAN_OPEN_PERM`` with ``FAN_MARK_MOUNT``. The kernel then holds every open
+*through those mounts*, an exec's included, until the guard answers (an open made inside
+``execve``/``execveat``, as the thread's ``/proc/TID/syscall`` shows, is judged and
+journaled as an exec), and nothing else: a process outside the unit opens files through
+the host's mounts, which carry no mark, so it raises no event, never waits and is never
+refused. An event that still comes from outside the unit's cgroup (a process reaching in
+through ``/proc/PID/root`` of a unit process) is allowed at once, as is any event whose origin
 cannot be read, and every event left when the guard closes that is not the unit's. For
 the unit's, the guard hashes the file through the descriptor the kernel opened for the
 event, never its path, and answers with the policy's verdict for those bytes. So the same
@@ -448,7 +449,8 @@ class ExecGuard:
 
     def _decide(self, ev: fanotify.Event, st: os.stat_result | None = None) -> None:
         fd = ev.fd
-        access = "exec" if ev.mask & fanotify.FAN_OPEN_EXEC_PERM else "open"
+        exec_ = ev.mask & fanotify.FAN_OPEN_EXEC_PERM or _in_exec(ev.pid)
+        access = "exec" if exec_ else "open"
         self.stats.unit += 1
         self.stats.by_access[access] += 1
         if st is None:
@@ -552,7 +554,7 @@ def _mark_inherited(fan: int, fds: tuple[int, ...]) -> None:
     for fd in fds:
         try:
             if stat.S_ISREG(os.fstat(fd).st_mode):
-                fanotify.mark_inode(fan, f"/proc/self/fd/{fd}", fanotify.PERM_EVENTS)
+                fanotify.mark_inode(fan, f"/proc/self/fd/{fd}", fanotify.GUARD_EVENTS)
         except OSError:
             continue
 
@@ -560,6 +562,26 @@ def _mark_inherited(fan: int, fds: tuple[int, ...]) -> None:
 def _key(st: os.stat_result) -> tuple[int, ...]:
     """What identifies a file's bytes in the cache: any write changes size or the times."""
     return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
+
+# execve and execveat: an open made inside one is the exec's (the program's, its loader's or
+# a script's interpreter's), before the kernel denies writers the file.
+EXEC_SYSCALLS = {"x86_64": (b"59", b"322"), "aarch64": (b"221", b"281")}.get(
+    os.uname().machine, ())
+
+
+def _in_exec(tid: int) -> bool:
+    """Whether thread ``tid`` (blocked in the open being judged) is inside an exec."""
+    try:
+        fd = os.open(f"/proc/{tid}/syscall", os.O_RDONLY)
+    except OSError:
+        return False  # gone: its answer no longer matters
+    try:
+        return os.read(fd, 64).split(b" ", 1)[0] in EXEC_SYSCALLS
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
 
 
 def _exe_of(pid: int) -> tuple[int, int] | None:
