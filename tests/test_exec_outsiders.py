@@ -49,8 +49,9 @@ def _stop(reader: subprocess.Popen[str]) -> dict[str, object]:
     return json.loads(out)
 
 
-def _unit(policy: ExecPolicy, benign: Path, denied: Path) -> tuple[str, int | None]:
-    """One unit under ``policy``: the benign program's output, the denied one's errno."""
+def _unit(policy: ExecPolicy, benign: Path, denied: Path) -> tuple[str, int | None, int]:
+    """One unit under ``policy``: the benign program's output, the denied one's errno, and
+    how many events came from outside the unit."""
     with ExecGuard(policy) as guard:
         proc = guard.spawn([str(benign)], stdout=subprocess.PIPE, text=True)
         out, _ = proc.communicate(timeout=30)
@@ -59,13 +60,14 @@ def _unit(policy: ExecPolicy, benign: Path, denied: Path) -> tuple[str, int | No
             refused = None
         except PermissionError as exc:
             refused = exc.errno
-    return out, refused
+    return out, refused, guard.stats.outside
 
 
 def test_an_outside_reader_is_never_refused_while_units_start_and_stop(tmp_path):
     """While units come and go in both modes, each guarding every mount of its namespace
     and refusing its own denied program, a reader outside them opening the same denied
-    bytes and a deny-listed system file in a loop gets no refusal at all."""
+    bytes and a deny-listed system file in a loop gets no refusal at all, and raises no
+    event in any guard."""
     require_guard()
     programs = build_programs(tmp_path / "programs")
     system = sorted(glob.glob(f"{os.path.dirname(os.__file__)}/*.py"))[:200]
@@ -93,7 +95,9 @@ def test_an_outside_reader_is_never_refused_while_units_start_and_stop(tmp_path)
             during = _stop(busy)
     print(f"\noutsider opens without a guard: {before}\nwith units starting and stopping: "
           f"{during}")
-    assert outcomes == [("RAN-benign\n", 1)] * (2 * UNITS_PER_MODE)  # 1: EPERM
+    # Every unit ran its benign program and was refused its denied one (EPERM), and not one
+    # event of the reader's reached any guard.
+    assert outcomes == [("RAN-benign\n", 1, 0)] * (2 * UNITS_PER_MODE)
     assert before["refusals"] == 0
     assert during["refusals"] == 0, during
     assert during["opens"] > 10 * len(paths)
