@@ -230,3 +230,23 @@ def _try(guard: ExecGuard, path: str) -> tuple[str, object]:
         return ("errno", exc.errno)
     out, _ = proc.communicate(timeout=30)
     return ("out", out)
+
+
+def test_keep_capabilities_gives_up_the_guarantee(tmp_path):
+    """With keep_capabilities (documented as leaving the guarantee) a root unit keeps
+    CAP_SYS_ADMIN and runs denied bytes through /proc/self/map_files; by default the same
+    step is refused at the open (EPERM)."""
+    require_guard()
+    denied = build_programs(tmp_path / "programs")["denied"]
+    data = tmp_path / "denied.hex"
+    data.write_text(denied.read_bytes().hex())
+    policy = build_policy("allow", [(digest(denied.read_bytes()), "deny", "denied")])
+    step = _json([{"map_files_exec": str(data), "kind": "anon"}])
+    got = []
+    for keep in (True, False):
+        with ExecGuard(policy, keep_capabilities=keep) as guard:
+            proc = guard.spawn([sys.executable, str(DRIVER), step], stdout=subprocess.PIPE,
+                               text=True)
+            out, _ = proc.communicate(timeout=60)
+            got.append(_lines(out)[0])
+    assert got == [{"rc": 0, "out": MARK + "\n"}, {"errno": EPERM, "stage": "map_files"}]
