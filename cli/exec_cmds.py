@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import stat
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -243,6 +244,8 @@ def exec_run(policy_file: Path, journal: Path, run_id: str | None, marks: tuple[
         raise CheckFailed(f"{exc.rule}: {exc}") from None
     except OSError as exc:
         raise UserError(f"cannot run {command[0]}: {exc.strerror}") from None
+    except subprocess.SubprocessError as exc:  # the unit's set-up between fork and exec
+        raise UserError(f"cannot start {command[0]} as a unit: {exc}") from None
     if report is not None:
         report.write_text(json.dumps(summary, indent=2) + "\n")
     if summary["denied_first"]:
