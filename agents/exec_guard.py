@@ -60,7 +60,6 @@ import collections
 import contextlib
 import errno
 import fcntl
-import logging
 import os
 import queue
 import select
@@ -100,7 +99,6 @@ LEASE_POLL_S = 0.002
 _CACHE_LIMIT = 1 << 16
 PR_SET_PDEATHSIG = 1
 PR_SET_MDWE, PR_GET_MDWE, PR_MDWE_REFUSE_EXEC_GAIN = 65, 66, 1
-log = logging.getLogger("fleet.exec_guard")
 
 
 def reachable_filesystems(mountinfo: str = "/proc/self/mountinfo") -> list[str]:
