@@ -53,7 +53,8 @@ def _runs(h: Host) -> list[str]:
 def test_killed_before_the_result_is_journaled_the_step_retries_with_its_key(tmp_path: Path):
     """SIGKILL after the first effect ran but before its result was journaled: the restart
     retries it with the same idempotency key (two attempts, one effect); the lost interval
-    is sealed with the call dispatched and unresolved; the next resolves it."""
+    is sealed with the call dispatched and unresolved; the next dispatches and resolves
+    the retry (``c0/retry``: it waited for the step it ran)."""
     data, effects = tmp_path / "h", tmp_path / "effects.db"
     code, _ = proc(data, effects, "k1", "--kill", "before", "3", "--host", "A")
     assert code == -signal.SIGKILL
@@ -64,7 +65,8 @@ def test_killed_before_the_result_is_journaled_the_step_retries_with_its_key(tmp
     assert len(applied) == len(attempts) - 1
     lost, live, _closed = segments(data, "A")
     assert lost.calls.dispatched == ("c0",) and lost.calls.resolved == ()
-    assert live.calls.resolved[0] == "c0" and "c0" not in live.calls.dispatched
+    assert live.calls.resolved[0] == "c0/retry" == live.calls.dispatched[0]
+    assert "c0" not in live.calls.resolved
 
 
 def test_killed_after_the_result_is_journaled_the_step_is_not_run_again(tmp_path: Path):

@@ -34,7 +34,7 @@ from fleet.runtime_errors import (
     ValueShredded,
     WorkflowUnknown,
 )
-from fleet.runtime_journal import interval_root, run_ids, runtime_manifest
+from fleet.runtime_journal import interval_account, interval_root, run_ids, runtime_manifest
 from fleet.segment import CallAccount, TranscriptSnapshot, make_snapshot
 from fleet.wait_proof import verdict_json
 
@@ -175,7 +175,7 @@ class Runtime:
             ctx._going_live()  # an interval with nothing new still resumed the run
         after = self.journal.entries(run)
         end, head = len(after), (after[-1].hash if after else b"")
-        calls = account(after[first:])
+        calls = account(after, first, end)
         status = "waiting" if wait is not None else ("failed" if error else "done")
         outcome = Outcome(run, status, result, error, wait, end, (first, end), calls)
         if hr is not None:
@@ -207,9 +207,9 @@ class Runtime:
             # The last process died inside an interval: seal what it journaled, honestly
             # (its account shows any call it dispatched and never resolved). One that
             # journaled nothing (it diverged, or died replaying) leaves nothing to seal.
-            lost = entries[meta["first"]:]
             head = entries[-1].hash
-            self._seal(hr, meta["first"], len(entries), head, account(lost),
+            self._seal(hr, meta["first"], len(entries), head,
+                       account(entries, meta["first"], len(entries)),
                        Reading(1, "estimated", "estimate:lost-interval"), "lost")
             first = len(entries)
         self.journal.set_run(run, "running", {**meta, "open": True, "first": first,
@@ -242,11 +242,12 @@ class Runtime:
         return None if address is None else self.journal.value(address)
 
 
-def account(entries: list[Any]) -> CallAccount:
-    """The calls an interval's entries dispatched and resolved, in journal order."""
-    dispatched = tuple(e.call for e in entries if e.kind == "dispatch")
-    resolved = tuple(e.call for e in entries if e.kind == "resolve")
-    return CallAccount(dispatched, resolved)
+def account(entries: list[Entry], first: int, end: int) -> CallAccount:
+    """The call account of the interval holding ``entries[first:end]``
+    (:func:`fleet.runtime_journal.interval_account`: a step re-run after a lost interval
+    counts as dispatched here too)."""
+    return CallAccount(*interval_account([(e.kind, e.call, e.body) for e in entries[:end]],
+                                         first, end))
 
 
 def blocked(calls: CallAccount) -> list[str]:
