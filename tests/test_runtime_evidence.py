@@ -1,0 +1,96 @@
+"""What a runtime run's record says, checked against real processes, a real nats-server
+and `fleet ledger serve`: a worker SIGKILLed inside a step and continued is `Blocked` at the
+retrying segment in the ledger, in `fleet audit` and in `fleet verify` of the export."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import runtime_flows as flows
+from test_moving_runs import fleet as fleet  # the same three enrolled hosts and a ledger
+
+from pipeline_helpers import api, cli, wait_folded
+
+pytestmark = pytest.mark.timeout(240)
+
+TESTS = str(Path(__file__).resolve().parent)
+
+
+def fleet_json(*args: str, env: dict[str, str] | None = None, check: bool = True
+               ) -> list[dict[str, Any]]:
+    out = cli(*args, "--json", env=env, check=check)
+    return [json.loads(line) for line in out.stdout.splitlines() if line.strip()]
+
+
+def worker(url: str, base: Path, led: Path, name: str, env: dict[str, str]
+           ) -> subprocess.CompletedProcess[str]:
+    return cli("runtime", "worker", "--once", "--json", "--path", TESTS, "--data",
+               str(base / name), "--name", name, "--vkey", str(led / "ledger.vkey"),
+               "--nats", url, env=env, check=False)
+
+
+@pytest.fixture
+def env(tmp_path: Path) -> dict[str, str]:
+    return {"RUNTIME_EFFECTS": str(tmp_path / "effects.db"),
+            "RUNTIME_CRASH": str(tmp_path / "crashed"), "PYTHONPATH": TESTS}
+
+
+def test_a_worker_killed_inside_a_step_then_continued_is_blocked_at_the_retry(
+        fleet, env, tmp_path: Path):  # type: ignore[no-untyped-def]
+    """A parks at "go"; the signal is sent; A's worker resumes the run and is SIGKILLed
+    inside the step (effect applied, result not journaled). Once its claim has run out, a
+    worker pass seals the lost interval (the step outstanding) and retries the step (one
+    effect, two attempts): the ledger, `fleet audit` and `fleet verify` of the export all
+    say Blocked at that retrying segment, 5 (before the retry rule: NonBlocking)."""
+    url, led, base = fleet
+    parked = fleet_json("runtime", "start", "runtime_flows:gated_step", "g-1", "--input",
+                        '{"n": 1}', "--path", TESTS, "--data", str(base / "A"), "--name",
+                        "A", "--nats", url, env=env)[0]
+    run = parked["run"]
+    cli("signal", run, "go", "--data", "{}", "--nats", url)
+    killed = worker(url, base, led, "A", env)
+    assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
+    subprocess.run([sys.executable, "-c", EXPIRE_CLAIM, url, run], check=True, timeout=60)
+    again = worker(url, base, led, "A", env)
+    (done,) = [json.loads(line) for line in again.stdout.splitlines() if line]
+    assert done["status"] == "done" and done["segments"] == 6, (done, again.stderr)
+    assert done["verdict"] == {"verdict": "Blocked", "segment": 5}
+    applied, attempts = flows.effects(env["RUNTIME_EFFECTS"])
+    assert len(applied) == 1 and len(attempts) == 2 and attempts[0] == attempts[1]
+    wait_folded(url, led)
+    assert api(url, "run", {"run": run})["wait_proof"] == {"verdict": "Blocked", "segment": 5}
+    audit = fleet_json("audit", "--nats", url)[0]
+    assert {"run": run, "host": "A", "verdict": "Blocked", "segment": 5} in [
+        {k: r[k] for k in ("run", "host", "verdict", "segment")}
+        for r in audit["blocked_or_malformed"]]
+    record = tmp_path / "g-1.json"
+    cli("run", "export", run, "--out", str(record), "--nats", url)
+    verified = fleet_json("verify", str(record))[0]
+    assert verified["wait_proof"] == {"verdict": "Blocked", "segment": 5}
+    segments = json.loads(record.read_text())["segments"]
+    assert segments[3]["attestation_object"]["outcome"] == "lost"
+    assert segments[3]["calls"] == {"dispatched": ["c1"], "resolved": []}
+    assert segments[4]["calls"] == {"dispatched": ["c1/retry"], "resolved": ["c1/retry"]}
+
+
+# The claim of the killed worker is 60 s old for every reader: the lease ran out.
+EXPIRE_CLAIM = """
+import asyncio, sys
+from agents.runtime.fleet_store import CLAIM_LEASE_S, FleetStore
+from plumbing.nats_connect import connect
+async def main(url, run):
+    nc = await connect([url])
+    store = await FleetStore(nc.jetstream()).open()
+    doc, rev = await store.get(run.removeprefix("b3:"))
+    assert doc["status"] == "claimed", doc
+    doc["claimed_at"] -= CLAIM_LEASE_S + 1
+    assert await store.update(doc, rev) is not None
+    await nc.close()
+asyncio.run(main(*sys.argv[1:]))
+"""
