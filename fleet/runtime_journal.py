@@ -32,7 +32,10 @@ import struct
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
-from fleet.address import digest
+from nacl.exceptions import CryptoError
+from nacl.secret import SecretBox
+
+from fleet.address import digest, format_address
 from fleet.runtime_errors import JournalTampered
 
 __all__ = [
@@ -49,10 +52,12 @@ __all__ = [
     "handed_off",
     "interval_account",
     "interval_root",
+    "open_blob",
     "projection_hash",
     "run_ids",
     "runtime_manifest",
     "text",
+    "value_addresses",
 ]
 
 # Commands (issued by workflow code, matched in order on replay) and resolutions (results,
@@ -173,3 +178,29 @@ def interval_account(entries: Sequence[tuple[str, str, str]], first: int, end: i
                 dispatched.append(call + RETRY)
                 resolved.append(call + RETRY)
     return tuple(dispatched), tuple(resolved)
+
+
+def value_addresses(body: str) -> list[str]:
+    """The blob addresses an entry's body commits to (its ``value``, ``input`` and
+    ``request``), in that order."""
+    try:
+        data = json.loads(body)
+    except ValueError:
+        raise JournalTampered("an entry's body is not JSON") from None
+    if not isinstance(data, dict):
+        raise JournalTampered("an entry's body is not a JSON object")
+    return [data[k] for k in ("value", "input", "request") if isinstance(data.get(k), str)]
+
+
+def open_blob(address: bytes, box: bytes, key: bytes, salt: bytes) -> bytes:
+    """A blob's plaintext, checked to hash to ``address``; JournalTampered if it does not
+    decrypt under ``key`` or hash to its address with ``salt``."""
+    try:
+        raw = SecretBox(key).decrypt(box)
+    except (CryptoError, ValueError, TypeError):
+        raise JournalTampered(f"the blob at {format_address(address)} does not decrypt"
+                              ) from None
+    if len(salt) != 32 or blob_address(salt, raw) != address:
+        raise JournalTampered(f"the blob at {format_address(address)} does not hash to its"
+                              " address")
+    return raw

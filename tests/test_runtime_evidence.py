@@ -1,6 +1,7 @@
 """What a runtime run's record says, checked against real processes, a real nats-server
 and `fleet ledger serve`: a worker SIGKILLed inside a step and continued is `Blocked` at the
-retrying segment in the ledger, in `fleet audit` and in `fleet verify` of the export."""
+retrying segment in the ledger, in `fleet audit` and in `fleet verify` of the export, and
+`fleet runtime verify` ties its exported journal to that record."""
 
 from __future__ import annotations
 
@@ -77,6 +78,36 @@ def test_a_worker_killed_inside_a_step_then_continued_is_blocked_at_the_retry(
     assert segments[3]["attestation_object"]["outcome"] == "lost"
     assert segments[3]["calls"] == {"dispatched": ["c1"], "resolved": []}
     assert segments[4]["calls"] == {"dispatched": ["c1/retry"], "resolved": ["c1/retry"]}
+    check_offline(url, base, run, record, tmp_path)
+
+
+def check_offline(url: str, base: Path, run: str, record: Path, tmp_path: Path) -> None:
+    """`fleet runtime verify` of A's exported journal against the exported record: valid,
+    the same verdict; with a value shredded, still valid and the value listed; with the
+    last entry dropped, exit 1 naming the rule and segment."""
+    journal = tmp_path / "g-1.journal.json"
+    cli("runtime", "export", run, "--data", str(base / "A"), "--out", str(journal))
+    (ok,) = fleet_json("runtime", "verify", run, "--record", str(record), "--journal",
+                       str(journal))
+    assert ok["wait_proof"] == {"verdict": "Blocked", "segment": 5} and ok["shredded"] == []
+    assert [(i["segment"], i["outcome"]) for i in ok["intervals"]] == [
+        (1, "ok"), (4, "lost"), (5, "ok")]
+    (from_ledger,) = fleet_json("runtime", "verify", run, "--data", str(base / "A"),
+                                "--nats", url)
+    assert from_ledger == ok
+    value = json.loads(journal.read_text())["entries"][-1][3]
+    address = json.loads(value)["value"]
+    cli("runtime", "shred", address, "--data", str(base / "A"), "--nats", url)
+    (shredded,) = fleet_json("runtime", "verify", run, "--record", str(record), "--data",
+                             str(base / "A"))
+    assert shredded["shredded"] == [address] and shredded["values"] == ok["values"] - 1
+    cut = json.loads(journal.read_text())
+    cut["entries"].pop()
+    journal.write_text(json.dumps(cut))
+    bad = cli("runtime", "verify", run, "--record", str(record), "--journal", str(journal),
+              check=False)
+    assert bad.returncode == 1
+    assert "at segment 5: JournalRootMismatch" in bad.stderr.strip(), bad.stderr
 
 
 # The claim of the killed worker is 60 s old for every reader: the lease ran out.
