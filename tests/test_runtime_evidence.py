@@ -5,6 +5,7 @@ retrying segment in the ledger, in `fleet audit` and in `fleet verify` of the ex
 
 from __future__ import annotations
 
+import asyncio
 import json
 import signal
 import subprocess
@@ -125,3 +126,90 @@ async def main(url, run):
     await nc.close()
 asyncio.run(main(*sys.argv[1:]))
 """
+
+
+def test_cancel_of_a_parked_run_closes_it_with_its_park_idle_energy(
+        fleet, env, tmp_path: Path):  # type: ignore[no-untyped-def]
+    """A parks at "go" and its process exits; `fleet runtime cancel` closes the parked run:
+    the close carries the park's idle energy (estimated, never zero), the ledger folds it
+    into the run's idle energy, `fleet verify` of the export and `fleet runtime verify`
+    agree, the audit counts the park as priced, and a later signal continues nothing."""
+    url, led, base = fleet
+    parked = fleet_json("runtime", "start", "runtime_flows:gated_step", "c-1", "--input",
+                        '{"n": 2}', "--path", TESTS, "--data", str(base / "A"), "--name",
+                        "A", "--nats", url, env=env)[0]
+    run = parked["run"]
+    (cancelled,) = fleet_json("runtime", "cancel", run, "--reason", "no longer needed",
+                              "--data", str(base / "A"), "--name", "A", "--nats", url)
+    assert cancelled["status"] == "cancelled" and cancelled["segments"] == 3
+    assert cancelled["error"] == "no longer needed"
+    wait_folded(url, led)
+    shown = api(url, "run", {"run": run})
+    assert shown["phase"] == "closed" and shown["segments"] == 3
+    record = tmp_path / "c-1.json"
+    cli("run", "export", run, "--out", str(record), "--nats", url)
+    close = json.loads(record.read_text())["segments"][2]
+    assert close["kind"] == "closed" and close["idle_uj"] >= 1
+    assert close["idle_provenance"] == "estimated"
+    assert close["idle_meter"].startswith("estimate:storage")
+    assert shown["energy"]["idle_uj"]["estimated"] == close["idle_uj"]
+    verified = fleet_json("verify", str(record))[0]
+    assert verified["energy"]["idle_uj"] == {"measured": 0, "estimated": close["idle_uj"]}
+    (offline,) = fleet_json("runtime", "verify", run, "--record", str(record), "--data",
+                            str(base / "A"))
+    assert offline["phase"] == "closed" and offline["unsealed"] == 0
+    audit = fleet_json("audit", "--nats", url)[0]
+    assert audit["closed_without_idle"] == [] and audit["parked"] == []
+    assert [p["parks"] for p in audit["parks"] if p["form"] == "transcript"] == [1]
+    listed = {d["name"]: d for d in fleet_json("runtime", "list", "--nats", url)[0]["runs"]}
+    assert listed["c-1"]["status"] == "cancelled"
+    cli("signal", run, "go", "--data", "{}", "--nats", url)
+    assert worker(url, base, led, "A", env).stdout.strip() == ""
+    again = cli("runtime", "cancel", run, "--data", str(base / "A"), "--nats", url,
+                check=False)
+    assert again.returncode == 1 and "RunFinished" in again.stderr
+    listed = {d["name"]: d for d in fleet_json("runtime", "list", "--nats", url)[0]["runs"]}
+    assert listed["c-1"]["status"] == "cancelled"  # the refused cancel changed nothing
+
+
+def test_cancel_of_a_run_killed_inside_an_interval_seals_it_lost_then_closes(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """A run whose process was SIGKILLed mid-interval (nothing parked) is cancelled on its
+    host: the cut-off interval is sealed as lost, then the run is closed bare (no park, so
+    no idle energy); the record verifies, the journal matches it, and the run never
+    advances again."""
+    from test_runtime_kill import proc
+
+    from agents.host import Host
+    from agents.runtime import Runtime, run_address, workflow_name
+    from cli.runtime_verify_cmds import journal_file
+    from fleet.address import format_address
+    from fleet.runtime_journal import run_ids
+    from fleet.runtime_verify import parse_journal, verify_runtime
+    from fleet.verify import verify_record
+    from fleet.wire import RecordWire, decode_envelope, segment_to_wire
+
+    data, effects = tmp_path / "h", tmp_path / "effects.db"
+    monkeypatch.setenv("RUNTIME_EFFECTS", str(effects))
+    code, _ = proc(data, effects, "x1", "--kill", "before", "3", "--host", "A")
+    assert code == -signal.SIGKILL
+    host = Host("A", data)
+    rt = Runtime(data, host=host)
+    try:
+        run = run_address("x1", workflow_name(flows.chain))
+        out = rt.cancel(run, "stop")
+        assert (out.status, out.segments, out.error) == ("cancelled", 2, "stop")
+        sealed = [decode_envelope(p).sealed for p in host.outbox.payloads_after(run, 0)]
+        assert sealed[0].attestation is not None and sealed[0].attestation.outcome == "lost"
+        assert sealed[1].segment.canonical() == b"\x04"
+        unit, grants = run_ids("x1", workflow_name(flows.chain))
+        record = RecordWire(format_address(unit), format_address(grants),
+                            [segment_to_wire(s) for s in sealed], run=run,
+                            host_key=host.public_key)
+        assert verify_record(record).phase == "closed"
+        journal = json.dumps(journal_file(run, data)).encode()
+        assert verify_runtime(record, parse_journal(journal)).intervals[0].outcome == "lost"
+        assert asyncio.run(rt.advance(run)).status == "cancelled"
+    finally:
+        rt.close()
+        host.close()

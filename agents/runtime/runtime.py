@@ -31,6 +31,7 @@ from fleet.runtime_errors import (
     JournalTampered,
     NotTranscriptPark,
     ReplayDiverged,
+    RunFinished,
     ValueShredded,
     WorkflowUnknown,
 )
@@ -75,7 +76,7 @@ class Outcome:
     """Where one interval left the run."""
 
     run: str
-    status: str  # "done" | "failed" | "waiting"
+    status: str  # "done" | "failed" | "waiting" | "cancelled"
     result: Any = None
     error: str | None = None
     wait: dict[str, Any] | None = None
@@ -141,6 +142,8 @@ class Runtime:
         name, wf, status, meta = row
         entries = self.journal.entries(run)
         verify_chain(run, wf, entries)
+        if status == "cancelled":
+            return Outcome(run, "cancelled", error=meta.get("reason"), entries=len(entries))
         if status in ("done", "failed"):
             end = entries[-1].data()
             return Outcome(run, status, self._end_value(end), end.get("error"),
@@ -223,14 +226,46 @@ class Runtime:
             return None
 
         def resume() -> None:
-            parked_at = float(meta.get("parked_at") or self.clock())
-            size = sum(len(e.body) + 64 for e in entries)
-            idle = transcript_park_idle(size, max(0.0, self.clock() - parked_at))
+            idle = self._park_idle(meta, entries)
             hr.resume(park_transcript(hr), runtime_manifest(wf), idle_uj=idle.uj,
                       provenance=idle.provenance, meter=idle.meter)
             self.journal.set_run(hr.run, "running", {**meta, "open": True, "first":
                                                      len(entries), "seg": hr.state.index})
         return resume
+
+    def _park_idle(self, meta: dict[str, Any], entries: list[Entry]) -> Reading:
+        """What the transcript park drew until now: the journal's stored bytes over the
+        time since it parked."""
+        parked_at = float(meta.get("parked_at") or self.clock())
+        size = sum(len(e.body) + 64 for e in entries)
+        return transcript_park_idle(size, max(0.0, self.clock() - parked_at))
+
+    def cancel(self, run: str, reason: str | None = None) -> Outcome:
+        """Close ``run`` for good (``fleet runtime cancel``), whatever it waits on: a parked
+        run's close carries the idle energy its park drew until now (run-record.md §4); a
+        run whose last interval died is first sealed as ``lost``, then closed. Nothing of
+        the workflow runs and nothing is journaled; the run is marked ``cancelled``."""
+        row = self.journal.run_row(run)
+        if row is None or self.host is None:
+            raise KeyError(f"no run {run} held by a host in {self.journal.dir}")
+        name, wf, status, meta = row
+        if status in ("done", "failed", "cancelled"):
+            raise RunFinished(f"run {run} is {status} already")
+        entries = self.journal.entries(run)
+        verify_chain(run, wf, entries)
+        hr, _first = self._begin(run, name, wf, meta, len(entries), entries)
+        if hr is None:  # pragma: no cover - a host is required above
+            raise KeyError(run)
+        if hr.state.phase == "parked":
+            idle = self._park_idle(meta, entries)
+            hr.close(idle_uj=idle.uj, provenance=idle.provenance, meter=idle.meter)
+        else:
+            hr.close()
+        self.journal.set_run(run, "cancelled", {**meta, "open": False, "reason": reason,
+                                                "cancelled_at": self.clock()})
+        return Outcome(run, "cancelled", error=reason, entries=len(entries),
+                       segments=hr.state.index,
+                       verdict=verdict_json(hr.state.wait.verdict()))
 
     def _seal(self, hr: HostRun, first: int, end: int, head: bytes, calls: CallAccount,
               energy: Reading, outcome: str) -> None:
