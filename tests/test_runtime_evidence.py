@@ -172,6 +172,28 @@ def test_cancel_of_a_parked_run_closes_it_with_its_park_idle_energy(
     assert listed["c-1"]["status"] == "cancelled"  # the refused cancel changed nothing
 
 
+def test_cancel_on_another_host_adopts_the_parked_run_and_closes_it_with_its_idle(
+        fleet, env, tmp_path: Path):  # type: ignore[no-untyped-def]
+    """A run parked by A is cancelled from B (an empty folder): B verifies the record and
+    its head under the ledger's key, then closes it with the park's idle energy priced on
+    the stored journal; the ledger holds A then B, and no worker continues the run."""
+    url, led, base = fleet
+    run = fleet_json("runtime", "start", "runtime_flows:gated_step", "c-2", "--input",
+                     '{"n": 3}', "--path", TESTS, "--data", str(base / "A"), "--name", "A",
+                     "--nats", url, env=env)[0]["run"]
+    wait_folded(url, led)
+    (doc,) = fleet_json("runtime", "cancel", run, "--data", str(base / "B"), "--name", "B",
+                        "--vkey", str(led / "ledger.vkey"), "--nats", url)
+    assert (doc["status"], doc["host"], doc["segments"]) == ("cancelled", "B", 3)
+    wait_folded(url, led)
+    shown = api(url, "run", {"run": run})
+    assert shown["phase"] == "closed"
+    assert [h["host"] for h in shown["holders"]] == ["A", "B"]
+    assert shown["energy"]["idle_uj"]["estimated"] >= 1
+    cli("signal", run, "go", "--data", "{}", "--nats", url)
+    assert worker(url, base, led, "A", env).stdout.strip() == ""
+
+
 def test_cancel_of_a_run_killed_inside_an_interval_seals_it_lost_then_closes(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     """A run whose process was SIGKILLed mid-interval (nothing parked) is cancelled on its

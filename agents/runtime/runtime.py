@@ -236,9 +236,7 @@ class Runtime:
     def _park_idle(self, meta: dict[str, Any], entries: list[Entry]) -> Reading:
         """What the transcript park drew until now: the journal's stored bytes over the
         time since it parked."""
-        parked_at = float(meta.get("parked_at") or self.clock())
-        size = sum(len(e.body) + 64 for e in entries)
-        return transcript_park_idle(size, max(0.0, self.clock() - parked_at))
+        return transcript_idle([e.body for e in entries], meta.get("parked_at"), self.clock())
 
     def cancel(self, run: str, reason: str | None = None) -> Outcome:
         """Close ``run`` for good (``fleet runtime cancel``), whatever it waits on: a parked
@@ -277,6 +275,13 @@ class Runtime:
         return None if address is None else self.journal.value(address)
 
 
+def transcript_idle(bodies: list[str], parked_at: float | None, now: float) -> Reading:
+    """A transcript park's idle draw from ``parked_at`` to ``now``: the journal's stored
+    bytes (each entry's body and its hash and framing)."""
+    size = sum(len(b) + 64 for b in bodies)
+    return transcript_park_idle(size, max(0.0, now - float(parked_at or now)))
+
+
 def account(entries: list[Entry], first: int, end: int) -> CallAccount:
     """The call account of the interval holding ``entries[first:end]``
     (:func:`fleet.runtime_journal.interval_account`: a step re-run after a lost interval
@@ -292,4 +297,5 @@ def blocked(calls: CallAccount) -> list[str]:
 
 
 __all__ = ["Outcome", "Runtime", "Workflow", "account", "blocked", "load_workflow",
-           "park_transcript", "run_address", "run_ids", "runtime_manifest", "workflow_name"]
+           "park_transcript", "run_address", "run_ids", "runtime_manifest", "transcript_idle",
+           "workflow_name"]
