@@ -100,3 +100,22 @@ def test_fleet_runtime_verify_gives_each_vector_its_verdict(case: dict[str, Any]
     else:
         assert out.returncode == 0, out.stderr
         assert got == expect
+
+
+def test_a_journal_file_that_is_not_one_and_a_missing_journal_are_named(tmp_path: Path):
+    """A file that is not a journal export exits 1 with MalformedJournal; no journal at
+    all (neither --journal nor --data) is the user's mistake, exit 2; both one line."""
+    (tmp_path / "r.json").write_text(json.dumps(VECTORS["record"]))
+    for body, rule in (("[1, 2]", "MalformedJournal"), ("{not json", "MalformedJournal"),
+                       (json.dumps({**VECTORS["journal"], "keys": {"x": ["%%", "AA=="]}}),
+                        "MalformedJournal")):
+        (tmp_path / "j.json").write_text(body)
+        out = subprocess.run([FLEET_BIN, "runtime", "verify", VECTORS["run"], "--record",
+                              str(tmp_path / "r.json"), "--journal", str(tmp_path / "j.json")],
+                             capture_output=True, text=True, timeout=60, check=False)
+        assert out.returncode == 1 and rule in out.stderr, out.stderr
+        assert len(out.stderr.strip().splitlines()) == 1
+    out = subprocess.run([FLEET_BIN, "runtime", "verify", VECTORS["run"], "--record",
+                          str(tmp_path / "r.json")], capture_output=True, text=True,
+                         timeout=60, check=False)
+    assert out.returncode == 2 and "--journal" in out.stderr
