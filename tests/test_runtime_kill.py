@@ -18,7 +18,10 @@ from hypothesis import strategies as st
 
 from agents.host import Host
 from agents.runtime.runtime import run_ids, workflow_name
-from fleet.wire import decode_envelope
+from cli.runtime_verify_cmds import journal_file
+from fleet.address import format_address
+from fleet.runtime_verify import parse_journal, verify_runtime
+from fleet.wire import RecordWire, decode_envelope, segment_to_wire
 
 PROC = str(Path(__file__).with_name("runtime_proc.py"))
 TESTS = str(Path(__file__).parent)
@@ -90,7 +93,8 @@ def test_killed_at_random_journal_positions_the_run_ends_as_an_uninterrupted_one
         tmp_path_factory: Any, kills: list[tuple[str, int]]):
     """Processes SIGKILLed at random journal appends, then a clean one: the result and the
     applied effects (keys and order) equal an uninterrupted run's, and the host's record of
-    the run (lost intervals included) verifies, closed, with an account that adds up."""
+    the run (lost intervals included) verifies, closed, with an account that adds up, and
+    its journal matches it (fleet runtime verify's rules)."""
     base = tmp_path_factory.mktemp("kill")
     _, clean = proc(base / "clean", base / "clean.db", "same", "--host", "A")
     for when, n in kills:
@@ -107,5 +111,13 @@ def test_killed_at_random_journal_positions_the_run_ends_as_an_uninterrupted_one
         assert state.phase == "closed"
         # every call of chain is resolved in the interval that dispatched it
         assert state.wait.verdict().name == "Blocked", state.wait.verdict()
+        # and the journal, lost intervals and retries included, matches the record
+        run = hr.run
+        record = RecordWire(format_address(state.unit_id), format_address(state.grants_id),
+                            [segment_to_wire(decode_envelope(p).sealed)
+                             for p in host.outbox.payloads_after(run, 0)],
+                            run=run, host_key=host.public_key)
+        journal = json.dumps(journal_file(run, base / "killed")).encode()
+        assert verify_runtime(record, parse_journal(journal)).unsealed == 0
     finally:
         host.close()
