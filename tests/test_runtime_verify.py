@@ -119,3 +119,29 @@ def test_a_journal_file_that_is_not_one_and_a_missing_journal_are_named(tmp_path
                           str(tmp_path / "r.json")], capture_output=True, text=True,
                          timeout=60, check=False)
     assert out.returncode == 2 and "--journal" in out.stderr
+
+
+def test_without_the_journal_check_every_tampered_journal_passes():
+    """The attack without the defence: for each case that tampers only the journal, the
+    record alone still verifies, and a journal edited and re-hashed still passes the
+    chain-only check `fleet runtime journal` makes; only the check against the record
+    refuses them."""
+    from agents.runtime.journal import Entry, verify_chain
+    from fleet.runtime_verify import parse_journal, verify_runtime
+    from fleet.verify import verify_record
+    from fleet.wire import decode_record
+
+    record = decode_record(json.dumps(VECTORS["record"]).encode())
+    assert verify_record(record).sealed
+    tampered = [c for c in VECTORS["cases"] if "journal" in c and "rule" in c["expect"]]
+    assert {c["expect"]["rule"] for c in tampered} >= {
+        "JournalTampered", "JournalRootMismatch", "JournalRunMismatch", "JournalBeyondRecord"}
+    for case in tampered:
+        journal = parse_journal(json.dumps(case["journal"]).encode())
+        with pytest.raises(Exception) as refused:
+            verify_runtime(record, journal)
+        assert type(refused.value).__name__ == case["expect"]["rule"]
+    rehashed = next(c for c in VECTORS["cases"] if c["name"] == "value-edited-rehashed")
+    j = rehashed["journal"]
+    entries = [Entry(s, k, c, b, parse_address(h)) for s, k, c, b, h in j["entries"]]
+    assert verify_chain(j["run"], j["workflow"], entries) == entries[-1].hash
