@@ -88,3 +88,18 @@ def test_without_the_retry_rule_the_retried_step_reads_non_blocking():
     forged = [(k, c, b.replace('"name":"classify"', '"handoff":true,"name":"classify"'))
               for k, c, b in rows]
     assert _verdict(case["intervals"], forged, interval_account) == {"verdict": "NonBlocking"}
+
+
+def test_a_handoff_dispatched_in_a_lost_interval_resolves_as_itself():
+    """A handed-off call whose dispatch was in a lost interval is not retried by the
+    runtime: its later resolve is listed as resolved only, so the run stays NonBlocking."""
+    rows = [("start", "", "{}"),
+            ("dispatch", "c0", '{"ask":{"args":"x","handoff":true,"name":"build"}}'),
+            ("resolve", "c0", '{"id":"r","value":"v"}'), ("end", "c1", '{"ask":{}}')]
+    lost = interval_account(rows, 0, 2)
+    later = interval_account(rows, 2, 4)
+    assert lost == (("c0",), ()) and later == ((), ("c0",))
+    tracker = WaitTracker()
+    tracker.add(1, CallAccount(*lost))
+    tracker.add(4, CallAccount(*later))
+    assert verdict_json(tracker.verdict()) == {"verdict": "NonBlocking"}
