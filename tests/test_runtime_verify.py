@@ -14,6 +14,8 @@ from typing import Any
 import pytest
 from blake3 import blake3
 from gen_vectors_runtime_verify import PATH, build
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from fleet.address import format_address, parse_address
 
@@ -145,3 +147,33 @@ def test_without_the_journal_check_every_tampered_journal_passes():
     j = rehashed["journal"]
     entries = [Entry(s, k, c, b, parse_address(h)) for s, k, c, b, h in j["entries"]]
     assert verify_chain(j["run"], j["workflow"], entries) == entries[-1].hash
+
+
+@settings(max_examples=40, deadline=None, derandomize=True)
+@given(entry=st.integers(min_value=0, max_value=5), at=st.integers(min_value=0),
+       char=st.characters(min_codepoint=0x21, max_codepoint=0x7e))
+def test_any_one_character_changed_and_rehashed_is_refused(entry: int, at: int, char: str):
+    """Changing one character of any entry's kind, call or body and re-hashing the whole
+    chain (a forger with the chain's rules but not the host's key) never verifies against
+    the record: the first interval holding the entry no longer has its root."""
+    from fleet.runtime_journal import chain_hashes
+    from fleet.runtime_verify import JournalFile, parse_journal, verify_runtime
+    from fleet.runtime_verify_errors import JournalRootMismatch
+    from fleet.wire import decode_record
+
+    clean = parse_journal(json.dumps(VECTORS["journal"]).encode())
+    rows = [list(e[:4]) for e in clean.entries]
+    field = 1 + at % 3
+    text = rows[entry][field]
+    pos = at % (len(text) + 1)
+    changed = text[:pos] + char + text[pos + 1:]
+    if changed == text:
+        return
+    rows[entry][field] = changed
+    hashes = list(chain_hashes(clean.run, clean.workflow, [tuple(r) for r in rows]))  # type: ignore[misc]
+    forged = JournalFile(clean.run, clean.name, clean.workflow,
+                         tuple((*r, h) for r, h in zip(rows, hashes, strict=True)),  # type: ignore[misc]
+                         clean.blobs, clean.keys)
+    record = decode_record(json.dumps(VECTORS["record"]).encode())
+    with pytest.raises(JournalRootMismatch):
+        verify_runtime(record, forged)
