@@ -24,12 +24,16 @@ from cli.runtime_cmds import _drain, _no_adopt, _store, on_host, runtime
 @click.option("--name", help="The host's name (default: the folder's name).")
 @click.option("--vkey", help="The ledger's verifier key, or a file holding it (default: "
               "ledger.vkey in the host's folder): to close a run parked on another host.")
+@click.option("--force", is_flag=True, help="Close a run this host's journal shows running "
+              "with no claim in JetStream: only once its process is known to be gone.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @nats_options
 def runtime_cancel(run_id: str, reason: str | None, host_dir: Path, name: str | None,
-                   vkey: str | None, as_json: bool, url: str, nkey: Path | None) -> None:
+                   vkey: str | None, force: bool, as_json: bool, url: str,
+                   nkey: Path | None) -> None:
     """Close RUN, parked or running: a parked run's close carries the idle energy its park
-    drew until now; an interval cut off by a crash is sealed as lost first. A run this host
+    drew until now; an interval cut off by a crash is sealed as lost first (a run whose
+    process may still be running needs --force once it is gone). A run this host
     does not hold is closed only while parked, after verifying its record and its head
     under the ledger's key (as an adoption). Workers never continue it again; a run a
     worker is continuing right now is refused (cancel it once it parks)."""
@@ -52,6 +56,12 @@ def runtime_cancel(run_id: str, reason: str | None, host_dir: Path, name: str | 
             here = local is not None and (got is None or (
                 got[0].get("host") in (None, host.name)
                 and got[0].get("head") == local[3].get("head")))
+            if here and not force and local is not None and local[2] == "running" and (
+                    got is None or got[0].get("status") != "claimed"):
+                # No lease says whether the process running this interval is alive (a
+                # worker's claim would): closing under a live one would fork the record.
+                raise UserError(f"run {run_id} is running on this host with no claim to say"
+                                " its process is gone: --force once it is")
             claimed = None
             if got is not None:
                 doc, revision = got

@@ -165,3 +165,8 @@ async def gated_step(ctx: Context, inp: dict[str, Any]) -> str:
     """Waits for "go", then one step (the run's only call) that may crash once."""
     await ctx.signal("go")
     return await ctx.step("work", crash_once, f"work:{inp['n']}")
+
+
+async def crash_first(ctx: Context, inp: dict[str, Any]) -> str:
+    """One step first thing (it may crash its process once), then the end."""
+    return await ctx.step("work", crash_once, f"first:{inp['n']}")

@@ -194,6 +194,35 @@ def test_cancel_on_another_host_adopts_the_parked_run_and_closes_it_with_its_idl
     assert worker(url, base, led, "A", env).stdout.strip() == ""
 
 
+def test_cancel_of_a_crashed_running_run_needs_its_process_gone(
+        fleet, env, tmp_path: Path):  # type: ignore[no-untyped-def]
+    """`fleet runtime start` SIGKILLed inside its first step leaves a run its journal shows
+    running, with no claim to say the process is gone: cancel refuses it (exit 2) until
+    --force; then the cut-off interval is sealed lost, the run closed bare, the ledger
+    folds both and the run is cancelled in JetStream."""
+    url, led, base = fleet
+    started = cli("runtime", "start", "runtime_flows:crash_first", "c-3", "--input",
+                  '{"n": 1}', "--path", TESTS, "--data", str(base / "A"), "--name", "A",
+                  "--nats", url, env=env, check=False)
+    assert started.returncode == -signal.SIGKILL, started.stderr[-2000:]
+    from agents.runtime import run_address, workflow_name
+
+    run = run_address("c-3", workflow_name(flows.crash_first))
+    refused = cli("runtime", "cancel", run, "--data", str(base / "A"), "--name", "A",
+                  "--nats", url, check=False)
+    assert refused.returncode == 2 and "--force" in refused.stderr
+    (doc,) = fleet_json("runtime", "cancel", run, "--force", "--data", str(base / "A"),
+                        "--name", "A", "--nats", url)
+    assert (doc["status"], doc["segments"]) == ("cancelled", 2)
+    wait_folded(url, led)
+    record = tmp_path / "c-3.json"
+    cli("run", "export", run, "--out", str(record), "--nats", url)
+    segments = json.loads(record.read_text())["segments"]
+    assert segments[0]["attestation_object"]["outcome"] == "lost"
+    assert segments[1] == {k: segments[1][k] for k in ("kind", "index", "head", "seal")}
+    assert fleet_json("verify", str(record))[0]["phase"] == "closed"
+
+
 def test_cancel_of_a_run_killed_inside_an_interval_seals_it_lost_then_closes(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     """A run whose process was SIGKILLed mid-interval (nothing parked) is cancelled on its
