@@ -142,10 +142,6 @@ def check_all_folded(store: LedgerStore, expected: int, phase: str) -> int:
     return size
 
 
-def _count_checkpoints(store: LedgerStore) -> int:
-    return store.conn.execute("SELECT COUNT(*) FROM checkpoints").fetchone()[0]
-
-
 def _pct(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
@@ -251,7 +247,7 @@ async def fold_once(workdir: Path, url: str, name: str, keys: dict[str, SigningK
     try:
         # Counted once the loop has settled its last commit (whose checkpoint, if due, is
         # signed then): the watermark the clock waits on is written before the commit.
-        checkpoints = _count_checkpoints(ledger.store)
+        checkpoints = ledger.store.checkpoint_count()
         check_all_folded(ledger.store, leaves, phase or f"fold {name}")
     finally:
         await ledger.close()
@@ -411,9 +407,8 @@ async def end_to_end(workdir: Path, messages: list[Message], keys: dict[str, Sig
             await ledger.close()
             await nc.drain()
             raise
-        cps = store.conn.execute("SELECT size, at FROM checkpoints ORDER BY size").fetchall()
-        leaf_of = {(r, i): leaf for r, i, leaf in store.conn.execute(
-            "SELECT run, idx, leaf_index FROM segments")}
+        cps = [(cp.size, cp.at) for cp in store.checkpoints()]
+        leaf_of = store.leaf_indexes()
         latencies = []
         for n, (_s, _m, _p, run, idx) in enumerate(messages):
             leaf = leaf_of[(run, idx)]

@@ -1,8 +1,8 @@
 """The fleet-wide view of the record's honesty claims (``fleet audit``), over plain rows.
 
-The shell reads one :class:`AuditRun` per run from the ledger (its wait-proof verdict, its
-energy split, its parks decoded from the folded segments, when each was folded) and
-:func:`audit` answers:
+The shell reads the ledger store's rows; :func:`audit_run` makes one :class:`AuditRun` of
+each run's (its wait-proof verdict and energy split from its state, its parks and warm
+slots decoded from its folded segments, when each was folded) and :func:`audit` answers:
 
 - **verdicts**: runs by wait-proof verdict, and for ``Blocked`` and ``Malformed`` the run
   and the segment that decided it;
@@ -37,12 +37,23 @@ import time
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Final
 
 from fleet import grant_errors
+from fleet.kernel import CLAIMED, CLOSED, EVICTED, RESUMED, SUSPENDED
+from fleet.record import RunState
+from fleet.wait_proof import verdict_json
+from fleet.wire import (
+    ClaimedWire,
+    ClosedWire,
+    EvictedWire,
+    ResumedWire,
+    SuspendedWire,
+    envelope_wire,
+)
 
-__all__ = ["FORMS", "GRANT_RULES", "VERDICTS", "AuditPark", "AuditRun", "audit", "format_uj",
-           "format_when", "grant_refusals", "park_form"]
+__all__ = ["FORMS", "GRANT_RULES", "SEGMENT_KINDS", "VERDICTS", "AuditPark", "AuditRun",
+           "audit", "audit_run", "format_uj", "format_when", "grant_refusals", "park_form"]
 
 VERDICTS = ("NonBlocking", "Blocked", "Malformed", "Unproved")
 FORMS = ("image", "image+memory", "transcript")
@@ -112,6 +123,56 @@ class AuditRun:
     claim_uj: dict[str, int] = field(default_factory=dict)  # warm slot claimed, by provenance
     overhead_uj: dict[str, int] = field(default_factory=dict)  # slots evicted (a pool's run)
     slots: Sequence[tuple[str, str, int]] = ()  # (slot, "claimed"|"evicted", segment)
+
+
+# The folded segments the audit reads beside each run's state: its parks' and its warm
+# slots' (executed segments, the bulk of a store, are not read).
+_PARK_KINDS: Final = (SUSPENDED, RESUMED, CLOSED)
+_SLOT_KINDS: Final = (CLAIMED, EVICTED)
+SEGMENT_KINDS: Final = _PARK_KINDS + _SLOT_KINDS
+
+
+def audit_run(run: str, host: str, phase: str, state: RunState,
+              segments: Iterable[tuple[int, str, float | None, bytes]],
+              first_at: float | None = None, last_at: float | None = None) -> AuditRun:
+    """One run as the audit sees it: its verdict and energy from its ``state``; its parks
+    and warm slots from its folded ``segments`` of :data:`SEGMENT_KINDS` ((index, kind, when
+    folded, message) in index order; other kinds are passed over); ``first_at`` and
+    ``last_at``: when its first and last segments were folded (None: unknown)."""
+    verdict = verdict_json(state.wait_proof())
+    segments = list(segments)
+    slots = []
+    for idx, kind, _at, payload in segments:
+        if kind not in _SLOT_KINDS:
+            continue
+        wire = envelope_wire(payload)
+        if wire is not None and isinstance(wire.segment, ClaimedWire | EvictedWire):
+            slots.append((wire.segment.slot, kind, idx))
+    energy = state.energy
+    return AuditRun(run, host, phase, str(verdict["verdict"]),
+                    verdict.get("segment"),  # type: ignore[arg-type]
+                    dict(energy.receipts), dict(energy.idle), first_at, last_at,
+                    tuple(_parks(s for s in segments if s[1] in _PARK_KINDS)),
+                    dict(energy.claim), dict(energy.overhead), tuple(slots))
+
+
+def _parks(rows: Iterable[tuple[int, str, float | None, bytes]]) -> list[AuditPark]:
+    """A run's parks from its suspend, resume and close segments (in index order)."""
+    parks: list[AuditPark] = []
+    for idx, _kind, at, payload in rows:
+        wire = envelope_wire(payload)
+        seg = None if wire is None else wire.segment
+        if isinstance(seg, SuspendedWire):
+            parks.append(AuditPark(idx, park_form(seg.snapshot), at))
+        elif isinstance(seg, ResumedWire | ClosedWire) and parks \
+                and parks[-1].idle_uj is None and not parks[-1].closed_bare:
+            # A resume ends the park with its idle energy; so does a close that carries it
+            # (run-record.md §4); a bare close ends it with its draw missing.
+            open_park = parks[-1]
+            parks[-1] = AuditPark(open_park.segment, open_park.form, open_park.suspended_at,
+                                  at, seg.idle_uj, seg.idle_provenance,
+                                  closed_bare=seg.idle_uj is None)
+    return parks
 
 
 def _active_since(run: AuditRun, since: float | None) -> bool:

@@ -183,6 +183,12 @@ def parse_segment_subject(subject: str) -> tuple[str, str] | None:
     return None
 
 
+def is_grant_subject(subject: str) -> bool:
+    """Whether ``subject`` is any fleet's grant subject, ``<fleet>.ctl.grant`` (a fleet's
+    name holds no dot, so the suffix decides)."""
+    return subject.endswith(".ctl.grant")
+
+
 def fleet_names(name: str = "fleet") -> FleetNames:
     """The names of fleet ``name`` (1 to 32 of lowercase letters, digits, '-', '_',
     starting with a letter); ``fleet``: today's names exactly."""

@@ -19,7 +19,6 @@ from collections.abc import Iterable
 from typing import Any
 from urllib.parse import quote, urlencode
 
-import msgspec
 from aiohttp import web
 
 from fleet.audit import format_uj as _uj
@@ -121,12 +120,10 @@ class Explorer:
         self.reader = reader
 
     def _runs(self) -> list[dict[str, Any]]:
-        rows = self.reader.store.conn.execute(
-            "SELECT run, host, segments, phase, state FROM runs ORDER BY first_seq DESC")
         out = []
-        for run, host, segments, phase, state in rows:
-            verdict = verdict_json(state_from_json(msgspec.json.decode(state)).wait_proof())
-            out.append({"run": run, "host": host, "segments": segments, "phase": phase,
+        for r in self.reader.store.run_rows(newest_first=True):
+            verdict = verdict_json(r.state.wait_proof())
+            out.append({"run": r.run, "host": r.host, "segments": r.segments, "phase": r.phase,
                         "verdict": verdict["verdict"], "segment": verdict.get("segment")})
         return out
 
@@ -134,8 +131,7 @@ class Explorer:
         q = request.query
         wanted = {k: q.get(k, "") for k in ("host", "verdict", "phase")}
         limit = int(q["limit"]) if decimal(q.get("limit", "")) else 500
-        checkpoints = self.reader.store.conn.execute(
-            "SELECT size, root, at FROM checkpoints ORDER BY size DESC LIMIT 10").fetchall()
+        checkpoints = self.reader.store.newest_checkpoints(10)
         runs = self._runs()
         options = {k: sorted({str(r[k]) for r in runs}) for k in wanted}
         shown = [r for r in runs if all(not v or str(r[k]) == v for k, v in wanted.items())]
@@ -143,8 +139,8 @@ class Explorer:
             f"<label>{k}<select name={k}><option value=''>any</option>" + "".join(
                 f"<option{' selected' if v == wanted[k] else ''}>{_e(v)}</option>"
                 for v in vals) + "</select></label>" for k, vals in options.items())
-        cp_rows = [(str(size), f"<code>{bytes(root).hex()[:16]}…</code>", _when(at))
-                   for size, root, at in checkpoints]
+        cp_rows = [(str(cp.size), f"<code>{cp.root.hex()[:16]}…</code>", _when(cp.at))
+                   for cp in checkpoints]
         run_rows = [(f"<a class=run href='/ui/run/{quote(r['run'])}'><code>{_e(r['run'])}"
                      "</code></a>", _e(r["host"]), str(r["segments"]), _e(r["phase"]),
                      f"<span class=v-{r['verdict']}>{r['verdict']}"
@@ -168,10 +164,8 @@ class Explorer:
         verdict = verdict_json(state.wait_proof())
         energy = state.energy.as_json()
         items, host = [], None
-        segs = store.conn.execute("SELECT idx, kind, at, payload, leaf_index FROM segments"
-                                  " WHERE run = ? ORDER BY idx", (run,)).fetchall()
-        for idx, kind, at, payload, leaf_index in segs:
-            wire = envelope_wire(bytes(payload))
+        for _run, idx, kind, at, payload, leaf_index in store.run_segments(run):
+            wire = envelope_wire(payload)
             seg_host = None if wire is None else wire.host
             seg = None if wire is None else wire.segment
             detail = ""

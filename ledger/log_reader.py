@@ -112,20 +112,15 @@ class LogReader:
         if not tile.partial:
             return True
         sizes = partial_sizes(tile)
-        row = self.store.conn.execute(
-            "SELECT 1 FROM checkpoints WHERE size >= ? AND size < ? AND size <= ? LIMIT 1",
-            (sizes.start, sizes.stop, self._signed)).fetchone()
-        return row is not None
+        return self.store.signed_size_between(sizes.start, sizes.stop, self._signed)
 
     def _entries(self, tile: Tile) -> bytes:
         first = tile.first
-        rows = self.store.conn.execute(
-            "SELECT leaf_index, run, idx, head FROM segments WHERE rowid BETWEEN ? AND ?"
-            " ORDER BY rowid", (first + 1, first + tile.width)).fetchall()
-        if [r[0] for r in rows] != list(range(first, first + tile.width)):
+        rows = self.store.leaves(first, tile.width)
+        if [r.leaf_index for r in rows] != list(range(first, first + tile.width)):
             raise MissingNode(f"the store lacks leaves {first}..{first + tile.width - 1}")
-        return encode_entry_bundle(encode_leaf(parse_address(run), idx, parse_address(head))
-                                   for _, run, idx, head in rows)
+        return encode_entry_bundle(encode_leaf(parse_address(r.run), r.idx,
+                                               parse_address(r.head)) for r in rows)
 
     # -- proofs ---------------------------------------------------------------------------
 
@@ -137,12 +132,9 @@ class LogReader:
             return None
         size, note = latest
         if index is None:
-            row = self.store.conn.execute(
-                "SELECT MAX(idx) FROM segments WHERE run = ? AND leaf_index < ?",
-                (run, size)).fetchone()
-            if row is None or row[0] is None:
+            index = self.store.latest_index_below(run, size)
+            if index is None:
                 return None
-            index = int(row[0])
         found = self.store.segment(run, index)
         if found is None or found[1] >= size:
             return None

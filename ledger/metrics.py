@@ -105,10 +105,8 @@ class StoreCollector(Collector):
         store = self.store
         size = store.tree.size()
         states = [] if self.receipts is None else self.receipts.anchor_states()
-        # Checkpoints are signed in size order: the largest is the newest.
-        last = store.conn.execute(
-            "SELECT size, at FROM checkpoints ORDER BY size DESC LIMIT 1").fetchone()
-        signed, at = (0, None) if last is None else last
+        last = store.newest_checkpoint()
+        signed, at = (0, None) if last is None else (last.size, last.at)
         yield _gauge("fleet_tree_size", "Leaves in the fleet log (committed).", size)
         yield _gauge("fleet_signed_size", "Tree size of the newest signed checkpoint.", signed)
         yield _gauge("fleet_checkpoint_timestamp_seconds",
@@ -121,8 +119,7 @@ class StoreCollector(Collector):
             yield _gauge("fleet_unsigned_leaf_age_seconds",
                          "Age of the oldest committed leaf not in a signed checkpoint.",
                          self.fold.unsigned_age(signed))
-        runs = store.conn.execute("SELECT COUNT(*) FROM runs").fetchone()[0]
-        yield _gauge("fleet_runs", "Runs the ledger holds.", runs)
+        yield _gauge("fleet_runs", "Runs the ledger holds.", store.run_count())
         lag = self.lag()
         if lag is not None:
             yield _gauge("fleet_stream_lag", "Stream messages not yet decided.", lag)

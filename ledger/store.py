@@ -49,6 +49,7 @@ from fleet.run_codec import state_from_json, state_to_json
 from fleet.seal import decode_key, encode_key
 from fleet.subjects import check_host_name
 from fleet.wire import envelope_wire
+from ledger.store_reads import StoreReads
 from ledger.tree_store import TreeStore
 from plumbing import sqlite
 from plumbing.files import write_atomically
@@ -121,7 +122,7 @@ def open_db(path: Path) -> sqlite3.Connection:
     return sqlite.connect(path, busy_timeout_s=30.0, wal_autocheckpoint=10_000)
 
 
-class LedgerStore:
+class LedgerStore(StoreReads):
     def __init__(self, data_dir: Path | str) -> None:
         self.dir = Path(data_dir)
         self.dir.mkdir(parents=True, exist_ok=True)
@@ -507,9 +508,9 @@ class LedgerStore:
     # -- checkpoints ----------------------------------------------------------------------
 
     def last_checkpoint(self) -> tuple[int, bytes, str] | None:
-        row = self.conn.execute(
-            "SELECT size, root, note FROM checkpoints ORDER BY size DESC LIMIT 1").fetchone()
-        return None if row is None else (row[0], row[1], row[2])
+        """(size, root, signed note) of the newest checkpoint (None before the first)."""
+        row = self.newest_checkpoint()
+        return None if row is None else (row.size, row.root, row.note)
 
     def checkpoint_at_least(self, size: int) -> tuple[int, bytes, str] | None:
         row = self.conn.execute("SELECT size, root, note FROM checkpoints WHERE size >= ?"
@@ -564,7 +565,7 @@ class LedgerStore:
         return [bytes(p) for (p,) in rows]
 
     def counts(self) -> dict[str, Any]:
-        runs = self.conn.execute("SELECT COUNT(*) FROM runs").fetchone()[0]
+        runs = self.run_count()
         segs = self.conn.execute("SELECT COUNT(*) FROM segments").fetchone()[0]
         return {"runs": runs, "segments_folded": segs, "rejected": self.refusal_counts()}
 
@@ -580,7 +581,7 @@ class LedgerStore:
         return [dict(zip(keys, row, strict=True)) for row in self.conn.execute(sql, args)]
 
 
-class CheckpointReader:
+class CheckpointReader(StoreReads):
     """The ledger's signed checkpoints and consistency proofs, for the anchors
     (:class:`plumbing.anchoring.CheckpointSource`), read through a connection of their own:
     in WAL mode it never blocks the fold and never sees a batch before its commit."""
@@ -593,9 +594,8 @@ class CheckpointReader:
         self.conn.close()
 
     def newest_checkpoint_after(self, size: int) -> tuple[int, str] | None:
-        row = self.conn.execute(
-            "SELECT size, note FROM checkpoints ORDER BY size DESC LIMIT 1").fetchone()
-        return None if row is None or int(row[0]) <= size else (int(row[0]), row[1])
+        row = self.newest_checkpoint()
+        return None if row is None or row.size <= size else (row.size, row.note)
 
     def consistency_proof(self, old_size: int, new_size: int | None = None) -> list[bytes]:
         return self.tree.consistency_proof(old_size, new_size)
