@@ -14,21 +14,23 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 # The modules that own the ledger database's schema, its writes and its reads.
-STORE_MODULES = frozenset({"store.py", "store_reads.py", "tree_store.py"})
+STORE_MODULES = frozenset({"ledger/store.py", "ledger/store_reads.py", "ledger/tree_store.py"})
 SQL = re.compile(r"\b(SELECT|INSERT|UPDATE|DELETE)\b|\bexecute(many)?\(")
 LEDGER_CONN = re.compile(r"\bstore\.conn\.execute")
 
 
 def sql_lines(path: Path, pattern: re.Pattern[str] = SQL) -> list[str]:
     """``path:line: text`` of each line of ``path`` that ``pattern`` finds."""
-    return [f"{path.relative_to(path.parents[1])}:{n}: {line.strip()}"
+    return [f"{path}:{n}: {line.strip()}"
             for n, line in enumerate(path.read_text().splitlines(), 1) if pattern.search(line)]
 
 
 def ledger_sql(root: Path) -> list[str]:
-    """The SQL lines of the ledger's modules outside the store modules under ``root``."""
-    return [hit for path in sorted((root / "ledger").glob("*.py"))
-            if path.name not in STORE_MODULES for hit in sql_lines(path)]
+    """The SQL lines of the ledger's modules (subpackages too) outside the store modules,
+    in the tree at ``root``."""
+    return [hit for path in sorted((root / "ledger").rglob("*.py"))
+            if path.relative_to(root).as_posix() not in STORE_MODULES
+            for hit in sql_lines(path)]
 
 
 def test_the_grep_finds_the_store_sql() -> None:
@@ -47,6 +49,6 @@ def test_no_sql_in_the_ledger_outside_the_store() -> None:
 def test_no_cli_module_queries_a_ledger_store() -> None:
     """The CLI (demos, benchmarks) reads a ledger store through its methods, never by
     running statements on its connection."""
-    hits = [h for path in sorted((ROOT / "cli").glob("*.py"))
+    hits = [h for path in sorted((ROOT / "cli").rglob("*.py"))
             for h in sql_lines(path, LEDGER_CONN)]
     assert hits == []
