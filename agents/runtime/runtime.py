@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from agents.energy import IntervalMeter, Reading, transcript_park_idle
 from agents.host import Host, HostRun
@@ -34,6 +34,7 @@ from fleet.runtime_errors import (
     ValueShredded,
     WorkflowUnknown,
 )
+from fleet.runtime_journal import genesis as journal_genesis
 from fleet.runtime_journal import interval_root, run_ids, runtime_manifest
 from fleet.segment import CallAccount, TranscriptSnapshot, make_snapshot
 from fleet.wait_proof import verdict_json
@@ -140,7 +141,10 @@ class Runtime:
             raise KeyError(f"no run {run} in {self.journal.dir}")
         name, wf, status, meta = row
         entries = self.journal.entries(run)
-        verify_chain(run, wf, entries)
+        try:
+            verify_chain(run, wf, entries)
+        except JournalTampered as exc:
+            self._refuse(run, meta, exc)
         if status in ("done", "failed"):
             end = entries[-1].data()
             return Outcome(run, status, self._end_value(end), end.get("error"),
@@ -202,6 +206,8 @@ class Runtime:
             return None, first
         hr = self.held.get(run) or self.host.open_run(*run_ids(name, wf))
         self.held[run] = hr
+        if hr.state.phase == "parked":
+            self._check_park(hr, wf, meta, entries)
         if (meta.get("open") and hr.state.index == meta.get("seg")
                 and hr.state.phase != "parked" and len(entries) > meta["first"]):
             # The last process died inside an interval: seal what it journaled, honestly
@@ -215,6 +221,30 @@ class Runtime:
         self.journal.set_run(run, "running", {**meta, "open": True, "first": first,
                                               "seg": hr.state.index})
         return hr, first
+
+    def _check_park(self, hr: HostRun, wf: str, meta: dict[str, Any],
+                    entries: list[Entry]) -> None:
+        """Resumption precondition 1, on every host: the journal this host would replay must
+        end at the park's transcript address in the record verified from genesis (the
+        host's own outbox, else the ledger's record and proof: Host.verified_state), else
+        JournalTampered, the run marked refused and nothing sealed. The chain alone is no
+        proof: whoever can write ``runtime.db`` can re-hash it after an edit."""
+        assert self.host is not None
+        if not hr.verified:
+            hr.builder.state = self.host.verified_state(hr)
+            hr.verified = True
+        want = park_transcript(hr).transcript
+        have = entries[-1].hash if entries else journal_genesis(hr.run, wf)
+        if have != want:
+            detail = (f"the journal of {hr.run} ends at {format_address(have)}, not at its"
+                      f" park's transcript address {format_address(want)} (segment"
+                      f" {hr.state.index} of the verified record)")
+            self._refuse(hr.run, meta, JournalTampered(detail))
+
+    def _refuse(self, run: str, meta: dict[str, Any], exc: JournalTampered) -> NoReturn:
+        """Mark ``run`` refused here with the reason, and raise it."""
+        self.journal.set_run(run, "refused", {**meta, "refused": exc.rule, "detail": str(exc)})
+        raise exc
 
     def _resume_step(self, hr: HostRun | None, wf: str, meta: dict[str, Any],
                      entries: list[Any]) -> Callable[[], None] | None:
