@@ -259,7 +259,10 @@ def signal_cmd(run_id: str, signal_name: str, data_json: str | None, signal_id: 
         finally:
             await nc.close()
 
-    doc = asyncio.run(go())
+    try:
+        doc = asyncio.run(go())
+    except FleetError as exc:  # SignalConflict: the id was used with other data
+        raise CheckFailed(f"{exc.rule}: {exc}") from None
     if as_json:
         emit_json(doc)
     else:

@@ -13,6 +13,7 @@ __all__ = [
     "NotTranscriptPark",
     "ReplayDiverged",
     "RuntimeError_",
+    "SignalConflict",
     "SignalTimeout",
     "ValueShredded",
     "WorkflowUnknown",
@@ -58,3 +59,9 @@ class WorkflowUnknown(RuntimeError_):
 
 class SignalTimeout(RuntimeError_, TimeoutError):
     """``ctx.signal(..., timeout=...)`` reached its deadline with no signal."""
+
+
+class SignalConflict(RuntimeError_):
+    """A signal sent under an id already used for this run with another name or other
+    data: refused (nothing stored, nothing delivered); the same id with the same name and
+    data is a duplicate, delivered once."""

@@ -15,6 +15,8 @@ key (crypto-shred) leaves every hash valid and a short value unguessable.
     unit id   = BLAKE3("fleet.runtime.unit/1" || text(name))       (run_ids: the record's
     grants id = BLAKE3("fleet.runtime.grants/1" || text(workflow))  identity of a run)
     manifest  = BLAKE3("fleet.runtime.manifest/1" || text(workflow))
+    signal    = BLAKE3("fleet.runtime.signal/1" || text(run) || text(id) || text(name)
+                       || canon(data))        (what one signal id was first sent with)
 
 ``text(s)`` is u32 big-endian length || UTF-8; ``canon`` is JSON with sorted keys, no
 spaces, UTF-8 (``ensure_ascii`` off).
@@ -44,6 +46,7 @@ __all__ = [
     "projection_hash",
     "run_ids",
     "runtime_manifest",
+    "signal_digest",
     "text",
 ]
 
@@ -119,3 +122,10 @@ def run_ids(name: str, workflow: str) -> tuple[bytes, bytes]:
 def runtime_manifest(workflow: str) -> bytes:
     """The environment manifest a runtime park names: the workflow's code identity."""
     return digest(b"fleet.runtime.manifest/1" + text(workflow))
+
+
+def signal_digest(run: str, signal_id: str, name: str, data: Any) -> bytes:
+    """What a signal id was first sent with: a resend under the same id with the same name
+    and data is a duplicate, with anything else a conflict (seed 003)."""
+    return digest(b"fleet.runtime.signal/1" + text(run) + text(signal_id) + text(name)
+                  + canon(data))

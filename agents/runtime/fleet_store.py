@@ -14,6 +14,10 @@
 * key-value bucket ``RUNTIME_KEYS`` (key: a blob address's token): each blob's key and
   salt, apart from the ciphertexts, so that ``fleet runtime shred`` deletes one value
   everywhere by purging one key.
+* key-value bucket ``RUNTIME_SIGNAL_IDS`` (key: ``<run token>.<BLAKE3(id) token>``): what
+  each signal id was first sent with (``fleet.runtime_journal.signal_digest``), created
+  once, so a resend under a used id with other data is refused (SignalConflict) however
+  late, not dropped as a duplicate.
 
 A worker *claims* a run by a compare-and-set on its key's revision: of two workers racing
 for one wait, exactly one update succeeds, and only that one continues the run.
@@ -29,6 +33,9 @@ from typing import Any
 from nats.js.api import KeyValueConfig, ObjectStoreConfig, StorageType, StreamConfig
 from nats.js.errors import BadRequestError, KeyWrongLastSequenceError, NotFoundError
 
+from fleet.address import digest, format_address
+from fleet.runtime_errors import SignalConflict
+from fleet.runtime_journal import signal_digest
 from fleet.subjects import DEFAULT_FLEET, FleetNames, run_token
 from plumbing.nats_connect import bucket_keys
 
@@ -48,6 +55,7 @@ class FleetStore:
         self.kv: Any = None
         self.keys: Any = None
         self.obs: Any = None
+        self.ids: Any = None
 
     async def open(self) -> FleetStore:
         try:
@@ -67,6 +75,11 @@ class FleetStore:
             self.keys = await self.js.create_key_value(KeyValueConfig(
                 bucket=self.names.runtime_keys, storage=StorageType.FILE, history=1))
         try:
+            self.ids = await self.js.key_value(self.names.runtime_signal_ids)
+        except (NotFoundError, BadRequestError):
+            self.ids = await self.js.create_key_value(KeyValueConfig(
+                bucket=self.names.runtime_signal_ids, storage=StorageType.FILE, history=1))
+        try:
             self.obs = await self.js.object_store(self.names.runtime_journals)
         except (NotFoundError, BadRequestError):
             self.obs = await self.js.create_object_store(
@@ -76,11 +89,41 @@ class FleetStore:
     # -- signals -------------------------------------------------------------------------
 
     async def send_signal(self, run: str, name: str, data: Any, signal_id: str) -> bool:
-        """Store a signal; False when the server already holds this id (a duplicate)."""
+        """Store a signal; False when this id was sent before with the same name and data
+        (a duplicate: stored and delivered once), SignalConflict when it was sent with
+        anything else (nothing stored). The id's record is created first and only once
+        (a compare-and-set), so of two senders racing with one id and different data one
+        is refused; a sender that died between the record and the publish is completed by
+        its resend."""
+        digest_text = format_address(signal_digest(run, signal_id, name, data))
+        key = _id_key(run, signal_id)
+        fresh = True
+        try:
+            await self.ids.create(key, digest_text.encode())
+        except KeyWrongLastSequenceError:
+            fresh = False
+            held = await self.ids.get(key)
+            if held.value is not None and held.value.decode() != digest_text:
+                raise SignalConflict(f"signal id {signal_id!r} was sent to {run} before with"
+                                     " another name or other data: refused, nothing"
+                                     " delivered (send it under a new id)") from None
         body = json.dumps({"name": name, "id": signal_id, "data": data}).encode()
         ack = await self.js.publish(f"{self.signal_subject}.{run_token(run)}", body,
                                     headers={"Nats-Msg-Id": f"{run_token(run)}/{signal_id}"})
-        return not ack.duplicate
+        return fresh and not ack.duplicate
+
+    async def sent_as(self, run: str, signal: dict[str, Any]) -> bool:
+        """Whether a stored signal is what its id was first sent with (one published
+        around :meth:`send_signal` under a used id with other data is not: it is never
+        delivered). An id without a record was sent before records were kept."""
+        try:
+            held = await self.ids.get(_id_key(run, signal["id"]))
+        except NotFoundError:
+            return True
+        if held.value is None:
+            return True
+        sent = signal_digest(run, signal["id"], signal["name"], signal.get("data"))
+        return bool(held.value.decode() == format_address(sent))
 
     async def signals(self, run: str) -> list[dict[str, Any]]:
         """Every signal stored for ``run``, oldest first."""
@@ -182,6 +225,11 @@ class FleetStore:
         except NotFoundError:
             return None
         return json.loads(got.data)  # type: ignore[no-any-return]
+
+
+def _id_key(run: str, signal_id: str) -> str:
+    """A signal id's key in its bucket (ids are any text; keys are not)."""
+    return f"{run_token(run)}.{run_token(format_address(digest(signal_id.encode())))}"
 
 
 def wait_over(doc: dict[str, Any], signals: list[dict[str, Any]], now: float) -> bool:

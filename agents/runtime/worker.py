@@ -94,7 +94,8 @@ class Worker:
             now = self.clock()
             if doc.get("status") != "parked" and not claim_stale(doc, now):
                 continue
-            signals = await self.store.signals(doc["run"])
+            signals = [s for s in await self.store.signals(doc["run"])
+                       if await self.store.sent_as(doc["run"], s)]
             if not wait_over(doc, signals, now):
                 continue
             claimed = await self.store.claim(doc, revision, self.host.name)
