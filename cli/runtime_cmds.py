@@ -95,7 +95,7 @@ def runtime_start(workflow: str, run_name: str, input_json: str | None, host_dir
     from agents.host import Host
     from agents.runtime import Runtime
     from agents.runtime.runtime import load_workflow, run_address, workflow_name
-    from agents.runtime.worker import Worker
+    from agents.runtime.worker import Worker, describe_local, running_doc
     from fleet.errors import FleetError
 
     _import_path(paths)
@@ -106,15 +106,23 @@ def runtime_start(workflow: str, run_name: str, input_json: str | None, host_dir
         raise UserError(f"WORKFLOW: {exc}") from None
     host = Host(name or host_dir.resolve().name, host_dir, fleet=FLEET["name"])
     rt = Runtime(host_dir, host=host)
-    if rt.journal.run_row(run_address(run_name, workflow_name(fn))) is not None:
+    wf = workflow_name(fn)
+    address = run_address(run_name, wf)
+    local = rt.journal.run_row(address)
+    if local is not None:
+        truth = describe_local(local[2], local[3], rt.busy(address))
         rt.close()
         host.close()
-        raise UserError(f"run {run_name!r} of {workflow} exists on this host: a worker "
-                        "continues it")
+        raise UserError(f"run {run_name!r} of {workflow} exists on this host: {truth}")
 
     async def go() -> dict[str, Any]:
         nc, store = await _store(url, nkey, f"fleet-runtime-{host.name}")
         try:
+            # The run is in the runs bucket (`fleet runtime list`) before its first step.
+            held = await store.announce(running_doc(address, run_name, wf, host.name))
+            if held is not None:
+                raise UserError(f"run {run_name!r} of {workflow} exists: {held['status']} on"
+                                f" host {held.get('host')}")
             run = rt.start(fn, run_name, inp)
             worker = Worker(rt, store, _no_adopt, _drain(host, nc))
             return await worker.publish(await rt.advance(run))

@@ -12,6 +12,7 @@ __all__ = [
     "JournalTampered",
     "NotTranscriptPark",
     "ReplayDiverged",
+    "RunBusy",
     "RuntimeError_",
     "SignalConflict",
     "SignalTimeout",
@@ -65,3 +66,8 @@ class SignalConflict(RuntimeError_):
     """A signal sent under an id already used for this run with another name or other
     data: refused (nothing stored, nothing delivered); the same id with the same name and
     data is a duplicate, delivered once."""
+
+
+class RunBusy(RuntimeError_):
+    """Another process on this host is running an interval of the run (it holds the run's
+    interval lock); one interval at a time."""

@@ -42,6 +42,8 @@ from plumbing.nats_connect import bucket_keys
 # A claim that has not turned into a new state within this long (the worker died) may be
 # claimed again.
 CLAIM_LEASE_S = 60.0
+# Where a run has ended: nothing continues it.
+ENDED = frozenset({"done", "failed", "refused"})
 
 
 class FleetStore:
@@ -181,6 +183,38 @@ class FleetStore:
         document and its revision, or None if another worker got there first."""
         claimed = {**doc, "status": "claimed", "by": host, "claimed_at": time.time()}
         return await self.update(claimed, revision)
+
+    async def claim_run(self, doc: dict[str, Any], host: str
+                        ) -> tuple[dict[str, Any], int] | None:
+        """Claim a run whatever its state (``doc`` is written if the bucket holds none):
+        for a local run whose interval died, which only its host can continue. None if
+        another worker changed it first, or the bucket says it has ended."""
+        got = await self.get(run_token(doc["run"]))
+        if got is None:
+            try:
+                revision = await self.kv.create(run_token(doc["run"]), json.dumps(doc).encode())
+            except KeyWrongLastSequenceError:
+                return None
+            got = doc, revision
+        if got[0].get("status") in ENDED:
+            return None
+        return await self.claim(got[0], got[1], host)
+
+    async def announce(self, doc: dict[str, Any]) -> dict[str, Any] | None:
+        """Write a new run's first state; the state already there (another start of the
+        run, on this host or another) if there is one, unless it is this host's own
+        ``running`` state (a start that died before its run existed here)."""
+        try:
+            await self.kv.create(run_token(doc["run"]), json.dumps(doc).encode())
+            return None
+        except KeyWrongLastSequenceError:
+            got = await self.get(run_token(doc["run"]))
+        if got is None:
+            return await self.announce(doc)
+        held, revision = got
+        if held.get("status") == "running" and held.get("host") == doc["host"]:
+            return None if await self.update(doc, revision) is not None else held
+        return held
 
     async def update(self, doc: dict[str, Any], revision: int
                      ) -> tuple[dict[str, Any], int] | None:

@@ -14,7 +14,9 @@ a later ``advance`` resumes it with the park's idle energy (docs/spec/runtime.md
 
 from __future__ import annotations
 
+import fcntl
 import importlib
+import os
 import time
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
@@ -31,12 +33,14 @@ from fleet.runtime_errors import (
     JournalTampered,
     NotTranscriptPark,
     ReplayDiverged,
+    RunBusy,
     ValueShredded,
     WorkflowUnknown,
 )
 from fleet.runtime_journal import genesis as journal_genesis
 from fleet.runtime_journal import interval_root, run_ids, runtime_manifest
 from fleet.segment import CallAccount, TranscriptSnapshot, make_snapshot
+from fleet.subjects import run_token
 from fleet.wait_proof import verdict_json
 
 Workflow = Callable[..., Coroutine[Any, Any, Any]]
@@ -110,15 +114,60 @@ class Runtime:
         self.clock = clock
         self.inboxes: dict[str, Inbox] = {}
         self.held: dict[str, HostRun] = {}
+        # The runs whose interval lock this process holds: an open file each, flock'd, so
+        # the lock dies with the process (SIGKILL too) and a worker can tell an interval
+        # still running from one whose process died (orphans).
+        self._locks: dict[str, int] = {}
 
     def close(self) -> None:
+        for run in list(self._locks):
+            self.release(run)
         self.journal.close()
+
+    def lock(self, run: str) -> bool:
+        """Hold ``run``'s interval lock in this process (True), or False when another
+        process holds it."""
+        if run in self._locks:
+            return True
+        folder = self.journal.dir / "runtime-locks"
+        folder.mkdir(exist_ok=True)
+        fd = os.open(folder / f"{run_token(run)}.lock", os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            return False
+        self._locks[run] = fd
+        return True
+
+    def release(self, run: str) -> None:
+        fd = self._locks.pop(run, None)
+        if fd is not None:
+            os.close(fd)  # closing the file releases its lock
+
+    def busy(self, run: str) -> bool:
+        """Whether another process on this host runs an interval of ``run`` now."""
+        if run in self._locks:
+            return False
+        if not self.lock(run):
+            return True
+        self.release(run)
+        return False
+
+    def orphans(self) -> list[str]:
+        """Local runs whose interval died with its process (started or running, nobody
+        holding the lock), each now locked by this process: continue it with
+        :meth:`advance`, or :meth:`release` it."""
+        return [run for run, _n, _w, status, _m in self.journal.runs()
+                if status in ("new", "running") and run not in self._locks and self.lock(run)]
 
     def start(self, fn: Workflow | str, name: str, input: Any = None) -> str:
         """Create the run ``name`` of workflow ``fn`` (idempotent: the same name and
         workflow is the same run); returns its run address."""
         wf = fn if isinstance(fn, str) else workflow_name(fn)
         run = run_address(name, wf)
+        if not self.lock(run):  # held until this process's first advance ends
+            raise RunBusy(f"another process on this host is running run {run}")
         self.journal.create_run(run, name, wf, {"open": False})
         # Two commits: a crash between them leaves a run with no start entry, written here.
         if self.journal.head(run, wf)[0] == 0:
@@ -135,7 +184,16 @@ class Runtime:
         self.inbox(run).pending.setdefault(name, []).append((signal_id, data))
 
     async def advance(self, run: str) -> Outcome:
-        """One live interval of ``run``: replay, continue, seal, park or close."""
+        """One live interval of ``run``: replay, continue, seal, park or close (under the
+        run's interval lock: RunBusy if another process on this host holds it)."""
+        if not self.lock(run):
+            raise RunBusy(f"another process on this host is running an interval of {run}")
+        try:
+            return await self._advance(run)
+        finally:
+            self.release(run)
+
+    async def _advance(self, run: str) -> Outcome:
         row = self.journal.run_row(run)
         if row is None:
             raise KeyError(f"no run {run} in {self.journal.dir}")

@@ -86,10 +86,34 @@ class Worker:
         await self.store.put(doc)
         return doc
 
-    async def pass_once(self) -> list[dict[str, Any]]:
-        """Continue every run whose wait is over and that this worker wins; one report
-        each (``{"run", "status", ...}`` or ``{"run", "refused": rule}``)."""
+    def running_doc(self, run: str) -> dict[str, Any]:
+        """Where a local run stands while an interval of it runs here."""
+        name, workflow, _status, meta = self.runtime.journal.run_row(run)  # type: ignore[misc]
+        return running_doc(run, name, workflow, self.host.name, meta.get("head"))
+
+    async def continue_orphans(self) -> list[dict[str, Any]]:
+        """Continue every local run whose interval died with its process (a ``start``
+        killed in its first interval, a worker killed in one): its lost interval is sealed
+        and its calls retried under the same idempotency keys (Runtime.advance)."""
         reports = []
+        for run in self.runtime.orphans():
+            try:
+                claimed = await self.store.claim_run(self.running_doc(run), self.host.name)
+                if claimed is None:
+                    reports.append({"run": run, "lost": "claimed by another worker"})
+                    continue
+                signals = [s for s in await self.store.signals(run)
+                           if await self.store.sent_as(run, s)]
+                reports.append(await self._continue(claimed[0], *claimed, signals, here=True))
+            finally:
+                self.runtime.release(run)
+        return reports
+
+    async def pass_once(self) -> list[dict[str, Any]]:
+        """Continue every local orphan, then every run whose wait is over and that this
+        worker wins; one report each (``{"run", "status", ...}`` or ``{"run", "refused":
+        rule}``)."""
+        reports = await self.continue_orphans()
         for doc, revision in await self.store.runs():
             now = self.clock()
             if doc.get("status") != "parked" and not claim_stale(doc, now):
@@ -106,14 +130,14 @@ class Worker:
         return reports
 
     async def _continue(self, doc: dict[str, Any], claimed: dict[str, Any], revision: int,
-                        signals: list[dict[str, Any]]) -> dict[str, Any]:
+                        signals: list[dict[str, Any]], here: bool = False) -> dict[str, Any]:
         run = doc["run"]
         rt = self.runtime
         claim = _Claim(claimed, revision)  # the renewals move it; a refusal writes over it
         try:
             local = rt.journal.run_row(run)
-            here = (local is not None and doc.get("host") == self.host.name
-                    and local[3].get("head") == doc.get("head"))
+            here = here or (local is not None and doc.get("host") == self.host.name
+                            and local[3].get("head") == doc.get("head"))
             if not here:
                 hr = await self.adopt(run)
                 transcript = park_transcript(hr).transcript
@@ -174,4 +198,27 @@ class Worker:
                 await asyncio.wait_for(stop.wait(), timeout=poll)
 
 
-__all__ = ["Worker"]
+def running_doc(run: str, name: str, workflow: str, host: str, head: str | None = None
+                ) -> dict[str, Any]:
+    """The runs bucket's document of a run while an interval of it runs on ``host``."""
+    return {"run": run, "name": name, "workflow": workflow, "status": "running",
+            "wait": None, "head": head, "host": host, "parked_at": None, "segments": None,
+            "verdict": None, "blocked": [], "delivered": [], "error": None}
+
+
+def describe_local(status: str, meta: dict[str, Any], busy: bool) -> str:
+    """What is true of a run this host holds, for a ``start`` of it."""
+    if status in ("done", "failed"):
+        return f"it has ended here ({status})"
+    if status == "parked":
+        return (f"it is parked here waiting on {meta.get('wait')}: a worker continues it"
+                " when the wait is over")
+    if status == "refused":
+        return f"it was refused here ({meta.get('refused')}: {meta.get('detail')})"
+    if busy:
+        return "another process on this host is running an interval of it now"
+    return ("its interval died with its process: `fleet runtime worker` on this host"
+            " continues it")
+
+
+__all__ = ["Worker", "describe_local", "running_doc"]
