@@ -9,6 +9,8 @@ from __future__ import annotations
 from fleet.errors import FleetError
 
 __all__ = [
+    "CodeChanged",
+    "EnvironmentChanged",
     "JournalTampered",
     "NotTranscriptPark",
     "ReplayDiverged",
@@ -71,3 +73,14 @@ class SignalConflict(RuntimeError_):
 class RunBusy(RuntimeError_):
     """Another process on this host is running an interval of the run (it holds the run's
     interval lock); one interval at a time."""
+
+
+class CodeChanged(RuntimeError_):
+    """A parked run's resume with code of another version than the one it parked under
+    (its module's bytes changed, or its declared ``code_version``): refused before any
+    step runs, nothing sealed (fleet.runtime_identity)."""
+
+
+class EnvironmentChanged(RuntimeError_):
+    """A parked run's resume in an environment whose stamped manifest is not the one it
+    parked under: refused before any step runs, nothing sealed."""

@@ -11,6 +11,7 @@ from blake3 import blake3
 from gen_vectors_runtime_ids import PATH, build
 
 from fleet.address import format_address
+from fleet.manifest import manifest_of
 
 
 def _text(s: str) -> bytes:
@@ -39,3 +40,21 @@ def test_signal_digests_follow_the_spec_and_tell_duplicates_from_conflicts():
         assert format_address(blake3(raw).digest()) == s["digest"], s["case"]
         got.append(s["digest"])
     assert got[1] == got[0] and got[2] != got[0] and got[3] != got[0]
+
+
+def test_run_manifests_follow_the_spec():
+    """The code digest, the default manifest and the stamped C7 manifest recomputed from
+    the spec's text (the stamped declaration hashed as any C7 declaration)."""
+    for m in json.loads(PATH.read_text())["manifests"]:
+        code = blake3(b"fleet.runtime.code/1" + m["module"].encode()).digest()
+        assert format_address(code) == m["code"]
+        assert m["code_version"] == (m["declared"] or m["code"])
+        if m["environment"] is None:
+            raw = (b"fleet.runtime.manifest/2" + _text(m["workflow"])
+                   + _text(m["code_version"]))
+            assert format_address(blake3(raw).digest()) == m["manifest"], m["case"]
+        else:
+            env = m["stamped"]["devcontainer"]["containerEnv"]
+            assert env["FLEET_RUNTIME_WORKFLOW"] == m["workflow"]
+            assert env["FLEET_RUNTIME_CODE_VERSION"] == m["code_version"]
+            assert manifest_of(m["stamped"]["devcontainer"]).address == m["manifest"]

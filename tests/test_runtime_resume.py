@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 import runtime_flows as flows
 import runtime_tamper as tamper
+from runtime_helpers import EXAMPLES, no_adopt, no_drain
 from test_moving_runs import fleet as fleet  # the same three enrolled hosts and a ledger
 
 from agents.host import Host
@@ -27,16 +28,6 @@ from plumbing.natsd import NatsServer
 from pipeline_helpers import api, cli, wait_folded
 
 pytestmark = pytest.mark.timeout(240)
-
-EXAMPLES = str(Path(__file__).resolve().parent.parent / "examples")
-
-
-async def _no_adopt(run: str) -> Any:
-    raise AssertionError("the run is held here")
-
-
-async def _no_drain() -> None:
-    return None
 
 
 def _forge_then_resume(url: str, folder: Path, effects: Path, check: bool
@@ -53,7 +44,7 @@ def _forge_then_resume(url: str, folder: Path, effects: Path, check: bool
         rt = Runtime(folder, host=host)
         try:
             run = rt.start(flows.approval, "forged", {"ticket": 1})
-            await Worker(rt, store, _no_adopt, _no_drain).publish(await rt.advance(run))
+            await Worker(rt, store, no_adopt, no_drain).publish(await rt.advance(run))
             before = len(host.outbox.payloads_after(run, 0))
         finally:
             rt.close()
@@ -65,7 +56,7 @@ def _forge_then_resume(url: str, folder: Path, effects: Path, check: bool
         if not check:
             rt._check_park = lambda *a: None  # type: ignore[method-assign]
         try:
-            (report,) = await Worker(rt, store, _no_adopt, _no_drain).pass_once()
+            (report,) = await Worker(rt, store, no_adopt, no_drain).pass_once()
             after = len(host.outbox.payloads_after(run, 0))
         finally:
             rt.close()

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import runtime_flows as flows
+from runtime_helpers import no_adopt, no_drain
 
 from agents.host import Host
 from agents.runtime import Runtime
@@ -21,14 +22,6 @@ from plumbing.nats_connect import connect
 from plumbing.natsd import NatsServer
 
 from pipeline_helpers import cli
-
-
-async def _no_adopt(run: str) -> Any:
-    raise AssertionError("the run is held here")
-
-
-async def _no_drain() -> None:
-    return None
 
 
 def _signal(url: str, run: str, data: str, sid: str) -> Any:
@@ -70,7 +63,7 @@ def test_a_conflicting_signal_is_refused_by_name_and_never_delivered(
         rt = Runtime(tmp_path / "A", host=host)
         try:
             run = rt.start(flows.approval, "sig", {"ticket": 1})
-            await Worker(rt, store, _no_adopt, _no_drain).publish(await rt.advance(run))
+            await Worker(rt, store, no_adopt, no_drain).publish(await rt.advance(run))
         finally:
             rt.close()
             host.close()
@@ -105,7 +98,7 @@ def test_a_conflicting_signal_is_refused_by_name_and_never_delivered(
         try:
             stored = [s["data"]["by"] for s in await store.signals(run)]
             assert stored == ["mallory", "ana"]  # the forged one first in the stream
-            (report,) = await Worker(rt, store, _no_adopt, _no_drain).pass_once()
+            (report,) = await Worker(rt, store, no_adopt, no_drain).pass_once()
         finally:
             rt.close()
             host.close()

@@ -31,6 +31,8 @@ from agents.runtime.runtime import Outcome, Runtime, park_transcript
 from fleet.address import format_address
 from fleet.errors import FleetError
 from fleet.runtime_errors import (
+    CodeChanged,
+    EnvironmentChanged,
     JournalTampered,
     NotTranscriptPark,
     ReplayDiverged,
@@ -39,7 +41,7 @@ from fleet.runtime_errors import (
 )
 
 PERMANENT = (JournalTampered, ValueShredded, ReplayDiverged, WorkflowUnknown,
-             NotTranscriptPark)
+             NotTranscriptPark, CodeChanged, EnvironmentChanged)
 Adopt = Callable[[str], Awaitable[HostRun]]
 Drain = Callable[[], Awaitable[None]]
 
@@ -82,7 +84,10 @@ class Worker:
                "verdict": outcome.verdict, "blocked": outcome.blocked,
                "delivered": sorted({e.data().get("id") for e in entries
                                     if e.kind in ("signal", "resolve")} - {None}),
-               "error": outcome.error}
+               "error": outcome.error, "code_version": meta.get("code_version"),
+               "manifest": meta.get("manifest"),
+               "grant": format_address(self.runtime.held[run].state.grants_id)
+               if run in self.runtime.held else meta.get("grant")}
         await self.store.put(doc)
         return doc
 
@@ -149,7 +154,8 @@ class Worker:
                 rt.journal.import_run(export, transcript, {
                     "open": False, "next": len(export["entries"]),
                     "parked_at": doc.get("parked_at"), "head": format_address(transcript),
-                    "wait": doc.get("wait")}, keys)
+                    "wait": doc.get("wait"), "code_version": doc.get("code_version"),
+                    "grant": format_address(hr.state.grants_id)}, keys)
                 rt.held[run] = hr
             for s in signals:
                 rt.send(run, s["name"], s["data"], s["id"])
