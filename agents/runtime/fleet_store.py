@@ -232,9 +232,17 @@ class FleetStore:
                           keys: dict[str, list[str]] | None = None) -> None:
         """Store a parked journal (ciphertexts only) and its blobs' keys, each key under its
         blob's address so that shredding one value deletes one key."""
-        for address, key in (keys or {}).items():
-            await self.keys.put(run_token(address), json.dumps(key).encode())
+        await self.put_keys(keys or {})
         await self.obs.put(run_token(head), json.dumps(export).encode())
+
+    async def put_keys(self, keys: dict[str, list[str]]) -> None:
+        """Store blobs' keys, each under its blob's address, only where the bucket never
+        held one (a compare-and-set against no history): a key already there stays, and
+        a shredded one (its purge marker) is never written again by a host that held a
+        copy for its interval."""
+        for address, key in keys.items():
+            with contextlib.suppress(KeyWrongLastSequenceError, BadRequestError):
+                await self.keys.update(run_token(address), json.dumps(key).encode(), last=0)
 
     async def blob_keys(self, addresses: list[str]) -> dict[str, list[str]]:
         """The keys still held for ``addresses`` (a shredded one is absent)."""

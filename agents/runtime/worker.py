@@ -75,8 +75,10 @@ class Worker:
         name, workflow, _status, meta = self.runtime.journal.run_row(run)  # type: ignore[misc]
         entries = self.runtime.journal.entries(run)
         head = meta.get("head")
+        journal, keys = self.runtime.journal.export(run)
         if outcome.status == "waiting" and head is not None:
-            await self.store.put_journal(head, *self.runtime.journal.export(run))
+            await self.store.put_journal(head, journal)
+        await self._give_up_keys(run, keys)
         doc = {"run": run, "name": name, "workflow": workflow,
                "status": "parked" if outcome.status == "waiting" else outcome.status,
                "wait": outcome.wait, "head": head, "host": self.host.name,
@@ -157,6 +159,10 @@ class Worker:
                     "wait": doc.get("wait"), "code_version": doc.get("code_version"),
                     "grant": format_address(hr.state.grants_id)}, keys)
                 rt.held[run] = hr
+            else:
+                # The keys this host gave up after its last interval, back for this one
+                # (a shredded one stays absent: a replay that needs it is ValueShredded).
+                rt.journal.put_keys(await self.store.blob_keys(rt.journal.missing_keys(run)))
             for s in signals:
                 rt.send(run, s["name"], s["data"], s["id"])
             renew = asyncio.create_task(self._renew(claim))
@@ -174,6 +180,7 @@ class Worker:
             # moved the run on meanwhile, its state stands.
             await self.store.update({**claim.doc, "status": status, "refused": rule,
                                      "detail": str(exc)}, claim.revision)
+            await self._give_up_keys(run)
             return {"run": run, "refused": rule, "detail": str(exc)}
         published = await self.publish(outcome)
         delivered = set(published["delivered"])
@@ -181,6 +188,16 @@ class Worker:
         return {"run": run, "status": published["status"], "host": self.host.name,
                 "segments": outcome.segments, "verdict": outcome.verdict,
                 "result": outcome.result}
+
+    async def _give_up_keys(self, run: str, keys: dict[str, list[str]] | None = None
+                            ) -> None:
+        """The interval is over: its values' keys (``keys``, else read here) go to the
+        bucket (where none is yet) and leave this host, so the bucket is the one place they
+        live and a shred there reaches every host."""
+        if self.runtime.journal.run_row(run) is not None:
+            await self.store.put_keys(self.runtime.journal.export(run)[1] if keys is None
+                                      else keys)
+            self.runtime.journal.forget_keys(run)
 
     async def _renew(self, claim: _Claim) -> None:
         """Keep the claim fresh while the interval runs (a third of the lease each time),
