@@ -136,6 +136,7 @@ def runtime_start(workflow: str, run_name: str, input_json: str | None, grant: s
     from agents.runtime.runtime import load_workflow, run_address, workflow_name
     from agents.runtime.worker import Worker, describe_local, running_doc
     from fleet.errors import FleetError
+    from fleet.subjects import run_token
 
     _import_path(paths)
     inp = _json_arg(input_json, "--input")
@@ -150,15 +151,16 @@ def runtime_start(workflow: str, run_name: str, input_json: str | None, grant: s
     wf = workflow_name(fn)
     address = run_address(run_name, wf, grant)
     local = rt.journal.run_row(address)
-    if local is not None:
-        truth = describe_local(local[2], local[3], rt.busy(address))
-        rt.close()
-        host.close()
-        raise UserError(f"run {run_name!r} of {workflow} exists on this host: {truth}")
 
     async def go() -> dict[str, Any]:
         nc, store = await _store(url, nkey, f"fleet-runtime-{host.name}")
         try:
+            if local is not None:
+                got = await store.get(run_token(address))
+                truth = (f"it is {got[0]['status']} on host {got[0].get('host')} now"
+                         if got is not None and got[0].get("host") != host.name
+                         else describe_local(local[2], local[3], rt.busy(address)))
+                raise UserError(f"run {run_name!r} of {workflow} exists on this host: {truth}")
             # The run is in the runs bucket (`fleet runtime list`) before its first step.
             held = await store.announce(running_doc(address, run_name, wf, host.name))
             if held is not None:

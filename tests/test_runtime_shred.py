@@ -107,9 +107,9 @@ def _keys_held(folder: Path) -> int:
 def test_a_value_shredded_after_three_hosts_held_the_run_is_unrecoverable_everywhere(
         fleet, tmp_path: Path):  # type: ignore[no-untyped-def]
     """A starts the triage agent, B continues it (approval), C finishes it (timer); each
-    host holds no key once its interval is over; the tool's result is shredded once (in the
-    bucket): no host and not the bucket can read it, while every other value is still
-    readable through the bucket."""
+    host holds no key once its interval is over (and a start on A says where the run is); the
+    tool's result is shredded once (in the bucket): no host and not the bucket can read it,
+    while every other value is still readable through the bucket."""
     url, led, base = fleet
     env = {**os.environ, "TRIAGE_TRACKER": str(tmp_path / "tracker.jsonl")}
 
@@ -133,6 +133,9 @@ def test_a_value_shredded_after_three_hosts_held_the_run_is_unrecoverable_everyw
     assert worker("C")["status"] == "done"
     hosts = [base / n for n in ("A", "B", "C")]
     assert [_keys_held(h) for h in hosts] == [0, 0, 0]
+    again = cli("runtime", "start", "triage:triage", "t-shred", "--path", EXAMPLES, "--data",
+                str(base / "A"), "--name", "A", "--nats", url, env=env, check=False)
+    assert again.returncode == 2 and "it is done on host C now" in again.stderr, again.stderr
     entries = json.loads(cli("runtime", "journal", run, "--data", str(base / "C"),
                              "--json").stdout)["entries"]
     values = [e["body"]["value"] for e in entries if e["kind"] == "resolve"]

@@ -139,7 +139,8 @@ class Journal:
         """The JSON value at ``address``; ValueShredded when its key is gone."""
         held = self._blob(parse_address(address))
         if held is None:
-            raise ValueShredded(f"the value at {address} was shredded (its key is deleted)")
+            raise ValueShredded(f"the value at {address} was shredded, or its key is not held"
+                                " here (a worker's host holds keys only during an interval)")
         box, key, salt = held
         return json.loads(open_blob(address, box, key, salt))
 

@@ -299,8 +299,8 @@ class Runtime:
     # -- the record -------------------------------------------------------------------------
 
     def _begin(self, run: str, name: str, wf: str, meta: dict[str, Any], first: int,
-               entries: list[Entry], version: str, manifest: bytes
-               ) -> tuple[HostRun | None, int]:
+               entries: list[Entry], version: str | None = None,
+               manifest: bytes | None = None) -> tuple[HostRun | None, int]:
         if self.host is None:
             self.journal.set_run(run, "running", {**meta, "open": True, "first": first})
             return None, first
@@ -308,7 +308,8 @@ class Runtime:
         self.held[run] = hr
         if hr.state.phase == "parked":
             self._check_park(hr, wf, meta, entries)
-            self._check_identity(hr, meta, version, manifest)
+            if manifest is not None:  # an interval will run: precondition 2 too
+                self._check_identity(hr, meta, version, manifest)
         if (meta.get("open") and hr.state.index == meta.get("seg")
                 and hr.state.phase != "parked" and len(entries) > meta["first"]):
             # The last process died inside an interval: seal what it journaled, honestly
@@ -342,7 +343,7 @@ class Runtime:
                       f" {hr.state.index} of the verified record)")
             self._refuse(hr.run, meta, JournalTampered(detail))
 
-    def _check_identity(self, hr: HostRun, meta: dict[str, Any], version: str,
+    def _check_identity(self, hr: HostRun, meta: dict[str, Any], version: str | None,
                         manifest: bytes) -> None:
         """Precondition 2 before any step runs: the code and environment here must give the
         manifest the run parked under (fleet.runtime_identity), else CodeChanged (its code
