@@ -40,12 +40,13 @@ from fleet.runtime_errors import (
     ReplayDiverged,
     RunBusy,
     RuntimeError_,
+    SignalConflict,
     ValueShredded,
     WorkflowUnknown,
 )
 from fleet.runtime_identity import code_version, run_manifest
+from fleet.runtime_journal import canon, interval_root, run_ids, runtime_manifest
 from fleet.runtime_journal import genesis as journal_genesis
-from fleet.runtime_journal import interval_root, run_ids, runtime_manifest
 from fleet.segment import CallAccount, TranscriptSnapshot, make_snapshot
 from fleet.subjects import run_token
 from fleet.wait_proof import verdict_json
@@ -217,9 +218,34 @@ class Runtime:
     def inbox(self, run: str) -> Inbox:
         return self.inboxes.setdefault(run, Inbox())
 
-    def send(self, run: str, name: str, data: Any, signal_id: str) -> None:
-        """Queue a signal for ``run`` in this process (the worker feeds JetStream's here)."""
+    def send(self, run: str, name: str, data: Any, signal_id: str) -> bool:
+        """Queue a signal for ``run`` in this process (the worker feeds JetStream's here):
+        False for an id already queued or delivered with the same name and data (a
+        duplicate, delivered once), SignalConflict for one with anything else (nothing
+        queued). A delivered value whose key is not here cannot be compared: a duplicate."""
+        same = (name, canon(data))
+        for queued, items in self.inbox(run).pending.items():
+            for sid, queued_data in items:
+                if sid == signal_id:
+                    return self._duplicate(run, signal_id, same == (queued, canon(queued_data)))
+        for entry in self.journal.entries(run):
+            body = entry.data()
+            if entry.kind in ("signal", "resolve") and body.get("id") == signal_id:
+                got = body.get("name", name)
+                try:
+                    value = self.journal.value(body["value"]) if "value" in body else None
+                except ValueShredded:
+                    return False
+                return self._duplicate(run, signal_id, same == (got, canon(value)))
         self.inbox(run).pending.setdefault(name, []).append((signal_id, data))
+        return True
+
+    @staticmethod
+    def _duplicate(run: str, signal_id: str, same: bool) -> bool:
+        if not same:
+            raise SignalConflict(f"signal id {signal_id!r} was sent to {run} before with"
+                                 " another name or other data: refused, nothing delivered")
+        return False
 
     async def advance(self, run: str) -> Outcome:
         """One live interval of ``run``: replay, continue, seal, park or close (under the

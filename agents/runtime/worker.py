@@ -36,6 +36,7 @@ from fleet.runtime_errors import (
     JournalTampered,
     NotTranscriptPark,
     ReplayDiverged,
+    SignalConflict,
     ValueShredded,
     WorkflowUnknown,
 )
@@ -164,7 +165,8 @@ class Worker:
                 # (a shredded one stays absent: a replay that needs it is ValueShredded).
                 rt.journal.put_keys(await self.store.blob_keys(rt.journal.missing_keys(run)))
             for s in signals:
-                rt.send(run, s["name"], s["data"], s["id"])
+                with contextlib.suppress(SignalConflict):  # never delivered
+                    rt.send(run, s["name"], s["data"], s["id"])
             renew = asyncio.create_task(self._renew(claim))
             try:
                 outcome = await rt.advance(run)
