@@ -160,3 +160,26 @@ def test_a_runtime_run_holds_an_issued_grant_under_a_ledger_that_requires_one(
         assert json.loads(shown)["grant"]["id"] == grant["address"]
         rules = {r["run"]: r["rule"] for r in api(url, "rejections")["rejections"]}
         assert rules == {bare[0]["run"]: "UnknownGrant"}
+
+
+def test_a_host_adopting_a_run_under_changed_code_refuses_it_by_name(
+        fleet, tmp_path: Path):  # type: ignore[no-untyped-def]
+    """A parks a run; the workflow's module changes; B adopts it (record and journal
+    verified) and refuses CodeChanged before any step runs, naming the code version A
+    parked under (from the runs bucket); the ledger still holds two segments."""
+    url, led, base = fleet
+    code = tmp_path / "code"
+    code.mkdir()
+    env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}
+    (code / "wfx.py").write_text(V1)
+    run = _runtime("start", "wfx:flow", "r-moved", "--path", str(code), "--data",
+                   str(base / "A"), "--name", "A", "--nats", url, env=env)[0]["run"]
+    (code / "wfx.py").write_text(V1.replace('"done:"', '"DONE:"'))
+    wait_folded(url, led)
+    cli("signal", run, "go", "--data", "1", "--nats", url)
+    (report,) = _runtime("worker", "--once", "--vkey", str(led / "ledger.vkey"), "--path",
+                         str(code), "--data", str(base / "B"), "--name", "B", "--nats", url,
+                         env=env)
+    assert report["refused"] == "CodeChanged", report
+    wait_folded(url, led)
+    assert api(url, "run", {"run": run})["segments"] == 2
