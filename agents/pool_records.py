@@ -65,16 +65,18 @@ def start_from_slot(host: Host, pool: WarmPool, sid: str, unit_id: bytes, grants
     # A slot that cannot be claimed is refused before the run is opened: nothing is left
     # on the host for a run that never started.
     pool.check_claim(sid, format_address(RunState.open(unit_id, grants_id).run))
-    run = host.open_run(unit_id, grants_id)
-    # The kernel's phase rule, asked before the slot is touched (a claim cannot be undone).
-    kernel.next_phase(run.state.phase, kernel.CLAIMED, run.state.index + 1)
-    try:
-        got = pool.claim(sid, run.run)
-    except SlotClaimed:
-        if pool.slot(sid).run != run.run:
-            raise
-        got = pool.accrued(sid)  # this run's claim whose segment was never sealed
-    run.claim(claimed_segment(pool.slot(sid), got))
+    # The slot may still be evicted or claimed between that check and the claim: the run is
+    # opened in one transaction with its claim, so a refusal there leaves no run row either.
+    with host.starting_run(unit_id, grants_id) as run:
+        # The kernel's phase rule, asked before the slot is touched (a claim cannot be undone).
+        kernel.next_phase(run.state.phase, kernel.CLAIMED, run.state.index + 1)
+        try:
+            got = pool.claim(sid, run.run)
+        except SlotClaimed:
+            if pool.slot(sid).run != run.run:
+                raise
+            got = pool.accrued(sid)  # this run's claim whose segment was never sealed
+        run.claim(claimed_segment(pool.slot(sid), got))
     return run, got
 
 
