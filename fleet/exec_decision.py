@@ -30,6 +30,10 @@ from fleet.errors import ValueOutOfRange
 from fleet.exec_journal import (
     ACCESSES,
     DEFAULT_LABEL,
+    EXEC,
+    OPEN,
+    POLICY,
+    UNPINNED,
     JournalChain,
     JournalEntry,
     clip_path,
@@ -43,15 +47,13 @@ __all__ = [
     "JOURNAL_FIRST",
     "JOURNAL_NEVER",
     "OPEN",
+    "UNPINNED",
     "JournalBook",
     "Verdict",
     "is_exec_syscall",
     "judge",
 ]
 
-EXEC: Final = "exec"
-OPEN: Final = "open"
-POLICY, UNPINNED = "policy", "unpinned"
 JOURNAL_ALWAYS: Final = "always"
 JOURNAL_FIRST: Final = "first"  # the first of its kind in an interval
 JOURNAL_NEVER: Final = "never"

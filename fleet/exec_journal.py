@@ -43,9 +43,13 @@ __all__ = [
     "ACCESSES",
     "CAUSES",
     "DEFAULT_LABEL",
+    "EXEC",
     "JOURNAL_DOMAIN",
     "MAX_PATH",
+    "OPEN",
+    "POLICY",
     "ROOTS_DOMAIN",
+    "UNPINNED",
     "JournalChain",
     "JournalEntry",
     "check_body",
@@ -56,8 +60,12 @@ __all__ = [
     "journal_root",
 ]
 
-ACCESSES: Final = {"exec": 0x01, "open": 0x02}
-CAUSES: Final = {"policy": 0x01, "unpinned": 0x02}
+EXEC: Final = "exec"
+OPEN: Final = "open"
+POLICY: Final = "policy"
+UNPINNED: Final = "unpinned"
+ACCESSES: Final = {EXEC: 0x01, OPEN: 0x02}
+CAUSES: Final = {POLICY: 0x01, UNPINNED: 0x02}
 DEFAULT_LABEL: Final = "default"
 JOURNAL_DOMAIN: Final = b"fleet.execjournal/1"
 ROOTS_DOMAIN: Final = b"fleet.journalroots/1"
