@@ -10,6 +10,10 @@ Each mark is checked to land on a mount of this namespace (the mount id the kern
 for the opened mount point must be the one listed), so a symlink or a mount that vanished in
 between can never make the guard mark a host mount; such a mount point is skipped and logged.
 
+In that namespace the kernel's knobs (:data:`KERNEL_FILES`: ``/proc/sys``, sysfs, ...) are
+read-only mounts: a root unit without capabilities could otherwise still write them by file
+mode alone (and so have the kernel run a program of its choosing as full root).
+
 Every process of the unit enters the namespace between fork and exec (:meth:`join`, a
 ``setns``), with its working directory carried over by name. A process inside it reaches
 files only through marked mounts (or pseudo filesystems that hold no programs).
@@ -32,8 +36,17 @@ __all__ = ["NamespaceUnavailable", "UnitNamespace"]
 
 CLONE_NEWNS = 0x00020000
 CLONE_NEWCGROUP = 0x02000000
+MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
+MS_REMOUNT, MS_BIND = 32, 4096
 MS_REC = 0x4000
 MS_PRIVATE = 1 << 18
+# The kernel's own knobs: uid 0 may write them by file mode alone, no capability needed, and
+# some make the kernel run a program as full root outside the unit (kernel.modprobe,
+# kernel.core_pattern, uevent_helper), reboot the host (sysrq-trigger) or turn off the
+# guard's leases (fs.leases-enable, fs.lease-break-time). Read-only in the unit's namespace,
+# as container runtimes keep them.
+KERNEL_FILES = ("/proc/sys", "/proc/sysrq-trigger", "/proc/bus", "/proc/fs", "/proc/irq",
+                "/sys")
 PR_SET_PDEATHSIG = 1
 log = logging.getLogger("fleet.exec_guard")
 
@@ -167,6 +180,30 @@ class UnitNamespace:
             self.fd = -1
 
 
+def _read_only_kernel_files() -> int:
+    """In the holder's new namespace: make :data:`KERNEL_FILES` and every mount below them
+    read-only there (the host's mounts are other objects and keep their flags); 0, or the
+    errno that stops it (the guard then refuses to start rather than leave them writable)."""
+    points = {m.mount_point for m in mounts("/proc/self/mountinfo")}
+    for path in KERNEL_FILES:
+        # A path inside a mount becomes a mount of its own, so it alone can be read-only.
+        if os.path.lexists(path) and path not in points and _mount(
+                path.encode(), path.encode(), None, MS_BIND | MS_REC, None) != 0:
+            return ctypes.get_errno()
+    for m in mounts("/proc/self/mountinfo"):
+        if not any(m.mount_point == p or m.mount_point.startswith(p + "/")
+                   for p in KERNEL_FILES):
+            continue
+        try:
+            keep = os.statvfs(m.mount_point).f_flag & (MS_NOSUID | MS_NODEV | MS_NOEXEC)
+        except OSError:
+            continue  # gone meanwhile: nothing to reach there
+        if _mount(None, m.mount_point.encode(), None,
+                  MS_REMOUNT | MS_BIND | MS_RDONLY | keep, None) != 0:
+            return ctypes.get_errno()
+    return 0
+
+
 def _hold(ready_w: int, stop_r: int) -> None:
     # A forked copy of a threaded process: os calls and the libc pointers loaded above only.
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT):
@@ -179,6 +216,10 @@ def _hold(ready_w: int, stop_r: int) -> None:
     if _unshare(CLONE_NEWNS) != 0 or _mount(None, b"/", None, MS_REC | MS_PRIVATE,
                                             None) != 0:
         os.write(ready_w, str(ctypes.get_errno()).encode())
+        return
+    code = _read_only_kernel_files()
+    if code:
+        os.write(ready_w, str(code).encode())
         return
     os.write(ready_w, b"ok")
     os.close(ready_w)
