@@ -85,7 +85,18 @@ from agents.unit_caps import CapabilityDrop
 from agents.unit_cgroup import CgroupUnavailable, UnitGroup, Watchdog
 from agents.unit_ns import NamespaceUnavailable, UnitNamespace, unshare_cgroup
 from fleet.address import format_address
-from fleet.exec_decision import EXEC, OPEN, UNPINNED, Verdict, is_exec_syscall, judge
+from fleet.exec_decision import (
+    EXEC,
+    LEASE_HELD,
+    LEASE_NONE,
+    LEASE_UNSUPPORTED,
+    LEASE_WRITER,
+    OPEN,
+    UNPINNED,
+    Verdict,
+    is_exec_syscall,
+    judge,
+)
 from fleet.exec_errors import ExecGuardUnavailable
 from fleet.exec_policy import ExecPolicy
 
@@ -461,16 +472,16 @@ class ExecGuard:
             self._answer(fd, True)
             os.close(fd)
             return
-        pinned, leased, old_exe = True, False, None
+        lease, old_exe = LEASE_NONE, None
         if access == EXEC:
             old_exe = _exe_of(ev.pid)
-            leased, pinned = _take_lease(fd)
-            self.stats.leases += leased
+            lease = _take_lease(fd)
+            self.stats.leases += lease == LEASE_HELD
             st = os.fstat(fd)
         content, stable = self._content(fd, st)
         with self._lock:
             policy = self._policy
-        verdict = judge(policy, access, content, pinned and stable)
+        verdict = judge(policy, access, content, lease=lease, stable=stable)
         self._answer(fd, verdict.allow)
         if verdict.allow:
             self.stats.allowed += 1
@@ -478,7 +489,7 @@ class ExecGuard:
             self.stats.denied += 1
             self.stats.unpinned += verdict.cause == UNPINNED
         self._record(verdict, fd)
-        if leased and verdict.allow:
+        if lease == LEASE_HELD and verdict.allow:
             self._holds.put((fd, ev.pid, (st.st_dev, st.st_ino), old_exe))
         else:
             os.close(fd)
@@ -584,10 +595,10 @@ def _exe_of(pid: int) -> tuple[int, int] | None:
     return (s.st_dev, s.st_ino)
 
 
-def _take_lease(fd: int) -> tuple[bool, bool]:
-    """(leased, pinned): a read lease on the event's file, so no writer can get in before
-    the kernel denies writes for the exec. A file open for writing cannot be leased, and
-    is not pinned; a filesystem without leases leaves it unleased but pinned as before."""
+def _take_lease(fd: int) -> str:
+    """A read lease on the event's file, so no writer can get in before the kernel denies
+    writes for the exec: :data:`~fleet.exec_decision.LEASE_HELD`, or why not (a writer
+    holds the file open, or the filesystem has no leases); :func:`judge` weighs it."""
     try:
         # A lease break signals the file's owner: make that SIGURG (ignored by default)
         # and then no one, so a writer's knock never kills the supervisor.
@@ -596,8 +607,6 @@ def _take_lease(fd: int) -> tuple[bool, bool]:
         fcntl.fcntl(fd, fcntl.F_SETOWN, 0)
     except OSError as exc:
         if exc.errno in (errno.EAGAIN, errno.EBUSY):
-            return False, False
-        return False, True
-    return True, True
-
-
+            return LEASE_WRITER
+        return LEASE_UNSUPPORTED
+    return LEASE_HELD

@@ -5,9 +5,11 @@ whether the opening thread is inside an exec, hashes the file through the event'
 descriptor and tries to pin it with a lease. What it then answers, and what of that the
 exec journal keeps, is decided here, once:
 
-* :func:`judge`: the verdict for bytes under a policy, given whether they held still
-  (``pinned``): the policy's verdict, except that bytes that could not be pinned are
-  denied unverified (cause ``unpinned``). Its :class:`Verdict` says how it is journaled:
+* :func:`judge`: the verdict for bytes under a policy, given how an exec's file was held
+  (its lease) and whether the bytes held still while hashed: the policy's verdict, except
+  that bytes that could not be pinned (a writer held the file open at the exec, or they
+  changed while hashed) are denied unverified (cause ``unpinned``); a filesystem without
+  leases is judged without one. Its :class:`Verdict` says how it is journaled:
   a denial always; in allow-listed mode (default ``deny``) an allow the first time its
   (content, access, verdict, policy) is seen in an interval; in deny-listed mode an
   allow never.
@@ -46,6 +48,11 @@ __all__ = [
     "JOURNAL_ALWAYS",
     "JOURNAL_FIRST",
     "JOURNAL_NEVER",
+    "LEASES",
+    "LEASE_HELD",
+    "LEASE_NONE",
+    "LEASE_UNSUPPORTED",
+    "LEASE_WRITER",
     "OPEN",
     "UNPINNED",
     "JournalBook",
@@ -54,6 +61,11 @@ __all__ = [
     "judge",
 ]
 
+LEASE_HELD: Final = "held"  # an exec's file leased: writers wait until the exec denies them
+LEASE_WRITER: Final = "writer"  # an exec's file someone holds open for writing: not leasable
+LEASE_UNSUPPORTED: Final = "unsupported"  # an exec's file on a filesystem without leases
+LEASE_NONE: Final = "none"  # not an exec: no lease is taken
+LEASES: Final = (LEASE_HELD, LEASE_WRITER, LEASE_UNSUPPORTED, LEASE_NONE)
 JOURNAL_ALWAYS: Final = "always"
 JOURNAL_FIRST: Final = "first"  # the first of its kind in an interval
 JOURNAL_NEVER: Final = "never"
@@ -84,12 +96,16 @@ class Verdict:
         return (self.content, self.access, self.verdict, self.policy)
 
 
-def judge(policy: ExecPolicy, access: str, content: bytes, pinned: bool) -> Verdict:
+def judge(policy: ExecPolicy, access: str, content: bytes, *, lease: str,
+          stable: bool) -> Verdict:
     """The verdict for an ``access`` (``exec`` or ``open``) of the bytes whose BLAKE3 is
-    ``content`` under ``policy``; ``pinned``: the bytes held still from before they were
-    hashed until the answer (leased, or not an exec, and unchanged while hashed)."""
+    ``content`` under ``policy``; ``lease``: how the file was held from before it was
+    hashed (one of :data:`LEASES`); ``stable``: the bytes did not change while hashed."""
     if access not in ACCESSES:
         raise ValueOutOfRange(f"access is {access!r}, not one of {sorted(ACCESSES)}")
+    if lease not in LEASES:
+        raise ValueOutOfRange(f"lease is {lease!r}, not one of {list(LEASES)}")
+    pinned = stable and lease != LEASE_WRITER
     decision = policy.decide(content)
     allow = decision.allowed and pinned
     if not allow:

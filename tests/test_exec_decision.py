@@ -12,6 +12,10 @@ from fleet.exec_decision import (
     JOURNAL_ALWAYS,
     JOURNAL_FIRST,
     JOURNAL_NEVER,
+    LEASE_HELD,
+    LEASE_NONE,
+    LEASE_UNSUPPORTED,
+    LEASE_WRITER,
     JournalBook,
     Verdict,
     is_exec_syscall,
@@ -25,11 +29,17 @@ from fleet.exec_journal import (
     interval_report,
     journal_root,
 )
-from fleet.exec_policy import build_policy
+from fleet.exec_policy import ExecPolicy, build_policy
 
 EVIL, TOOL, OTHER = digest(b"evil"), digest(b"tool"), digest(b"other")
 DENYLIST = build_policy("allow", [(EVIL, "deny", "evil")])
 ALLOWLIST = build_policy("deny", [(TOOL, "allow", "tool")])
+
+
+def _judge(policy: ExecPolicy, access: str, content: bytes) -> Verdict:
+    """A verdict for bytes that were pinned (an exec's leased, an open's unchanged)."""
+    lease = LEASE_HELD if access == "exec" else LEASE_NONE
+    return judge(policy, access, content, lease=lease, stable=True)
 
 
 @pytest.mark.parametrize(("policy", "content", "pinned", "allow", "cause", "label", "journal"), [
@@ -43,21 +53,31 @@ ALLOWLIST = build_policy("deny", [(TOOL, "allow", "tool")])
         "unlisted", "allow-listed unpinned"])
 def test_judge_gives_the_policys_verdict_unless_the_bytes_were_not_pinned(
         policy, content, pinned, allow, cause, label, journal):
-    """The policy decides pinned bytes; unpinned bytes are denied whatever it says, keeping
-    the deciding rule's label; denials are always journaled, allow-listed allows first
-    per kind, deny-listed allows never."""
-    for access in ("exec", "open"):
-        v = judge(policy, access, content, pinned)
+    """The policy decides pinned bytes; unpinned bytes (a writer held the exec's file, or
+    the bytes changed while hashed) are denied whatever it says, keeping the deciding
+    rule's label; denials are always journaled, allow-listed allows first per kind,
+    deny-listed allows never."""
+    if pinned:
+        ways = [("exec", LEASE_HELD, True), ("exec", LEASE_UNSUPPORTED, True),
+                ("open", LEASE_NONE, True)]
+    else:
+        ways = [("exec", LEASE_WRITER, True), ("exec", LEASE_HELD, False),
+                ("exec", LEASE_UNSUPPORTED, False), ("open", LEASE_NONE, False)]
+    for access, lease, stable in ways:
+        v = judge(policy, access, content, lease=lease, stable=stable)
         assert (v.access, v.allow, v.cause, v.label, v.journal) == (
-            access, allow, cause, label, journal)
+            access, allow, cause, label, journal), (access, lease, stable)
         assert v.content == content and v.policy == policy.address
         assert v.verdict == ("allow" if allow else "deny")
 
 
-def test_judge_refuses_an_unknown_access():
-    """An access that is neither exec nor open is a named error, not a verdict."""
+def test_judge_refuses_an_unknown_access_or_lease_state():
+    """An access that is neither exec nor open, or an unknown lease state, is a named error,
+    not a verdict."""
     with pytest.raises(ValueOutOfRange):
-        judge(DENYLIST, "read", EVIL, True)
+        _judge(DENYLIST, "read", EVIL)
+    with pytest.raises(ValueOutOfRange):
+        judge(DENYLIST, "exec", EVIL, lease="maybe", stable=True)
 
 
 def test_exec_syscalls_are_execve_and_execveat():
@@ -76,10 +96,10 @@ def test_the_book_journals_denials_always_and_each_first_allow_once_per_interval
     allows never; seq runs on across intervals."""
     book = JournalBook()
     other_policy = build_policy("deny", [(TOOL, "allow", "tool2")])
-    verdicts = [judge(ALLOWLIST, "exec", TOOL, True), judge(ALLOWLIST, "exec", TOOL, True),
-                judge(ALLOWLIST, "open", TOOL, True), judge(ALLOWLIST, "exec", OTHER, True),
-                judge(ALLOWLIST, "exec", OTHER, True), judge(DENYLIST, "exec", OTHER, True),
-                judge(other_policy, "exec", TOOL, True)]
+    verdicts = [_judge(ALLOWLIST, "exec", TOOL), _judge(ALLOWLIST, "exec", TOOL),
+                _judge(ALLOWLIST, "open", TOOL), _judge(ALLOWLIST, "exec", OTHER),
+                _judge(ALLOWLIST, "exec", OTHER), _judge(DENYLIST, "exec", OTHER),
+                _judge(other_policy, "exec", TOOL)]
     admitted = [book.admit(v, 1000 + i, f"/p/{i}") for i, v in enumerate(verdicts)]
     assert [a is not None for a in admitted] == [True, False, True, True, True, False, True]
     entries = [a[0] for a in admitted if a is not None]
@@ -96,10 +116,10 @@ def test_a_book_resumed_mid_interval_continues_the_chain_and_numbering():
     """A book given the entries already stored for its interval has their root and
     numbers the next entry after the stored seq."""
     first = JournalBook()
-    a = first.admit(judge(DENYLIST, "exec", EVIL, True), 1, "/x")
+    a = first.admit(_judge(DENYLIST, "exec", EVIL), 1, "/x")
     assert a is not None
     again = JournalBook(seq=1, interval=1, entries=[a[0]])
-    b = again.admit(judge(DENYLIST, "open", EVIL, True), 2, "/y")
+    b = again.admit(_judge(DENYLIST, "open", EVIL), 2, "/y")
     assert b is not None and b[0].seq == 2
     assert again.root == journal_root([a[0], b[0]])
 
@@ -116,14 +136,14 @@ def test_a_malformed_verdict_is_refused_and_takes_no_number():
 
 def test_paths_are_clipped_when_admitted():
     """The entry's path is cut to its limit, so any path the kernel names can be journaled."""
-    got = JournalBook().admit(judge(DENYLIST, "exec", EVIL, True), 1, "/é" * 600)
+    got = JournalBook().admit(_judge(DENYLIST, "exec", EVIL), 1, "/é" * 600)
     assert got is not None and len(got[0].path.encode()) <= MAX_PATH
 
 
 def test_check_body_accepts_exactly_the_canonical_bytes():
     """A stored body equal to the entry's canonical bytes passes; any other byte string, a
     flipped byte or a truncation, is JournalEntryMismatch."""
-    got = JournalBook().admit(judge(DENYLIST, "exec", EVIL, True), 1, "/x")
+    got = JournalBook().admit(_judge(DENYLIST, "exec", EVIL), 1, "/x")
     assert got is not None
     entry, body = got
     check_body(entry, body)
@@ -139,7 +159,7 @@ def test_interval_report_recomputes_the_root_and_compares_root_and_count():
     book = JournalBook()
     entries = []
     for content in (EVIL, OTHER):
-        got = book.admit(judge(ALLOWLIST, "exec", content, True), 1, "/x")
+        got = book.admit(_judge(ALLOWLIST, "exec", content), 1, "/x")
         assert got is not None
         entries.append(got[0])
     root = format_address(journal_root(entries))
