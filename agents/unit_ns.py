@@ -89,10 +89,11 @@ class UnitNamespace:
     def __init__(self) -> None:
         ready_r, ready_w = os.pipe()
         stop_r, self._stop_w = os.pipe()
+        plan = kernel_files_plan(mounts())  # read here: the holder makes os calls only
         pid = os.fork()
         if pid == 0:  # the holder
             try:
-                _hold(ready_w, stop_r)
+                _hold(ready_w, stop_r, plan)
             finally:
                 os._exit(0)
         os.close(ready_w)
@@ -180,31 +181,37 @@ class UnitNamespace:
             self.fd = -1
 
 
-def _read_only_kernel_files() -> int:
-    """In the holder's new namespace: make :data:`KERNEL_FILES` and every mount below them
-    read-only there (the host's mounts are other objects and keep their flags); 0, or the
-    errno that stops it (the guard then refuses to start rather than leave them writable)."""
-    points = {m.mount_point for m in mounts("/proc/self/mountinfo")}
-    for path in KERNEL_FILES:
-        # A path inside a mount becomes a mount of its own, so it alone can be read-only.
-        if os.path.lexists(path) and path not in points and _mount(
-                path.encode(), path.encode(), None, MS_BIND | MS_REC, None) != 0:
+def kernel_files_plan(table: list[Mount]) -> tuple[list[bytes], list[bytes]]:
+    """From the host's mount table (the new namespace starts as its copy): the paths of
+    :data:`KERNEL_FILES` to bind onto themselves (those inside a mount, so they alone can be
+    made read-only), then every mount point to make read-only (those paths, and each mount
+    at or below one of them)."""
+    points = [m.mount_point for m in table]
+    binds = [p for p in KERNEL_FILES if p not in points]
+    below = [m for m in points
+             if any(m == p or m.startswith(p + "/") for p in KERNEL_FILES)]
+    ordered = list(dict.fromkeys(binds + below))
+    return [p.encode() for p in binds], [p.encode() for p in ordered]
+
+
+def _read_only_kernel_files(binds: list[bytes], read_only: list[bytes]) -> int:
+    """In the holder's new namespace: carry out :func:`kernel_files_plan` (the host's mounts
+    are other objects and keep their flags); 0, or the errno that stops it (the guard then
+    refuses to start rather than leave them writable). A path the host lacks is skipped."""
+    for path in binds:
+        if os.path.lexists(path) and _mount(path, path, None, MS_BIND | MS_REC, None) != 0:
             return ctypes.get_errno()
-    for m in mounts("/proc/self/mountinfo"):
-        if not any(m.mount_point == p or m.mount_point.startswith(p + "/")
-                   for p in KERNEL_FILES):
-            continue
+    for path in read_only:
         try:
-            keep = os.statvfs(m.mount_point).f_flag & (MS_NOSUID | MS_NODEV | MS_NOEXEC)
+            keep = os.statvfs(path).f_flag & (MS_NOSUID | MS_NODEV | MS_NOEXEC)
         except OSError:
-            continue  # gone meanwhile: nothing to reach there
-        if _mount(None, m.mount_point.encode(), None,
-                  MS_REMOUNT | MS_BIND | MS_RDONLY | keep, None) != 0:
+            continue  # not on this host, or gone meanwhile: nothing to reach there
+        if _mount(None, path, None, MS_REMOUNT | MS_BIND | MS_RDONLY | keep, None) != 0:
             return ctypes.get_errno()
     return 0
 
 
-def _hold(ready_w: int, stop_r: int) -> None:
+def _hold(ready_w: int, stop_r: int, plan: tuple[list[bytes], list[bytes]]) -> None:
     # A forked copy of a threaded process: os calls and the libc pointers loaded above only.
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT):
         signal.signal(sig, signal.SIG_IGN)
@@ -217,7 +224,7 @@ def _hold(ready_w: int, stop_r: int) -> None:
                                             None) != 0:
         os.write(ready_w, str(ctypes.get_errno()).encode())
         return
-    code = _read_only_kernel_files()
+    code = _read_only_kernel_files(*plan)
     if code:
         os.write(ready_w, str(code).encode())
         return

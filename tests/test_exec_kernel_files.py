@@ -14,7 +14,9 @@ import subprocess
 import sys
 
 from agents.exec_guard import ExecGuard
+from agents.host_linux import Mount
 from agents.unit_caps import CapabilityDrop
+from agents.unit_ns import kernel_files_plan
 from fleet.exec_policy import build_policy
 
 from exec_helpers import require_guard
@@ -57,3 +59,18 @@ def test_a_root_unit_cannot_open_kernel_knobs_for_writing():
         out, err = proc.communicate(timeout=60)
     assert proc.returncode == 0, err
     assert json.loads(out) == dict.fromkeys(paths, errno.EROFS)
+
+
+def test_the_plan_binds_paths_inside_mounts_and_makes_every_mount_below_read_only():
+    """Paths inside a mount (/proc/sys) are bound onto themselves first; every mount at or
+    below a knob path (sysfs, its cgroup mounts, binfmt_misc under /proc/sys) is made
+    read-only; other mounts (/, /proc itself, /srv, /system) are left alone."""
+    table = [Mount("0:1", p, t, i) for i, (p, t) in enumerate([
+        ("/", "ext4"), ("/proc", "proc"), ("/proc/sys/fs/binfmt_misc", "binfmt_misc"),
+        ("/sys", "sysfs"), ("/sys/fs/cgroup", "cgroup2"), ("/srv", "tmpfs"),
+        ("/system", "tmpfs")])]
+    binds, read_only = kernel_files_plan(table)
+    assert b"/sys" not in binds and binds[0] == b"/proc/sys"
+    assert set(binds) == {b"/proc/sys", b"/proc/sysrq-trigger", b"/proc/bus", b"/proc/fs",
+                          b"/proc/irq"}
+    assert read_only == [*binds, b"/proc/sys/fs/binfmt_misc", b"/sys", b"/sys/fs/cgroup"]
