@@ -193,7 +193,8 @@ class Stack:
         podman("kill", self.name(service))
 
     def remove(self, service: str) -> None:
-        podman("rm", "-f", "-t", "5", self.name(service), check=False)
+        # -v: its anonymous volumes too (the image declares /data); named ones stay
+        podman("rm", "-f", "-v", "-t", "5", self.name(service), check=False)
         self.containers.pop(service, None)
 
     def close(self) -> None:
