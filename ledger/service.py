@@ -1,7 +1,7 @@
 """The ledger service: consume the FLEET stream, fold in batches, sign checkpoints, serve.
 
 One batch is: fetch up to ``batch`` messages from the ledger's durable pull consumer, decide
-each with the pure fold (:func:`fleet.fold_fast.fold_message`), commit the batch's leaves, runs,
+each with the pure fold (:func:`fleet.fold.fast.fold_message`), commit the batch's leaves, runs,
 refusals and the highest stream sequence decided in one SQLite transaction, and only then
 ack (AckAll on the last message). Messages at or below the stored watermark are skipped, so
 a crash anywhere folds nothing twice. A batch the store cannot commit (full or read-only
@@ -32,7 +32,7 @@ from nats.js.errors import FetchTimeoutError
 from fleet.checkpoint import check_consistent_then_sign, make_checkpoint, parse_checkpoint
 from fleet.control import BatchControl, ControlAccepted
 from fleet.fold import Accepted, Admission, BatchRuns, HostEntry, Message, Refused, RunSlot
-from fleet.fold_fast import batch_addresses, fold_message, wire_seal_item
+from fleet.fold.fast import batch_addresses, fold_message, wire_seal_item
 from fleet.grant_events import GrantAccepted, signature_items
 from fleet.grant_fold import BatchGrants
 from fleet.note import Signer, parse_note
@@ -69,7 +69,7 @@ class LedgerConfig:
     run_cache: int = 50_000
     # A second process verifying half of each large batch's seals (0: all in line).
     seal_workers: int = 1
-    # Decide the common message by fleet.fold_fast (False: every one by the reference path;
+    # Decide the common message by fleet.fold.fast (False: every one by the reference path;
     # the tests fold with both and compare the stores).
     fast_path: bool = True
     # The puller (ledger.pull): "auto" runs the lean one where the installed nats-py is a
