@@ -16,12 +16,11 @@ import contextlib
 import gc
 import logging
 import time
-from collections import OrderedDict
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 
 import msgspec
 import nats
@@ -30,11 +29,12 @@ from nats.js import JetStreamContext
 from nats.js.errors import FetchTimeoutError
 
 from fleet.checkpoint import check_consistent_then_sign, make_checkpoint, parse_checkpoint
-from fleet.control import BatchControl, ControlAccepted
-from fleet.fold import Accepted, Admission, BatchRuns, HostEntry, Message, Refused, RunSlot
-from fleet.fold.fast import batch_addresses, fold_message, wire_seal_item
-from fleet.grant_events import GrantAccepted, signature_items
-from fleet.grant_fold import BatchGrants
+from fleet.fold import HostEntry, Refused, batch_addresses, wire_seal_item
+from fleet.fold.batch import BatchChanges, Decided, Incoming, decide_batch, merge_seals
+from fleet.fold.cache import RunCache
+from fleet.fold.policy import checkpoint_due
+from fleet.fold.route import GRANT, Router
+from fleet.grant_events import signature_items
 from fleet.note import Signer, parse_note
 from fleet.subjects import fleet_names
 from fleet.wire import EnvelopeWire, envelope_wire, identity
@@ -44,7 +44,7 @@ from ledger.metrics import FoldMetrics, new_registry
 from ledger.pull import Delivery, PullerState, ack_all, nak, open_puller
 from ledger.replica import Replica, check_no_offline_hosts
 from ledger.seal_worker import MAX_ITEM_MESSAGE, SealTicket, SealWorker
-from ledger.store import CheckpointReader, HostsChanged, Incoming, LedgerStore
+from ledger.store import CheckpointReader, HostsChanged, LedgerStore
 from ledger.stream import ensure_consumer, ensure_stream
 from plumbing.anchoring import AnchorTaskFactory, ReceiptStore
 from plumbing.nats_connect import connect
@@ -91,15 +91,6 @@ class LedgerConfig:
     grants: str = "enforce"
 
 
-class BatchChanges(NamedTuple):
-    """What a decided batch changes, installed once its commit is durable: the runs it
-    changed (copies) and its grant events (an overlay on the committed book)."""
-
-    runs: dict[bytes, RunSlot]
-    grants: BatchGrants
-    control: BatchControl
-
-
 @dataclass
 class Prepared:
     """A decoded batch whose seals are being checked (see :meth:`Ledger.prepare`)."""
@@ -136,7 +127,8 @@ class Ledger:
         self.healthy = True
         self.health_detail = "ok"
         self.stream_last_seq = 0
-        self._runs: OrderedDict[bytes, RunSlot] = OrderedDict()
+        self._runs = RunCache(config.run_cache, self.store.load_run, self.store.load_runs)
+        self._route = Router(self.names)
         # The stream sequence folded and durably committed: the store's watermark read on
         # the fold's connection may be a batch written but not yet committed.
         self.committed_seq = self.store.watermark()
@@ -172,26 +164,6 @@ class Ledger:
         self._replica_stop = asyncio.Event()
 
     # -- state helpers --------------------------------------------------------------------
-
-    def _get_run(self, run: bytes) -> RunSlot | None:
-        slot = self._runs.get(run)
-        if slot is None:
-            slot = self.store.load_run(run)
-            if slot is not None:
-                self._remember(run, slot)
-        else:
-            self._runs.move_to_end(run)
-        return slot
-
-    def _remember(self, run: bytes, slot: RunSlot) -> None:
-        self._runs[run] = slot
-        self._runs.move_to_end(run)
-
-    def _trim_runs(self) -> None:
-        """Forget the least recently used runs beyond ``run_cache``: only between batches,
-        never inside one, where a run's advanced or new state is held nowhere else."""
-        while len(self._runs) > self.config.run_cache:
-            self._runs.popitem(last=False)
 
     def _refresh_hosts(self) -> None:
         # The version first: a change between the two reads is then caught at the write.
@@ -231,9 +203,9 @@ class Ledger:
         runs = {identity(wires[n].run) for n, _ in found}  # type: ignore[union-attr]
         # A grant event's signatures (its own, an issued or minted grant's) are checked
         # beside the fold too: the event's verdict is the conjunction of its items'.
-        grant_subject = self.names.grant_subject
+        route = self._route
         for n, (_seq, subject, data) in enumerate(msgs):
-            if subject == grant_subject:
+            if route(subject) == GRANT:
                 items = signature_items(data)
                 if items is not None and all(len(m) <= MAX_ITEM_MESSAGE for _, m, _ in items):
                     found += [(n, item) for item in items]
@@ -274,107 +246,32 @@ class Ledger:
         its watermark ``top`` the committed position."""
         self.committed_seq = max(self.committed_seq, top)
         for run, slot in changed.runs.items():
-            self._remember(run, slot)
+            self._runs.remember(run, slot)
         if changed.grants.accepted:
             changed.grants.install()
 
-    def _decide(self, prepared: Prepared) -> tuple[list[Incoming], int, BatchChanges]:
-        self._trim_runs()
-        seals: list[bool | None] = [None] * len(prepared.msgs)
-        for n, ok in zip(prepared.sealed, self._sealer.collect(prepared.seals), strict=True):
-            held = seals[n]
-            seals[n] = ok if held is None else held and ok
-        hosts = prepared.hosts
-        fast = self.config.fast_path
-        watermark = self.store.watermark()
-        batch: list[Incoming] = []
-        top = watermark
-        # Heads folded earlier in this batch are not in the store yet; without them a replay
-        # of one would be judged by where the batch happened to end (Fork vs Replay). Only
-        # the reference path asks, so they are gathered from the batch when it does.
-        batch_heads: dict[tuple[bytes, int], bytes] = {}
-        gathered = 0
-
-        def head_at(run: bytes, index: int) -> bytes | None:
-            nonlocal gathered
-            for item in batch[gathered:]:
-                d = item.decision
-                if isinstance(d, Accepted):
-                    batch_heads[(d.run, d.index)] = d.head
-            gathered = len(batch)
-            held = batch_heads.get((run, index))
-            return held if held is not None else self.store.head_at(run, index)
-
-        # The batch's runs that are not cached, read in one query; those the store lacks
-        # are new runs, not looked up again one by one.
-        runs = self._runs
-        unseen = prepared.runs - runs.keys()
-        for run, slot in self.store.load_runs(unseen).items():
-            self._remember(run, slot)
-        absent = unseen - runs.keys()
-
-        def committed(run: bytes) -> RunSlot | None:
-            if run in absent and run not in runs:
-                return None
-            return self._get_run(run)
-
-        # Control events change the host table in stream order: the batch decides against
-        # its own copy, and once one is accepted, the seals checked before (with the table
-        # the batch was prepared with) are checked again in line.
-        trusted, retired = self.store.operators()
-        control = BatchControl(trusted, hosts, retired)
-        grants = BatchGrants(self.grants)
-        ctx = Admission(control.hosts, BatchRuns(committed), head_at, self.names, grants,
-                        self.config.grants == "require")
-
-        def run_at(run: bytes, index: int) -> tuple[bytes, int, bytes | None] | None:
-            slot = ctx.runs.get(run)
-            if slot is None:
-                return None
-            st = slot.state
-            head = (st.head if index == st.index
-                    else head_at(run, index) if 1 <= index < st.index else None)
-            return st.grants_id, st.index, head
-
-        is_control = self.names.is_control
-        grant_subject = self.names.grant_subject
-        host_keys: set[bytes] | None = None
-        keys_at = 0
-        for (seq, subject, data), at_ms, wire, seal_ok, addresses in zip(
-                prepared.msgs, prepared.times, prepared.wires, seals, prepared.addresses,
-                strict=True):
-            if seq <= watermark:
-                continue
-            decision: Accepted | Refused | ControlAccepted | GrantAccepted
-            if subject == grant_subject:
-                # The enrolled keys, taken once per batch (again after a control event).
-                if host_keys is None or keys_at != len(control.accepted):
-                    host_keys = {e.public_key for e in control.hosts.values()}
-                    keys_at = len(control.accepted)
-                decision = grants.fold(seq, at_ms, data, host_keys, run_at, seal_ok)
-            elif is_control(subject):
-                decision = control.fold(seq, data)
-            else:
-                decision = fold_message(
-                    ctx, Message(subject, data, seq, wire, None if control.changed else seal_ok,
-                                 addresses, at_ms), fast)
-            batch.append(Incoming(seq, subject, data, decision, at_ms))
-            if seq > top:
-                top = seq
-        return batch, top, BatchChanges(ctx.runs.changed, grants, control)
+    def _decide(self, prepared: Prepared) -> Decided:
+        """The core's decision (:func:`fleet.fold.batch.decide_batch`) over what the store
+        and the seal worker hold now."""
+        self._runs.trim()
+        seals = merge_seals(len(prepared.msgs), prepared.sealed,
+                            self._sealer.collect(prepared.seals))
+        return decide_batch(
+            prepared.msgs, prepared.times, prepared.wires, prepared.addresses, seals,
+            self.store.watermark(), names=self.names, route=self._route,
+            committed_runs=self._runs.preload(prepared.runs),
+            stored_head_at=self.store.head_at, hosts=prepared.hosts,
+            operators=self.store.operators(), grants=self.grants,
+            require_grants=self.config.grants == "require", fast=self.config.fast_path)
 
     # -- checkpoints ----------------------------------------------------------------------
 
     def checkpoint_due(self) -> bool:
-        size = self.store.tree.size()
+        """Whether the checkpoint step signs now (:func:`fleet.fold.policy.checkpoint_due`)."""
         last = self.store.last_checkpoint()
-        signed = 0 if last is None else last[0]
-        if size <= signed:
-            return False
-        if size - signed >= self.config.checkpoint_every:
-            return True
-        elapsed_ms = (time.monotonic() - self._last_checkpoint_at) * 1000
-        return elapsed_ms >= self.config.checkpoint_ms
+        return checkpoint_due(self.store.tree.size(), 0 if last is None else last[0],
+                              (time.monotonic() - self._last_checkpoint_at) * 1000,
+                              self.config.checkpoint_every, self.config.checkpoint_ms)
 
     async def sign_checkpoint_now(self) -> str | None:
         """:meth:`sign_checkpoint` from outside the fold loop: under the store lock, so never
