@@ -17,7 +17,6 @@ import gc
 import logging
 import time
 from collections.abc import Mapping
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -38,11 +37,12 @@ from fleet.grant_events import signature_items
 from fleet.note import Signer, parse_note
 from fleet.subjects import fleet_names
 from fleet.wire import EnvelopeWire, envelope_wire, identity
-from ledger.api import LedgerApi
+from ledger.api import LedgerApi, ServiceFacts
+from ledger.commit_pipeline import CommitPipeline
 from ledger.keys import load_or_create_signer
 from ledger.metrics import FoldMetrics, new_registry
 from ledger.pull import Delivery, PullerState, ack_all, nak, open_puller
-from ledger.replica import Replica, check_no_offline_hosts
+from ledger.replica import Progress, Replica, check_no_offline_hosts, read_replicas
 from ledger.seal_worker import MAX_ITEM_MESSAGE, SealTicket, SealWorker
 from ledger.store import CheckpointReader, HostsChanged, LedgerStore
 from ledger.stream import ensure_consumer, ensure_stream
@@ -138,17 +138,15 @@ class Ledger:
             raise ValueError(f"grants must be 'enforce' or 'require', not {config.grants!r}")
         self.grants = self.store.grant_book()
         self._last_checkpoint_at = time.monotonic()
+        self._wanted: int | None = None  # a checkpoint size a reader waits for
         self._sealer = SealWorker()
         self._pending: tuple[list[Delivery], Prepared] | None = None
-        self._committing: tuple[list[Delivery], list[Incoming], asyncio.Future[None] | None,
-                                BatchChanges, int] | None = None
-        # Held while a batch is written and committed; API reads take it too, so they never
-        # see a batch that is not committed (nor sign a checkpoint over one).
-        self.store_lock = asyncio.Lock()
-        self._committer = ThreadPoolExecutor(1, thread_name_prefix="ledger-commit")
+        # The batch being committed and the store lock over it (API reads take it too, so
+        # they never see a batch that is not committed).
+        self.pipeline: CommitPipeline[list[Delivery], Prepared] = CommitPipeline(
+            self.decide_and_write, self.store.commit, self.store.rollback, self._install)
         self.metrics = FoldMetrics(new_registry())  # /metrics (ledger.http) reads them
         self.backlogged = False  # the last fetch was a full batch: the HTTP log yields to it
-        self._batch_started = 0.0
         self.nc: Client | None = None
         self.js: JetStreamContext | None = None
         self.api: LedgerApi | None = None
@@ -162,6 +160,32 @@ class Ledger:
         self.replica: Replica | None = None
         self._replica_task: asyncio.Task[None] | None = None
         self._replica_stop = asyncio.Event()
+
+    # -- what the API and the replica read (their protocols: ledger.api.ApiLedger,
+    # ledger.replica.Lead) -------------------------------------------------------------------
+
+    @property
+    def data_dir(self) -> Path:
+        return self.config.data_dir
+
+    def reading(self) -> contextlib.AbstractAsyncContextManager[None]:
+        """Hold the store while reading: no batch is written but uncommitted meanwhile."""
+        return self.pipeline.reading()
+
+    def facts(self) -> ServiceFacts:
+        return ServiceFacts(self.config.name, self.signer.verifier().text(), self.healthy,
+                            self.health_detail, self.pulling.as_json(), self.config.grants,
+                            self.leading, self.signs())
+
+    async def replicas_seen(self) -> tuple[str | None, list[dict[str, Any]]] | None:
+        """(the lease holder, the replicas' heartbeats), for a replica; ``None`` otherwise."""
+        if self.replica is None or self.js is None:
+            return None
+        return await read_replicas(self.js, self.names)
+
+    def progress(self) -> Progress:
+        return Progress(self.committed_seq, self.store.tree.size(), self.stream_last_seq,
+                        self.healthy)
 
     # -- state helpers --------------------------------------------------------------------
 
@@ -267,16 +291,18 @@ class Ledger:
     # -- checkpoints ----------------------------------------------------------------------
 
     def checkpoint_due(self) -> bool:
-        """Whether the checkpoint step signs now (:func:`fleet.fold.policy.checkpoint_due`)."""
+        """Whether the checkpoint step signs now (:func:`fleet.fold.policy.checkpoint_due`):
+        on count and time while this ledger signs, for a waiting reader always."""
         last = self.store.last_checkpoint()
-        return checkpoint_due(self.store.tree.size(), 0 if last is None else last[0],
+        return checkpoint_due(self.store.tree.size(), None if last is None else last[0],
                               (time.monotonic() - self._last_checkpoint_at) * 1000,
-                              self.config.checkpoint_every, self.config.checkpoint_ms)
+                              self.config.checkpoint_every, self.config.checkpoint_ms,
+                              self._wanted, self.signs())
 
     async def sign_checkpoint_now(self) -> str | None:
         """:meth:`sign_checkpoint` from outside the fold loop: under the store lock, so never
         inside a batch's transaction while its commit runs."""
-        async with self.store_lock:
+        async with self.pipeline.reading():
             return self.sign_checkpoint()
 
     def sign_checkpoint(self) -> str | None:
@@ -294,17 +320,25 @@ class Ledger:
         note = check_consistent_then_sign(previous, new, proof, self.signer)
         self.store.add_checkpoint(size, new.root, note)
         self._last_checkpoint_at = time.monotonic()
+        if self._wanted is not None and size >= self._wanted:
+            self._wanted = None
         self.metrics.signed(size)
         return note
 
-    def checkpoint_covering(self, leaf_index: int) -> tuple[int, bytes, str]:
-        """A signed checkpoint whose tree holds ``leaf_index``, signing one if none does."""
-        found = self.store.checkpoint_at_least(leaf_index + 1)
-        if found is None:
-            self.sign_checkpoint()
-            found = self.store.checkpoint_at_least(leaf_index + 1)
-        assert found is not None
-        return found
+    async def wait_for_checkpoint(self, size: int, timeout: float = 2.0
+                                  ) -> tuple[int, bytes, str] | None:
+        """The first signed checkpoint of at least ``size`` leaves, waiting up to ``timeout``
+        for the checkpoint step to sign one (``None``: none came). A reader never signs: it
+        asks the step (:func:`fleet.fold.policy.checkpoint_due`'s ``wanted``)."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while True:
+            async with self.pipeline.reading():
+                found = self.store.checkpoint_at_least(size)
+            if found is not None or loop.time() > deadline:
+                return found
+            self._wanted = size if self._wanted is None else max(self._wanted, size)
+            await asyncio.sleep(0.02)
 
     # -- the service loop -----------------------------------------------------------------
 
@@ -333,7 +367,7 @@ class Ledger:
         self.api = LedgerApi(self)
         await self.api.start(self.nc)
         if cfg.replica_ttl is not None:
-            self.replica = Replica(self, cfg.replica_ttl, self.names)
+            self.replica = Replica(self, cfg.name, cfg.replica_ttl, self.names, cfg.replicas)
             await self.replica.start(self.js)
             self._replica_task = asyncio.create_task(self.replica.run(self._replica_stop))
         elif self._anchoring is not None:
@@ -461,10 +495,10 @@ class Ledger:
         A batch smaller than asked means the consumer is caught up: it is folded and
         committed at once, so a quiet stream adds no latency.
         """
-        pending, committing = self._pending, self._committing
+        pending, committing = self._pending, self.pipeline.unacked()
         self._pending = None
         msgs: list[Delivery] = []
-        unacked = [b[0] for b in (committing, pending) if b is not None]
+        unacked = [m for m in (committing, pending and pending[0]) if m is not None]
         try:
             try:
                 msgs = await sub.fetch(self.config.batch, timeout=0.25,
@@ -500,78 +534,46 @@ class Ledger:
         await self._checkpoint_if_due()  # a timed one, also while the stream is quiet
 
     async def _start_commit(self, msgs: list[Delivery], prepared: Prepared) -> None:
-        """Decide and write a batch, then start its commit on the commit thread. The store
-        lock is held until :meth:`_settle`, so API reads never see an uncommitted batch."""
-        await self.store_lock.acquire()
-        self._batch_started = time.monotonic()
-        try:
-            batch, top, changed = self.decide_and_write(prepared)
-            done: asyncio.Future[None] | None = None
-            if batch:
-                try:
-                    done = asyncio.get_running_loop().run_in_executor(self._committer,
-                                                                      self.store.commit)
-                except BaseException:
-                    self.store.rollback()
-                    raise
-        except BaseException:
-            self.store_lock.release()
-            raise
-        self._committing = (msgs, batch, done, changed, top if batch else 0)
+        """Decide and write a batch, then start its commit (:class:`CommitPipeline`)."""
+        await self.pipeline.start(msgs, prepared)
 
     async def _settle(self) -> None:
         """Wait for the commit in flight, then ack its batch, publish its refusals, and sign
         a checkpoint if one is due."""
-        committing, self._committing = self._committing, None
-        if committing is None:
+        settled = await self.pipeline.settle()
+        if settled is None:
             return
-        msgs, batch, done, changed, top = committing
-        try:
-            if done is not None:
-                # Shielded: a cancelled wait must not release the lock mid-commit.
-                await asyncio.shield(done)
-                self.metrics.batch_committed(self._batch_started, self.store.tree.size(),
-                                             msgs[0].reply, signing=self.signs())
-            self._install(changed, top)
-        finally:
-            self.store_lock.release()
+        msgs = settled.msgs
+        if settled.committed:
+            self.metrics.batch_committed(settled.started, self.store.tree.size(),
+                                         msgs[0].reply, signing=self.signs())
         assert self.nc is not None
         await ack_all(self.nc, msgs[-1])
         self.stream_last_seq = max(self.stream_last_seq, msgs[-1].seq)
-        await self._publish_refusals(batch)
+        await self._publish_refusals(settled.batch)
         await self._checkpoint_if_due()
 
     async def _checkpoint_if_due(self) -> None:
-        """Sign and publish a checkpoint when N leaves or T ms have passed since the last
-        (only between commits: the store then holds exactly what was committed)."""
-        if self._committing is None and self.signs():
-            # Anchoring starts with the signing (never as a side effect of asking).
-            if self._anchoring is not None and self._anchor_task is None:
-                self._start_anchors(self._anchoring)
-            if not self.checkpoint_due():
-                return
-            note = self.sign_checkpoint()
-            if note is not None and self.nc is not None:
-                await self.nc.publish(self.names.checkpoints, note.encode())
+        """The checkpoint step: sign when due (:meth:`checkpoint_due`), and publish what the
+        leader signs (only between commits: the store then holds exactly what was
+        committed). A follower signs only what a reader waits for, and publishes nothing."""
+        if self.pipeline.busy:
+            return
+        leading = self.signs()
+        # Anchoring starts with the signing (never as a side effect of asking).
+        if leading and self._anchoring is not None and self._anchor_task is None:
+            self._start_anchors(self._anchoring)
+        if not self.checkpoint_due():
+            return
+        note = self.sign_checkpoint()
+        if leading and note is not None and self.nc is not None:
+            await self.nc.publish(self.names.checkpoints, note.encode())
 
     async def _abandon(self) -> None:
         """Drop the batches in flight after a failure (they were nak'd): wait out a commit
         still running, so the store is not left mid-transaction."""
         self._pending = None
-        committing, self._committing = self._committing, None
-        if committing is None:
-            return
-        _msgs, _batch, done, changed, top = committing
-        try:
-            if done is not None:
-                try:
-                    await done
-                except Exception:  # not stored: the cache keeps what was committed
-                    pass
-                else:
-                    self._install(changed, top)
-        finally:
-            self.store_lock.release()
+        await self.pipeline.abandon()
 
     async def _publish_refusals(self, batch: list[Incoming]) -> None:
         assert self.nc is not None
@@ -607,7 +609,7 @@ class Ledger:
             with contextlib.suppress(Exception):
                 await self.nc.drain()
         await asyncio.get_running_loop().run_in_executor(None, self._sealer.close)
-        self._committer.shutdown(wait=True)
+        self.pipeline.close()
         if self.receipts is not None:
             self.receipts.close()
         self.store.close()

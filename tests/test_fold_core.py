@@ -33,15 +33,19 @@ def test_each_subject_goes_to_exactly_one_fold_whatever_the_order_of_tests():
 
 
 def test_checkpoint_policy_signs_on_count_time_or_a_waiting_reader_and_never_over_nothing():
-    """A checkpoint is due after N leaves, after T ms, or when a reader waits for a size the
-    tree holds, and never when the tree did not grow."""
+    """The leader signs after N leaves or T ms, any ledger when a reader waits for a size
+    the tree holds and no checkpoint does; never when the tree did not grow."""
     assert not checkpoint_due(10, 10, 10**9, 1, 0)  # nothing new: never
+    assert not checkpoint_due(0, None, 10**9, 1, 0)  # an empty tree on the timer: never
     assert checkpoint_due(1010, 10, 0, 1000, 1000)  # N leaves
     assert not checkpoint_due(1009, 10, 999, 1000, 1000)
     assert checkpoint_due(11, 10, 1000, 1000, 1000)  # T ms
-    assert checkpoint_due(11, 10, 0, 1000, 1000, wanted=11)  # a reader waits for leaf 11
+    assert checkpoint_due(1000, None, 0, 1000, 1000)  # N leaves, none signed yet
+    assert not checkpoint_due(11, 10, 1000, 1000, 1000, leading=False)  # a follower: no timer
+    assert checkpoint_due(11, 10, 0, 1000, 1000, wanted=11, leading=False)  # a reader waits
     assert not checkpoint_due(11, 10, 0, 1000, 1000, wanted=12)  # not held yet
     assert not checkpoint_due(11, 11, 0, 1000, 1000, wanted=11)  # already signed
+    assert checkpoint_due(0, None, 0, 1000, 1000, wanted=0)  # the first checkpoint, empty
 
 
 def test_seal_verdicts_merge_to_the_conjunction_of_each_message_items():

@@ -1,9 +1,10 @@
-"""When a ledger signs a checkpoint: a decision of values, the signing is the shell's.
+"""When a ledger signs a checkpoint: a decision of values; the signing is the shell's.
 
-A checkpoint is due when the tree has grown past the last one signed and either
-``every`` leaves were added since, ``every_ms`` have passed, or a reader waits for a
-checkpoint of at least ``wanted`` leaves that the tree now holds (a proof of a new leaf:
-reads never sign, they wait for the checkpoint step).
+The ledger that leads (a single ledger, or the replica holding the lease) signs when the
+tree has grown past the last checkpoint by ``every`` leaves or ``every_ms`` have passed
+since it was signed. Any ledger signs when a reader waits for a checkpoint of ``wanted``
+leaves that the tree now holds and none signed holds (a proof of a new leaf, or the first
+checkpoint): reads never sign, they wait for the checkpoint step.
 """
 
 from __future__ import annotations
@@ -11,11 +12,15 @@ from __future__ import annotations
 __all__ = ["checkpoint_due"]
 
 
-def checkpoint_due(size: int, signed: int, elapsed_ms: float, every: int, every_ms: float,
-                   wanted: int = 0) -> bool:
-    """Whether to sign the tree of ``size`` leaves now; ``signed``: the size of the last
-    checkpoint (0: none), ``elapsed_ms`` since it was signed, ``wanted``: the largest size a
-    waiting reader asked for (0: none)."""
-    if size <= signed:
+def checkpoint_due(size: int, signed: int | None, elapsed_ms: float, every: int,
+                   every_ms: float, wanted: int | None = None, leading: bool = True) -> bool:
+    """Whether to sign the tree of ``size`` leaves now. ``signed``: the size of the last
+    checkpoint (``None``: none yet), ``elapsed_ms`` since it was signed; ``wanted``: the
+    largest size a waiting reader asked for (``None``: no reader waits); ``leading``:
+    whether this ledger signs on count and time."""
+    have = -1 if signed is None else signed
+    if wanted is not None and have < wanted <= size:
+        return True
+    if not leading or size <= max(have, 0):
         return False
-    return size - signed >= every or elapsed_ms >= every_ms or signed < wanted <= size
+    return size - max(have, 0) >= every or elapsed_ms >= every_ms
