@@ -8,11 +8,17 @@ policy allows, whatever the file is called, wherever it lies and whatever runs i
         proc.wait()
         root = guard.seal_interval()     # the interval's exec journal root
 
-How it decides. The guard marks every filesystem the unit can reach (``marks``; by default
-every mounted one that can hold files, :func:`reachable_filesystems`) for fanotify's
-``FAN_OPEN_EXEC_PERM`` and ``FAN_OPEN_PERM``. The kernel then holds every exec and every
-open of a file there until the guard answers. An event from a process outside the unit's
-cgroup (or from the guard's own process) is allowed at once, without reading anything. For
+How it decides. The unit lives in a mount namespace of its own (:mod:`agents.unit_ns`),
+whose mounts are private copies of the host's. The guard marks those copies (``marks``: by
+default every one that can hold files; else the ones holding the given paths) for
+fanotify's ``FAN_OPEN_PERM`` with ``FAN_MARK_MOUNT``. The kernel then holds every open
+*through those mounts*, an exec's included, until the guard answers (an open made inside
+``execve``/``execveat``, as the thread's ``/proc/TID/syscall`` shows, is judged and
+journaled as an exec), and nothing else: a process outside the unit opens files through
+the host's mounts, which carry no mark, so it raises no event, never waits and is never
+refused. An event that still comes from outside the unit's cgroup (a process reaching in
+through ``/proc/PID/root`` of a unit process) is allowed at once, as is any event whose origin
+cannot be read, and every event left when the guard closes that is not the unit's. For
 the unit's, the guard hashes the file through the descriptor the kernel opened for the
 event, never its path, and answers with the policy's verdict for those bytes. So the same
 bytes are refused under any name, link, copy or move; and since opens are judged too, so
@@ -31,19 +37,21 @@ someone holds open for writing cannot be leased and is refused unverified (cause
 ``unpinned``), as are bytes that change while being hashed.
 
 The unit. :meth:`ExecGuard.spawn` starts it in its own cgroup v2 group, with
-``PR_SET_PDEATHSIG=SIGKILL`` and the seccomp filter of :mod:`agents.seccomp_filter`
-(no ``memfd_create``, no mounts, no namespaces). A watchdog process kills the group if the
-supervisor dies (:mod:`agents.unit_cgroup`). A host without fanotify permission events,
-cgroup v2 or the filter refuses to start it (:class:`~fleet.exec_errors.ExecGuardUnavailable`).
+``PR_SET_PDEATHSIG=SIGKILL``, in its mount namespace and a cgroup namespace rooted at its
+group (so it cannot move itself out), with no capabilities left even as root
+(:mod:`agents.unit_caps`; ``keep_capabilities=True`` keeps them and gives up the
+guarantee) and the seccomp filter of :mod:`agents.seccomp_filter` (no ``memfd_create``,
+no mounts, no namespaces, no descriptors taken from other processes). A watchdog process
+kills the group if the supervisor dies (:mod:`agents.unit_cgroup`). A host without fanotify
+permission events, cgroup v2, namespaces or the filter refuses to start it
+(:class:`~fleet.exec_errors.ExecGuardUnavailable`).
 
 Evidence. Every denial, and in allow-listed mode the first allow of each content address
 per access kind and interval, goes to the exec journal with the bytes' and the policy's
 addresses (:mod:`agents.exec_journal_store`, :mod:`fleet.exec_journal`).
 
-The hosting process. The guard answers its own process's events from a thread, so the
-process must never block holding Python's GIL on a file of a marked filesystem: a
-program that may import C extensions lazily from a marked filesystem should run the
-guard in a process of its own (``fleet exec run``), as the CLI does.
+The hosting process opens files through the host's mounts, so it raises no events and
+cannot wait on itself.
 """
 
 from __future__ import annotations
@@ -67,9 +75,11 @@ from typing import Any
 
 from agents import fanotify
 from agents.exec_journal_store import ExecJournal
-from agents.host_linux import hash_fd, load_libc, mounts
+from agents.host_linux import Mount, hash_fd, load_libc, mounts
 from agents.seccomp_filter import Filter, SeccompUnavailable
+from agents.unit_caps import CapabilityDrop
 from agents.unit_cgroup import CgroupUnavailable, UnitGroup, Watchdog
+from agents.unit_ns import NamespaceUnavailable, UnitNamespace, unshare_cgroup
 from fleet.address import format_address
 from fleet.exec_errors import ExecGuardUnavailable
 from fleet.exec_journal import DEFAULT_LABEL
@@ -83,18 +93,36 @@ PSEUDO_FS = frozenset({
     "securityfs", "pstore", "bpf", "configfs", "fusectl", "autofs", "binfmt_misc",
     "rpc_pipefs", "nsfs", "efivarfs", "selinuxfs", "hugetlbfs"})
 LEASE_HOLD_S = 0.05
+# How often held leases look for their process's new image: releasing one late only keeps
+# a writer waiting a little longer, while polling often takes the GIL from the answers.
+LEASE_POLL_S = 0.002
 _CACHE_LIMIT = 1 << 16
 PR_SET_PDEATHSIG = 1
+PR_SET_MDWE, PR_GET_MDWE, PR_MDWE_REFUSE_EXEC_GAIN = 65, 66, 1
 
 
 def reachable_filesystems(mountinfo: str = "/proc/self/mountinfo") -> list[str]:
     """One mount point per filesystem that can hold files (pseudo filesystems left out),
-    as this process (and so a unit it starts) sees them."""
+    as this process sees them."""
     seen: dict[str, str] = {}
     for m in mounts(mountinfo):
         if m.fstype not in PSEUDO_FS and m.device not in seen:
             seen[m.device] = m.mount_point
     return sorted(seen.values())
+
+
+def deny_write_exec_unavailable(wanted: bool) -> bool:
+    """Whether ``wanted`` memory-deny-write-execute is missing from this kernel."""
+    if not wanted:
+        return False
+    prctl = load_libc().prctl
+    return bool(prctl(PR_GET_MDWE, 0, 0, 0, 0) < 0)
+
+
+def file_mounts(table: list[Mount]) -> list[Mount]:
+    """Every mount of ``table`` that can hold files (a filesystem mounted twice, by a bind
+    mount say, is two mounts: both are reachable, both are marked)."""
+    return [m for m in table if m.fstype not in PSEUDO_FS]
 
 
 @dataclass
@@ -103,6 +131,7 @@ class GuardStats:
 
     events: int = 0
     outside: int = 0
+    outside_unknown: int = 0
     unit: int = 0
     hashed: int = 0
     cache_hits: int = 0
@@ -123,9 +152,15 @@ class ExecGuard:
     def __init__(self, policy: ExecPolicy, *, marks: Sequence[str] | None = None,
                  journal: ExecJournal | None = None,
                  probe: Callable[[], str | None] = fanotify.probe,
-                 user: int | None = None, group: int | None = None) -> None:
+                 user: int | None = None, group: int | None = None,
+                 keep_capabilities: bool = False, deny_write_exec: bool = False) -> None:
         self._policy = policy
-        self.marks = list(marks) if marks is not None else reachable_filesystems()
+        self._wanted = list(marks) if marks is not None else None
+        self.marks: list[str] = []
+        self.skipped: list[str] = []
+        self._keep_caps = keep_capabilities
+        self._deny_write_exec = deny_write_exec
+        self._ns: UnitNamespace | None = None
         self.journal = journal
         self._probe = probe
         self._user, self._gid = user, group
@@ -163,9 +198,15 @@ class ExecGuard:
                 f"{format_address(self._policy.address)} rather than run it unprotected")
         try:
             self._filter = Filter()
+            self._caps = None if self._keep_caps else CapabilityDrop()
         except SeccompUnavailable as exc:
             raise ExecGuardUnavailable(f"no seccomp filter for the unit: {exc.strerror}"
                                        ) from None
+        except (OSError, KeyError) as exc:
+            raise ExecGuardUnavailable(f"cannot drop the unit's capabilities: {exc}") from None
+        if deny_write_exec_unavailable(self._deny_write_exec):
+            raise ExecGuardUnavailable("this kernel cannot refuse memory made executable "
+                                       "after being written (PR_SET_MDWE needs Linux 6.3)")
         try:
             self._group = UnitGroup()
         except CgroupUnavailable as exc:
@@ -173,12 +214,16 @@ class ExecGuard:
                 f"the unit needs a cgroup v2 group to be killed if the supervisor dies: "
                 f"{exc.strerror}") from None
         try:
+            self._ns = UnitNamespace()
             self._fan = fanotify.init()
-            for path in self.marks:
-                fanotify.mark_filesystem(self._fan, path)
-        except fanotify.FanotifyError as exc:
+            if self._wanted is None:
+                self.marks, self.skipped = self._ns.mark(self._fan,
+                                                         file_mounts(self._ns.mounts()))
+            else:
+                self.marks = self._ns.mark_paths(self._fan, self._wanted)
+        except (fanotify.FanotifyError, NamespaceUnavailable, FileNotFoundError) as exc:
             self._abort()
-            raise ExecGuardUnavailable(f"cannot mark the unit's filesystems: {exc.strerror}"
+            raise ExecGuardUnavailable(f"cannot mark the unit's mounts: {exc.strerror}"
                                        ) from None
         self._watchdog = Watchdog(self._group, self._fan)
         self._wake_r, self._wake_w = os.pipe()
@@ -222,6 +267,8 @@ class ExecGuard:
         os.close(self._wake_r)
         os.close(self._wake_w)
         self._group.remove()
+        if self._ns is not None:
+            self._ns.close()
         if self.journal is not None:
             self.journal.flush()
 
@@ -229,6 +276,8 @@ class ExecGuard:
         if self._fan >= 0:
             os.close(self._fan)
             self._fan = -1
+        if self._ns is not None:
+            self._ns.close()
         if self._group is not None:
             self._group.remove()
 
@@ -249,23 +298,32 @@ class ExecGuard:
         while (item := self._spawns.get()) is not None:
             argv, popen, done = item
             try:
-                proc = subprocess.Popen(argv, preexec_fn=self._child_setup(), **popen)
+                setup = self._child_setup(tuple(popen.get("pass_fds", ())))
+                proc = subprocess.Popen(argv, preexec_fn=setup, **popen)
                 self._procs.append(proc)
                 done.set_result(proc)
             except BaseException as exc:
                 done.set_exception(exc)
 
-    def _child_setup(self) -> Callable[[], None]:
-        group, filt, parent = self._group, self._filter, os.getpid()
-        uid, gid, kill = self._user, self._gid, int(signal.SIGKILL)
+    def _child_setup(self, pass_fds: tuple[int, ...]) -> Callable[[], None]:
+        group, filt, parent, ns = self._group, self._filter, os.getpid(), self._ns
+        uid, gid, kill, caps = self._user, self._gid, int(signal.SIGKILL), self._caps
+        fan, inherited, mdwe = self._fan, (0, 1, 2, *pass_fds), self._deny_write_exec
         prctl = load_libc().prctl
-        assert group is not None
+        assert group is not None and ns is not None
 
         def setup() -> None:  # in the child, between fork and exec
             group.join_self()
+            unshare_cgroup()
+            ns.join()
             prctl(PR_SET_PDEATHSIG, kill, 0, 0, 0)
             if os.getppid() != parent:
                 os._exit(137)  # the supervisor is already gone
+            _mark_inherited(fan, inherited)
+            if mdwe and prctl(PR_SET_MDWE, PR_MDWE_REFUSE_EXEC_GAIN, 0, 0, 0) != 0:
+                os._exit(126)
+            if caps is not None:
+                caps.apply()
             if gid is not None:
                 os.setgroups([])
                 os.setresgid(gid, gid, gid)
@@ -319,7 +377,10 @@ class ExecGuard:
         try:
             outside = ev.pid == self._pid or not self._group.contains(ev.pid)  # type: ignore[union-attr]
         except Exception:
-            outside = False
+            # Not provably the unit's: a live unit process's cgroup can always be read,
+            # so this is an outsider (or a process already gone); never refuse one.
+            outside = True
+            self.stats.outside_unknown += 1
         if outside:
             self.stats.outside += 1
             self._answer(ev.fd, True)
@@ -335,7 +396,7 @@ class ExecGuard:
             with self._lock:
                 known = _key(st) in self._cache
             if known or not stat.S_ISREG(st.st_mode):
-                self._decide(ev)
+                self._decide(ev, st)
                 return True
             return False
         except BaseException:
@@ -345,11 +406,21 @@ class ExecGuard:
             return True
 
     def _drain_on_close(self) -> None:
-        # Closing: the unit is dead; answer whatever is still queued in the kernel.
-        with contextlib.suppress(BlockingIOError, OSError):
-            for ev in fanotify.parse(os.read(self._fan, 1 << 16)):
+        # Closing: the unit has been killed; whatever is still queued in the kernel is
+        # allowed unless it is provably the unit's. Bounded, since an outsider reaching in
+        # may keep raising events: closing the group right after allows whatever is left.
+        for _ in range(64):
+            try:
+                events = list(fanotify.parse(os.read(self._fan, 1 << 16)))
+            except (BlockingIOError, OSError):
+                return
+            for ev in events:
                 if ev.fd >= 0:
-                    self._answer(ev.fd, ev.pid == self._pid)
+                    try:
+                        mine = ev.pid != self._pid and self._group.contains(ev.pid)  # type: ignore[union-attr]
+                    except Exception:
+                        mine = False
+                    self._answer(ev.fd, not mine)
                     os.close(ev.fd)
 
     def _answer(self, fd: int, allow: bool) -> None:
@@ -374,12 +445,14 @@ class ExecGuard:
                 self._answer(ev.fd, False)
                 os.close(ev.fd)
 
-    def _decide(self, ev: fanotify.Event) -> None:
+    def _decide(self, ev: fanotify.Event, st: os.stat_result | None = None) -> None:
         fd = ev.fd
-        access = "exec" if ev.mask & fanotify.FAN_OPEN_EXEC_PERM else "open"
+        exec_ = ev.mask & fanotify.FAN_OPEN_EXEC_PERM or _in_exec(ev.pid)
+        access = "exec" if exec_ else "open"
         self.stats.unit += 1
         self.stats.by_access[access] += 1
-        st = os.fstat(fd)
+        if st is None:
+            st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):  # devices, fifos, sockets: not code, never run
             self._answer(fd, True)
             os.close(fd)
@@ -451,7 +524,7 @@ class ExecGuard:
         holds: list[tuple[int, int, tuple[int, int], tuple[int, int] | None, float]] = []
         while True:
             try:
-                item = self._holds.get(timeout=0.0005) if holds else self._holds.get()
+                item = self._holds.get(timeout=LEASE_POLL_S) if holds else self._holds.get()
             except queue.Empty:
                 item = ()  # type: ignore[assignment]
             if item is None:
@@ -471,9 +544,42 @@ class ExecGuard:
             os.close(hold[0])
 
 
+def _mark_inherited(fan: int, fds: tuple[int, ...]) -> None:
+    """In the child: mark the inode of each inherited descriptor that is a regular file. It
+    was opened outside the unit's namespace, on a mount without marks, so an exec or a
+    reopen of it through ``/proc/self/fd`` would otherwise go unjudged. (Anyone else
+    opening that one file meets the mark too, and is answered at once.)"""
+    for fd in fds:
+        try:
+            if stat.S_ISREG(os.fstat(fd).st_mode):
+                fanotify.mark_inode(fan, f"/proc/self/fd/{fd}", fanotify.GUARD_EVENTS)
+        except OSError:
+            continue
+
+
 def _key(st: os.stat_result) -> tuple[int, ...]:
     """What identifies a file's bytes in the cache: any write changes size or the times."""
     return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
+
+# execve and execveat: an open made inside one is the exec's (the program's, its loader's or
+# a script's interpreter's), before the kernel denies writers the file.
+EXEC_SYSCALLS = {"x86_64": (b"59", b"322"), "aarch64": (b"221", b"281")}.get(
+    os.uname().machine, ())
+
+
+def _in_exec(tid: int) -> bool:
+    """Whether thread ``tid`` (blocked in the open being judged) is inside an exec."""
+    try:
+        fd = os.open(f"/proc/{tid}/syscall", os.O_RDONLY)
+    except OSError:
+        return False  # gone: its answer no longer matters
+    try:
+        return os.read(fd, 64).split(b" ", 1)[0] in EXEC_SYSCALLS
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
 
 
 def _exe_of(pid: int) -> tuple[int, int] | None:

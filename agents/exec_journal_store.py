@@ -6,8 +6,10 @@ the file's format for outside readers) and ``intervals`` (each sealed interval's
 entry count). The chain is computed in memory as entries arrive (so
 :meth:`ExecJournal.root` is exact at once); rows are written by one writer thread in
 batches, so a decision never waits for an fsync. Resuming and reading rebuild each entry
-from its fields and chain it with the core's :class:`~fleet.exec_journal.JournalChain`:
-``body`` is never read back.
+from its fields and chain it with the core's :class:`~fleet.exec_journal.JournalChain`;
+reading also checks that ``body`` is exactly the canonical bytes of those fields, so every
+stored byte of an entry is checked: its fields by the interval's root, its body against
+its fields (:func:`read_journal` lists the entries that fail, by seq).
 """
 
 from __future__ import annotations
@@ -20,7 +22,14 @@ from pathlib import Path
 from typing import Any
 
 from fleet.address import format_address, parse_address
-from fleet.exec_journal import JournalChain, JournalEntry, clip_path, journal_root
+from fleet.errors import FleetError
+from fleet.exec_journal import (
+    JournalChain,
+    JournalEntry,
+    clip_path,
+    entry_bytes,
+    journal_root,
+)
 from plumbing import sqlite
 from plumbing.transactions import immediate
 
@@ -161,14 +170,29 @@ class ExecJournal:
 
 def read_journal(path: Path | str) -> dict[str, Any]:
     """The journal file as JSON: its run, sealed intervals (root, count) and entries,
-    each interval's root recomputed from the stored canonical bytes and compared."""
+    each interval's root recomputed from the stored fields and compared, and
+    ``bad_entries``: every entry whose fields cannot be read or whose stored ``body`` is
+    not their canonical bytes (``{"seq", "interval", "error"}``)."""
     db = sqlite.connect(path)
+    # An edited text that is not UTF-8 must be a mismatch to report, not a crash.
+    db.text_factory = lambda raw: raw.decode("utf-8", "surrogateescape")
+    bad: list[dict[str, Any]] = []
     try:
         meta = dict(db.execute("SELECT key, value FROM meta"))
         stored = {n: (root, count) for n, root, count in
                   db.execute("SELECT interval, root, entries FROM intervals")}
         by_interval: dict[int, list[JournalEntry]] = {}
-        for n, e in _rows(db, "ORDER BY seq", ()):
+        for row in db.execute("SELECT interval, seq, time_ns, access, verdict, cause, bytes,"
+                              " policy, label, path, CAST(body AS BLOB) FROM entries ORDER BY seq"):
+            n, seq, body = row[0], row[1], row[10]
+            try:
+                e = _entry(row[1:10])
+                if entry_bytes(e) != body:
+                    raise ValueError("the stored body is not the canonical bytes of the "
+                                     "entry's fields")
+            except (FleetError, ValueError, TypeError) as exc:
+                bad.append({"seq": seq, "interval": n, "error": str(exc)})
+                continue
             by_interval.setdefault(n, []).append(e)
     finally:
         db.close()
@@ -183,7 +207,7 @@ def read_journal(path: Path | str) -> dict[str, Any]:
         if n in stored:
             item["root_matches"] = stored[n][0] == root and stored[n][1] == len(entries)
         intervals.append(item)
-    return {"run": meta.get("run"), "intervals": intervals}
+    return {"run": meta.get("run"), "intervals": intervals, "bad_entries": bad}
 
 
 def _rows(db: Any, where: str, args: tuple[Any, ...]) -> Iterator[tuple[int, JournalEntry]]:
@@ -191,9 +215,13 @@ def _rows(db: Any, where: str, args: tuple[Any, ...]) -> Iterator[tuple[int, Jou
     core's (:class:`~fleet.exec_journal.JournalChain`) over these, never a stored copy."""
     for row in db.execute("SELECT interval, seq, time_ns, access, verdict, cause, bytes,"
                           " policy, label, path FROM entries " + where, args):
-        n, seq, t, access, verdict, cause, content, policy, label, p = row
-        yield n, JournalEntry(seq, t, access, verdict, cause, parse_address(content),
-                              parse_address(policy), label, p)
+        yield row[0], _entry(row[1:])
+
+
+def _entry(row: tuple[Any, ...]) -> JournalEntry:
+    seq, t, access, verdict, cause, content, policy, label, p = row
+    return JournalEntry(seq, t, access, verdict, cause, parse_address(content),
+                        parse_address(policy), label, p)
 
 
 def _entries(db: Any, interval: int) -> Iterator[JournalEntry]:

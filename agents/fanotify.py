@@ -1,10 +1,10 @@
 """Linux fanotify permission events through ctypes on libc: init, marks, events, answers.
 
-Only what the exec guard needs: a ``FAN_CLASS_CONTENT`` group, ``FAN_MARK_FILESYSTEM``
-marks for ``FAN_OPEN_EXEC_PERM | FAN_OPEN_PERM``, reading ``fanotify_event_metadata``
-records, answering ``FAN_ALLOW`` / ``FAN_DENY``. The kernel opens each event's file for
-the listener (``O_RDONLY``, no events of its own), so the listener reads the very bytes
-the opener would get, never a path that may have changed.
+Only what the exec guard needs: a ``FAN_CLASS_CONTENT`` group, ``FAN_MARK_MOUNT`` marks
+(one mount object, not its filesystem) for ``FAN_OPEN_EXEC_PERM | FAN_OPEN_PERM``, reading
+``fanotify_event_metadata`` records, answering ``FAN_ALLOW`` / ``FAN_DENY``. The kernel
+opens each event's file for the listener (``O_RDONLY``, no events of its own), so the
+listener reads the very bytes the opener would get, never a path that may have changed.
 
 An unanswered permission event blocks the process that caused it, and closing the group's
 last descriptor answers every pending event with "allow" and drops its marks; the guard is
@@ -28,12 +28,17 @@ FAN_NONBLOCK = 0x02
 FAN_CLASS_CONTENT = 0x04
 FAN_UNLIMITED_QUEUE = 0x10
 FAN_UNLIMITED_MARKS = 0x20
+FAN_REPORT_TID = 0x100
 FAN_MARK_ADD = 0x01
 FAN_MARK_INODE = 0x00
-FAN_MARK_FILESYSTEM = 0x100
+FAN_MARK_MOUNT = 0x10
 FAN_OPEN_PERM = 0x00010000
 FAN_OPEN_EXEC_PERM = 0x00040000
 PERM_EVENTS = FAN_OPEN_PERM | FAN_OPEN_EXEC_PERM
+# What the guard's marks ask for. Every exec opens its file, so FAN_OPEN_PERM alone sees
+# every exec too; FAN_OPEN_EXEC_PERM would add a second round trip to each (the kernel asks
+# both, one after the other). The guard tells an exec's open by the thread's system call.
+GUARD_EVENTS = FAN_OPEN_PERM
 FAN_ALLOW = 0x01
 FAN_DENY = 0x02
 METADATA_VERSION = 3
@@ -65,21 +70,27 @@ def _fail(what: str) -> FanotifyError:
 
 def init() -> int:
     """A new content-class group's descriptor (close-on-exec, non-blocking reads,
-    unlimited queue and marks: a dropped permission event would be an unanswerable one)."""
+    unlimited queue and marks: a dropped permission event would be an unanswerable one;
+    each event names the thread that caused it, not only its process)."""
     if _init is None:
         raise FanotifyError(errno.ENOSYS, "this libc has no fanotify_init")
     fd = _init(FAN_CLASS_CONTENT | FAN_CLOEXEC | FAN_NONBLOCK | FAN_UNLIMITED_QUEUE
-               | FAN_UNLIMITED_MARKS, os.O_RDONLY | os.O_LARGEFILE | os.O_CLOEXEC)
+               | FAN_UNLIMITED_MARKS | FAN_REPORT_TID,
+               os.O_RDONLY | os.O_LARGEFILE | os.O_CLOEXEC)
     if fd < 0:
         raise _fail("fanotify_init")
     return fd
 
 
-def mark_filesystem(fd: int, path: str, mask: int = PERM_EVENTS) -> None:
-    """Mark the whole filesystem holding ``path`` for ``mask``."""
+def mark_mount(fd: int, target: int, mask: int = GUARD_EVENTS) -> None:
+    """Mark the one mount that descriptor ``target`` (an ``O_PATH`` one will do) lies on:
+    opens through other mounts of the same filesystem raise no event."""
     assert _mark is not None
-    if _mark(fd, FAN_MARK_ADD | FAN_MARK_FILESYSTEM, mask, AT_FDCWD, os.fsencode(path)) != 0:
-        raise _fail(f"fanotify_mark {path}")
+    # Through the descriptor's magic link: the kernel resolves it to the very mount and
+    # file the descriptor holds (a NULL path would refuse an O_PATH descriptor).
+    where = b"/proc/self/fd/%d" % target
+    if _mark(fd, FAN_MARK_ADD | FAN_MARK_MOUNT, mask, AT_FDCWD, where) != 0:
+        raise _fail(f"fanotify_mark(FAN_MARK_MOUNT) of descriptor {target}")
 
 
 def mark_inode(fd: int, path: str, mask: int) -> None:
@@ -91,8 +102,8 @@ def mark_inode(fd: int, path: str, mask: int) -> None:
 
 @dataclass(frozen=True, slots=True)
 class Event:
-    """One event: its mask, the descriptor the kernel opened for it (-1: none) and the pid
-    (thread-group id) of the process that caused it."""
+    """One event: its mask, the descriptor the kernel opened for it (-1: none) and the id
+    of the thread that caused it (``FAN_REPORT_TID``)."""
 
     mask: int
     fd: int

@@ -263,8 +263,10 @@ class HostRun:
                 recorded=format_address(recorded), offered=format_address(address),
                 segment=exc.segment) from exc
 
-    def close(self) -> SealedSegment:
-        return self._emit(self.builder.close)
+    def close(self, *, idle_uj: int | None = None, provenance: str | None = None,
+              meter: str | None = None) -> SealedSegment:
+        """Close the run; a parked run's close carries the idle energy its park drew."""
+        return self._emit(lambda: self.builder.close(idle_uj, provenance, meter))
 
     def claim(self, claimed: Claimed) -> SealedSegment:
         """Start this (fresh) run from a warm slot: agents.pool_records."""

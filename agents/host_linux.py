@@ -21,11 +21,13 @@ _ESCAPE = re.compile(r"\\([0-7]{3})")
 @dataclass(frozen=True, slots=True)
 class Mount:
     """One line of ``mountinfo``: the mounted filesystem's device (``major:minor``),
-    where it is mounted (octal escapes such as ``\\040`` undone) and its type."""
+    where it is mounted (octal escapes such as ``\\040`` undone), its type and the mount's
+    id (unique on the host while it exists: two namespaces' copies of one mount differ)."""
 
     device: str
     mount_point: str
     fstype: str
+    mount_id: int = -1
 
 
 def _unescape(field: str) -> str:
@@ -39,7 +41,8 @@ def mounts(mountinfo: str = "/proc/self/mountinfo") -> list[Mount]:
         for line in f:
             left, _, right = line.rstrip("\n").partition(" - ")
             parts = left.split(" ")
-            out.append(Mount(parts[2], _unescape(parts[4]), right.split(" ", 1)[0]))
+            out.append(Mount(parts[2], _unescape(parts[4]), right.split(" ", 1)[0],
+                             int(parts[0])))
     return out
 
 

@@ -23,9 +23,10 @@ from __future__ import annotations
 from agents.host import Host, HostRun
 from agents.warm_pool import Accrued, Slot, WarmPool
 from fleet import kernel
-from fleet.address import parse_address
+from fleet.address import format_address, parse_address
 from fleet.kernel import NO_GRANTS, pool_unit
 from fleet.pool_errors import SlotClaimed
+from fleet.record import RunState
 from fleet.segment import Claimed, Evicted, ImageSnapshot
 from fleet.wire import SealedSegment
 
@@ -61,6 +62,9 @@ def start_from_slot(host: Host, pool: WarmPool, sid: str, unit_id: bytes, grants
     """Claim ``sid`` for the run of ``unit_id`` and ``grants_id`` and seal its first
     segment. A run that already has segments is refused (``PhaseViolation``) before the
     slot is touched; a slot another run claimed, ``SlotClaimed``; evicted, ``SlotEvicted``."""
+    # A slot that cannot be claimed is refused before the run is opened: nothing is left
+    # on the host for a run that never started.
+    pool.check_claim(sid, format_address(RunState.open(unit_id, grants_id).run))
     run = host.open_run(unit_id, grants_id)
     # The kernel's phase rule, asked before the slot is touched (a claim cannot be undone).
     kernel.next_phase(run.state.phase, kernel.CLAIMED, run.state.index + 1)

@@ -12,7 +12,9 @@ It closes the ways round the guard's filesystem marks:
   so libc falls back to ``clone``): a new user namespace would give the unit the
   capability to mount;
 * loading kernel code (``init_module``, ``finit_module``, ``kexec_load``,
-  ``kexec_file_load``).
+  ``kexec_file_load``);
+* taking a descriptor out of another process (``pidfd_getfd``): a descriptor opened in
+  the host's mount namespace lies on an unmarked mount.
 
 Each answers ``EPERM`` (``clone3``: ``ENOSYS``). The filter checks the architecture first:
 a system call made through another ABI (i386 ``int 0x80`` on x86-64, or x32's numbers) kills
@@ -69,7 +71,7 @@ class Arch:
 
 _COMMON_NEW = {"open_tree": 428, "move_mount": 429, "fsopen": 430, "fsconfig": 431,
                "fsmount": 432, "fspick": 433, "mount_setattr": 442, "memfd_secret": 447,
-               "open_tree_attr": 467}
+               "open_tree_attr": 467, "pidfd_getfd": 438}
 ARCHES = {
     "x86_64": Arch("x86_64", 0xC000003E, {
         "memfd_create": 319, "mount": 165, "umount2": 166, "pivot_root": 155,

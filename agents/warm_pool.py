@@ -250,6 +250,14 @@ class WarmPool:
 
     # -- ending a slot ------------------------------------------------------------------------
 
+    def check_claim(self, sid: str, run: str) -> None:
+        """Refuse, changing nothing, a claim of ``sid`` by ``run`` that :meth:`claim` would
+        refuse (``SlotEvicted``, ``UnknownSlot``, ``SlotClaimed`` by another run): asked
+        before anything else is written for the run, so a refused claim leaves nothing."""
+        s = _slot(self._row(sid))
+        if s.state == EVICTED or (s.state == CLAIMED and s.run != run):
+            raise _refusal(s)
+
     def claim(self, sid: str, run: str) -> Accrued:
         """Hand a warm slot to ``run``: its energy, which the run's record is to carry."""
         parse_address(run)
@@ -262,11 +270,8 @@ class WarmPool:
     def _end(self, sid: str, state: str, run: str | None) -> Accrued:
         with immediate(self._db):
             s = _slot(self._row(sid))
-            if s.state == EVICTED:
-                raise SlotEvicted(f"slot {sid} was evicted at {s.ended_at}; its energy is the "
-                                  f"pool's overhead and it cannot start a run")
-            if s.state == CLAIMED:
-                raise SlotClaimed(f"slot {sid} was claimed by run {s.run}")
+            if s.state != WARM:
+                raise _refusal(s)
             now = max(self._clock(), s.ready_at)
             a = self._accrue(s, now)
             self._db.execute(
@@ -280,6 +285,14 @@ class WarmPool:
         idle = image_park_idle(s.volume_bytes, seconds, memory_bytes=s.memory_bytes,
                                volume_w_per_tb=self._rates[0], memory_w_per_gb=self._rates[1])
         return Accrued(s.id, s.manifest, s.warm, idle, seconds, s.state, s.run)
+
+
+def _refusal(s: Slot) -> SlotEvicted | SlotClaimed:
+    """Why slot ``s``, no longer warm, cannot be ended again."""
+    if s.state == EVICTED:
+        return SlotEvicted(f"slot {s.id} was evicted at {s.ended_at}; its energy is the "
+                           f"pool's overhead and it cannot start a run")
+    return SlotClaimed(f"slot {s.id} was claimed by run {s.run}")
 
 
 def _slot(row: tuple[Any, ...]) -> Slot:

@@ -72,6 +72,10 @@ def show(doc: dict[str, Any]) -> None:
         dur = "-" if p["parked_s"] is None else f"{p['parked_s']:.0f}s"
         click.echo(f"  {p['run']}  host {p['host']}  {p['form']}  since {_when(p['since'])}"
                    f"  ({dur})")
+    if doc.get("closed_without_idle"):
+        click.echo(f"\nparks closed without their idle energy: {len(doc['closed_without_idle'])}")
+        for u in doc["closed_without_idle"]:
+            click.echo(f"  {u['run']}  host {u['host']}  {u['form']}  segment {u['segment']}")
     if doc["reused_slots"]:
         click.echo(f"\nwarm slots counted more than once: {len(doc['reused_slots'])}")
         for r in doc["reused_slots"]:

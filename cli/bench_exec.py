@@ -5,15 +5,21 @@ One run measures, in interleaved rounds on a private tmpfs (root only):
 * **baseline**: no guard at all;
 * **cached**: the binary run as the unit under a denylist guard, its hash cached;
 * **cold**: the same bytes in fresh inodes, so every exec is hashed;
-* **outside**: a process outside the unit execing the binary on the guarded filesystem (what
-  the guard costs everyone else on a marked filesystem: one answer, no hash).
+* **outside**: a process outside the unit execing the binary on the guarded filesystem (the
+  unit's mounts are its own namespace's, so this should cost nothing);
+* **outsider opens**: a process outside the unit opening files (the binary's tmpfs and
+  system files) in a loop for ``--open-seconds``, with no guard and with a guard running a
+  unit, in turn each round: p50 and p99 of one ``open``.
 
 A small Python driver times ``posix_spawn`` + ``waitpid`` of each exec (its own start-up is
 not timed). Medians and p90s in microseconds, and the ratios to the baseline of the same run.
+By default the guard marks every mount of the unit's namespace, as ``fleet exec run`` does
+(``--marks tmpfs``: only the binary's tmpfs, as before).
 """
 
 from __future__ import annotations
 
+import glob
 import json
 import os
 import shutil
@@ -45,6 +51,24 @@ for path in json.loads(sys.argv[1]):
 print(json.dumps(out))
 """
 
+READER = r"""
+import glob, json, os, sys, time
+paths = json.loads(sys.argv[1])
+end = time.monotonic() + float(sys.argv[2])
+out, refused = [], 0
+while time.monotonic() < end:
+    for path in paths:
+        start = time.perf_counter_ns()
+        try:
+            fd = os.open(path, os.O_RDONLY)
+        except PermissionError:
+            refused += 1
+            continue
+        out.append(time.perf_counter_ns() - start)
+        os.close(fd)
+print(json.dumps({"ns": out, "refused": refused}))
+"""
+
 
 def _times(run: Any, paths: list[str]) -> list[float]:
     done = run([sys.executable, "-c", DRIVER, json.dumps(paths)])
@@ -64,6 +88,21 @@ def _summary(values: list[float]) -> dict[str, float]:
             "p90": round(ordered[int(0.9 * (len(ordered) - 1))], 1)}
 
 
+def _open_summary(values: list[float], refused: int) -> dict[str, float]:
+    ordered = sorted(values)
+    return {"p50": round(statistics.median(ordered), 2),
+            "p99": round(ordered[int(0.99 * (len(ordered) - 1))], 2),
+            "opens": len(ordered), "refused": refused}
+
+
+def _outsider_opens(paths: list[str], seconds: float) -> tuple[list[float], int]:
+    done = _plain([sys.executable, "-c", READER, json.dumps(paths), str(seconds)])
+    if done.returncode != 0:
+        raise click.ClickException(f"bench exec: the reader failed: {done.stderr.strip()}")
+    got = json.loads(done.stdout)
+    return [ns / 1000 for ns in got["ns"]], got["refused"]
+
+
 def _hash_rate() -> float:
     data = os.urandom(64 << 20)
     start = time.perf_counter()
@@ -71,14 +110,18 @@ def _hash_rate() -> float:
     return round(64 / (time.perf_counter() - start), 1)
 
 
-def measure(execs: int, rounds: int, binary: Path) -> dict[str, Any]:
+def measure(execs: int, rounds: int, binary: Path, *, marks: str = "all",
+            open_seconds: float = 2.0) -> dict[str, Any]:
     from agents.exec_guard import ExecGuard
     from agents.scratch_fs import tmpfs
     from fleet.address import digest
     from fleet.exec_policy import build_policy
 
     policy = build_policy("allow", [(digest(b"some other program"), "deny", "other")])
-    samples: dict[str, list[float]] = {"baseline": [], "cached": [], "cold": [], "outside": []}
+    samples: dict[str, list[float]] = {"baseline": [], "cached": [], "cold": [], "outside": [],
+                                       "open_none": [], "open_guarded": []}
+    refused = {"open_none": 0, "open_guarded": 0}
+    system = sorted(glob.glob(f"{os.path.dirname(os.__file__)}/*.py"))[:200]
     with tempfile.TemporaryDirectory(prefix="fleet-bench-exec-") as tmp, \
             tmpfs(Path(tmp) / "fs", size_mib=256) as fs:
         prog = fs / "prog"
@@ -93,7 +136,11 @@ def measure(execs: int, rounds: int, binary: Path) -> dict[str, Any]:
                 c.chmod(0o755)
                 cold.append(str(c))
             samples["baseline"] += _times(_plain, [str(prog)] * execs)
-            with ExecGuard(policy, marks=[str(fs)]) as guard:
+            readable = [str(prog), *system]
+            got, n = _outsider_opens(readable, open_seconds)
+            samples["open_none"] += got
+            refused["open_none"] += n
+            with ExecGuard(policy, marks=[str(fs)] if marks == "tmpfs" else None) as guard:
 
                 def unit(argv: list[str], guard: ExecGuard = guard
                          ) -> subprocess.CompletedProcess[str]:
@@ -105,8 +152,14 @@ def measure(execs: int, rounds: int, binary: Path) -> dict[str, Any]:
                 samples["cached"] += _times(unit, [str(prog)] * (execs + 1))[1:]
                 samples["cold"] += _times(unit, cold)
                 samples["outside"] += _times(_plain, [str(prog)] * execs)
+                unit_proc = guard.spawn(["sleep", "600"])
+                got, n = _outsider_opens(readable, open_seconds)
+                samples["open_guarded"] += got
+                refused["open_guarded"] += n
+                unit_proc.kill()
             for c in cold:
                 os.unlink(c)
+    opens = {k: _open_summary(samples.pop(k), refused[k]) for k in refused}
     s = {k: _summary(v) for k, v in samples.items()}
     base = s["baseline"]["p50"]
     return {
@@ -123,10 +176,21 @@ def measure(execs: int, rounds: int, binary: Path) -> dict[str, Any]:
         "cached_over_baseline_ratio": round(s["cached"]["p50"] / base, 3),
         "cold_over_baseline_ratio": round(s["cold"]["p50"] / base, 3),
         "outside_over_baseline_ratio": round(s["outside"]["p50"] / base, 3),
+        "outsider_open_us": {"no_guard": opens["open_none"],
+                             "guarded": opens["open_guarded"]},
+        "outsider_open_p50_ratio": round(opens["open_guarded"]["p50"]
+                                         / opens["open_none"]["p50"], 3),
+        "outsider_open_p99_ratio": round(opens["open_guarded"]["p99"]
+                                         / opens["open_none"]["p99"], 3),
+        "marks": marks,
         "blake3_mib_per_s": _hash_rate(),
         "statistic": "wall-clock posix_spawn+waitpid per exec in microseconds, p50 and p90 "
-                     "over all rounds; each round runs baseline, cached, cold and outside in "
-                     "turn; the guard marks only a private tmpfs holding the binary",
+                     "over all rounds; each round runs baseline, outsider opens without a "
+                     "guard, cached, cold, outside and outsider opens with a guard in turn; "
+                     "the guard marks every mount of the unit's namespace ('all') or only "
+                     "the binary's private tmpfs ('tmpfs'); outsider opens: one os.open of "
+                     "the binary and 200 system files in a loop, p50 and p99 in "
+                     "microseconds",
     }
 
 
@@ -137,11 +201,18 @@ def measure(execs: int, rounds: int, binary: Path) -> dict[str, Any]:
 @click.option("--binary", type=click.Path(dir_okay=False, exists=True, path_type=Path),
               default=lambda: shutil.which("true") or "/bin/true",
               help="The allowed program to exec (copied to the guarded tmpfs).")
+@click.option("--marks", type=click.Choice(["all", "tmpfs"]), default="all", show_default=True,
+              help="What the guard marks: every mount of the unit's namespace, or only the "
+                   "binary's tmpfs.")
+@click.option("--open-seconds", default=2.0, show_default=True, type=click.FloatRange(0.2),
+              help="How long the outsider opens files, per phase and round.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON only.")
-def bench_exec(execs: int, rounds: int, binary: Path, as_json: bool) -> None:
+def bench_exec(execs: int, rounds: int, binary: Path, marks: str, open_seconds: float,
+               as_json: bool) -> None:
     """Exec latency of an allowed binary: no guard, guarded (cached and cold), and a process
     outside the unit on the guarded filesystem. Needs root."""
     if os.geteuid() != 0:
         raise UserError("bench exec needs root (fanotify permission events, a tmpfs mount)")
-    result = measure(execs, rounds, Path(os.path.realpath(binary)))
+    result = measure(execs, rounds, Path(os.path.realpath(binary)), marks=marks,
+                     open_seconds=open_seconds)
     emit_result(result, as_json)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import stat
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -203,16 +204,25 @@ def policy_verify(policy_file: Path, address: str | None, as_json: bool) -> None
               help="The exec journal (SQLite) in the run's host folder.")
 @click.option("--run", "run_id", help="The run this unit belongs to (kept in the journal).")
 @click.option("--mark", "marks", multiple=True,
-              help="Mark only these filesystems (a path on each; repeatable). Default: every "
-                   "filesystem this process can reach.")
+              help="Mark only the unit's mounts holding these paths (repeatable). Default: "
+                   "every mount of the unit's namespace that can hold files.")
 @click.option("--user", help="Run the unit as this user (name or uid) and its group.")
 @click.option("--report", type=click.Path(dir_okay=False, path_type=Path),
               help="Write a JSON summary here when the unit ends.")
+@click.option("--keep-capabilities", is_flag=True,
+              help="Leave a root unit its capabilities. This gives up the guarantee: with "
+                   "CAP_SYS_ADMIN or CAP_SYS_PTRACE a unit can run bytes the guard never "
+                   "sees (docs/process-control.md).")
+@click.option("--deny-write-exec", is_flag=True,
+              help="Refuse memory made executable after it was writable (PR_SET_MDWE, Linux "
+                   "6.3): closes code built in memory, breaks JIT compilers.")
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
 def exec_run(policy_file: Path, journal: Path, run_id: str | None, marks: tuple[str, ...],
-             user: str | None, report: Path | None, command: tuple[str, ...]) -> None:
-    """Run COMMAND as a unit under the policy; exits with the unit's status. SIGHUP reloads
-    the policy, SIGUSR1 ends the journal's interval, SIGINT/SIGTERM go to the unit."""
+             user: str | None, report: Path | None, keep_capabilities: bool,
+             deny_write_exec: bool, command: tuple[str, ...]) -> None:
+    """Run COMMAND as a unit under the policy; exits with the unit's status, or 126 when
+    the guard refuses COMMAND itself. SIGHUP reloads the policy, SIGUSR1 ends the
+    journal's interval, SIGINT/SIGTERM go to the unit."""
     from cli._exec_run import run_unit
 
     policy = load_policy(policy_file)
@@ -228,21 +238,33 @@ def exec_run(policy_file: Path, journal: Path, run_id: str | None, marks: tuple[
     try:
         code, summary = run_unit(policy, policy_file, list(command), journal=journal,
                                  run_id=run_id, marks=list(marks) or None, uid=uid, gid=gid,
-                                 load=load_policy)
+                                 load=load_policy, keep_capabilities=keep_capabilities,
+                                 deny_write_exec=deny_write_exec)
     except ExecGuardUnavailable as exc:
         raise CheckFailed(f"{exc.rule}: {exc}") from None
-    except FileNotFoundError as exc:
+    except OSError as exc:
         raise UserError(f"cannot run {command[0]}: {exc.strerror}") from None
+    except subprocess.SubprocessError as exc:  # the unit's set-up between fork and exec
+        raise UserError(f"cannot start {command[0]} as a unit: {exc}") from None
     if report is not None:
         report.write_text(json.dumps(summary, indent=2) + "\n")
+    if summary["denied_first"]:
+        click.echo(f"fleet exec: {command[0]}: refused by the exec policy (exit 126)",
+                   err=True)
     click.echo(f"fleet exec: {summary['stats']['denied']} denied, {summary['stats']['allowed']}"
                f" allowed; journal {journal}, interval root {summary['root']}", err=True)
     sys.exit(code)
 
 
 def check_roots(journal: dict[str, Any], journal_file: Path) -> None:
-    """Refuse a journal file (read by ``read_journal``) whose stored interval roots do not
-    match their entries."""
+    """Refuse a journal file (read by ``read_journal``) with an entry whose stored bytes do
+    not match its fields, or whose stored interval roots do not match their entries."""
+    entries = journal.get("bad_entries", [])
+    if entries:
+        first = entries[0]
+        raise CheckFailed(f"{journal_file}: entries {[e['seq'] for e in entries]} do not "
+                          f"match their stored bytes (entry {first['seq']} of interval "
+                          f"{first['interval']}: {first['error']})")
     bad = [i["interval"] for i in journal["intervals"] if i.get("root_matches") is False]
     if bad:
         raise CheckFailed(f"{journal_file}: stored roots of intervals {bad} do not match "
@@ -326,7 +348,8 @@ def _audit_record(journal: dict[str, Any], record_file: Path) -> list[dict[str, 
 @exec_group.command("probe")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 def exec_probe(as_json: bool) -> None:
-    """Can this host enforce exec policies? (fanotify permission events, cgroup v2, seccomp)"""
+    """Can this host enforce exec policies? (fanotify permission events, cgroup v2, seccomp,
+    a mount namespace for the unit)"""
     from cli._exec_run import probe_host
 
     doc = probe_host()

@@ -13,6 +13,7 @@ import json
 import signal as signals
 import sys
 import uuid
+from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any
 
@@ -121,18 +122,27 @@ def runtime_start(workflow: str, run_name: str, input_json: str | None, host_dir
         finally:
             await nc.close()
 
-    try:
-        doc = asyncio.run(go())
-    except FleetError as exc:
-        raise CheckFailed(f"{exc.rule}: {exc}") from None
-    finally:
-        rt.close()
-        host.close()
+    doc = on_host(go, rt, host)
     if as_json:
         emit_json(doc)
     else:
         click.echo(f"{doc['run']} {doc['status']}" + (f" waiting on {doc['wait']}"
                                                        if doc["wait"] else ""))
+
+
+def on_host(go: Callable[[], Coroutine[Any, Any, dict[str, Any]]], rt: Any, host: Any
+            ) -> dict[str, Any]:
+    """Run ``go`` with ``rt`` and ``host`` open, closing both after; a named refusal exits
+    1 with its rule."""
+    from fleet.errors import FleetError
+
+    try:
+        return asyncio.run(go())
+    except FleetError as exc:
+        raise CheckFailed(f"{exc.rule}: {exc}") from None
+    finally:
+        rt.close()
+        host.close()
 
 
 async def _no_adopt(run: str) -> Any:

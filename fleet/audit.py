@@ -14,6 +14,9 @@ energy split, its parks decoded from the folded segments, when each was folded) 
   ledger folded the suspend and the resume; a park whose two segments were folded in one
   batch has no measurable duration and is counted, but not in the per-hour figure;
 - **parked**: runs parked now, since when and for how long;
+- **closed without idle**: parks ended by a close that carried no idle energy (the park's
+  draw is missing from the record; a close ending a park should carry it: run-record.md
+  §4), also a reason a host is suspicious;
 - **reused slots**: warm slots whose energy the record counts more than once (claimed by
   two runs, or claimed and also evicted as overhead): the ledger folds runs one by one and
   cannot refuse that, so the audit names each such slot and the runs that count it;
@@ -83,6 +86,9 @@ class AuditPark:
     resumed_at: float | None = None
     idle_uj: int | None = None
     provenance: str | None = None
+    # Ended by a close that carried no idle energy: the park's draw is missing from the
+    # record (run-record.md §4); ``resumed_at`` is then when it was closed.
+    closed_bare: bool = False
 
     def hours(self) -> float | None:
         if self.suspended_at is None or self.resumed_at is None:
@@ -151,6 +157,7 @@ def audit(runs: Iterable[AuditRun], now: float, since: float | None = None,
     hosts: dict[str, dict[str, Any]] = {}
     closed: list[tuple[str, AuditPark]] = []
     parked: list[dict[str, Any]] = []
+    unpriced: list[dict[str, Any]] = []
     for r in runs:
         verdicts[r.verdict] = verdicts.get(r.verdict, 0) + 1
         if r.verdict in ("Blocked", "Malformed"):
@@ -172,7 +179,10 @@ def audit(runs: Iterable[AuditRun], now: float, since: float | None = None,
         for park in r.parks:
             if not _park_since(park, since):
                 continue
-            if park.idle_uj is None:
+            if park.closed_bare:
+                unpriced.append({"run": r.run, "host": r.host, "form": park.form,
+                                 "segment": park.segment})
+            elif park.idle_uj is None:
                 parked.append({
                     "run": r.run, "host": r.host, "form": park.form, "segment": park.segment,
                     "since": park.suspended_at,
@@ -193,7 +203,8 @@ def audit(runs: Iterable[AuditRun], now: float, since: float | None = None,
         "parks": _by_form(closed),
         "parked": sorted(parked, key=lambda p: (p["since"] is None, p["since"] or 0)),
         "reused_slots": reused,
-        "suspicious_hosts": _suspicious(runs, closed, cheap_factor, reused),
+        "closed_without_idle": unpriced,
+        "suspicious_hosts": _suspicious(runs, closed, cheap_factor, reused, unpriced),
         "cheap_factor": cheap_factor,
         "grant_refusals": grant_refusals(refusals, since),
     }
@@ -235,8 +246,8 @@ def _reused_slots(runs: Sequence[AuditRun]) -> list[dict[str, Any]]:
 
 
 def _suspicious(runs: Sequence[AuditRun], closed: Sequence[tuple[str, AuditPark]],
-                cheap_factor: float, reused: Sequence[dict[str, Any]]
-                ) -> list[dict[str, Any]]:
+                cheap_factor: float, reused: Sequence[dict[str, Any]],
+                unpriced: Sequence[dict[str, Any]] = ()) -> list[dict[str, Any]]:
     reasons: dict[str, list[str]] = defaultdict(list)
     by_host: dict[str, list[AuditPark]] = defaultdict(list)
     for host, park in closed:
@@ -264,4 +275,7 @@ def _suspicious(runs: Sequence[AuditRun], closed: Sequence[tuple[str, AuditPark]
         for host in sorted({u["host"] for u in slot["uses"]}):
             reasons[host].append(f"warm slot {slot['slot']} is counted "
                                  f"{len(slot['uses'])} times")
+    for host in sorted({u["host"] for u in unpriced}):
+        count = sum(u["host"] == host for u in unpriced)
+        reasons[host].append(f"{count} parked runs closed without their park's idle energy")
     return [{"host": h, "reasons": reasons[h]} for h in sorted(reasons)]

@@ -81,8 +81,10 @@ class RecordBuilder:
     ) -> SealedSegment:
         return self._append(resumed(snapshot, manifest, idle_uj, provenance, meter))
 
-    def close(self) -> SealedSegment:
-        return self._append(Closed())
+    def close(self, idle_uj: int | None = None, provenance: str | None = None,
+              meter: str | None = None) -> SealedSegment:
+        """Close the run; closing a parked run, give the idle energy its park drew."""
+        return self._append(Closed(idle_uj, provenance, meter))
 
     def claim(self, claimed: Claimed) -> SealedSegment:
         """Start the run from a warm slot (its first segment: docs/warm-pools.md)."""

@@ -6,7 +6,7 @@ first allow of each content address per access kind) is one entry::
     entry = seq:u64 || time_ns:u64 || access:u8 || verdict:u8 || cause:u8
             || content[32] || policy[32] || text(label) || path(p)
 
-    access   0x01 exec (FAN_OPEN_EXEC_PERM), 0x02 open (FAN_OPEN_PERM)
+    access   0x01 exec (an open made by execve/execveat), 0x02 open (any other open)
     verdict  0x01 allow, 0x02 deny
     cause    0x01 the policy decided; 0x02 the bytes could not be pinned (a writer held
              the file open at exec, or they changed while being hashed): denied unverified

@@ -4,7 +4,7 @@ This module is the record's one statement of:
 
 * **canonical bytes** of the six segment kinds, of both park forms and of attestations
   (``snapshot_bytes``, ``attestation_bytes``, ``executed_bytes``, ``suspended_bytes``,
-  ``resumed_bytes``, ``CLOSED_BYTES``, ``claimed_bytes``, ``evicted_bytes``), each input
+  ``resumed_bytes``, ``closed_bytes``, ``claimed_bytes``, ``evicted_bytes``), each input
   checked before anything is hashed;
 * **the rules** a segment must meet against the run it extends (:func:`next_phase`,
   :func:`executed_step`, :func:`suspended_step`, :func:`resumed_step`,
@@ -29,7 +29,8 @@ A *park* is held as plain bytes, ``snapshot_bytes || manifest[32]``; a *step* is
     phase     the phase after it
     park      the park held after it (None: not parked)
     receipt   (provenance, uj) of an executed interval, else None
-    idle      (provenance, uj) of a resume's idle energy, else None
+    idle      (provenance, uj) of a resume's idle energy (or a close's that ends a park),
+              else None
     executed  whether it is an executed interval (it then feeds the wait proof)
     calls     an executed interval's call account (None: unaccounted); anything with
               ``dispatched`` and ``resolved`` sequences of call ids
@@ -51,6 +52,7 @@ from fleet.errors import (
     AttestationMismatch,
     ForeignRun,
     MalformedCallAccount,
+    MalformedSegment,
     MalformedSnapshot,
     ManifestMismatch,
     PhaseViolation,
@@ -110,6 +112,7 @@ __all__ = [
     "check_u64",
     "claimed_bytes",
     "claimed_step",
+    "closed_bytes",
     "closed_step",
     "encode_ids",
     "encode_text",
@@ -369,6 +372,19 @@ def resumed_bytes(snapshot: bytes, manifest: bytes, idle_uj: int, provenance: st
             + _energy(idle_uj, provenance, "idle_uj") + encode_text(meter, "meter"))
 
 
+def closed_bytes(idle_uj: int | None = None, provenance: str | None = None,
+                 meter: str | None = None) -> bytes:
+    """``0x04`` (a bare close), or ``0x04 || idle_uj:u64 || provenance:u8 || text(meter)``:
+    a close that ends a park, with the idle energy the park drew until the close. The three
+    idle fields come together or not at all (``MalformedSegment``)."""
+    if idle_uj is None and provenance is None and meter is None:
+        return CLOSED_BYTES
+    if idle_uj is None or provenance is None or meter is None:
+        raise MalformedSegment("a close gives its idle energy, provenance and meter together"
+                               " or none of them")
+    return CLOSED_BYTES + _energy(idle_uj, provenance, "idle_uj") + encode_text(meter, "meter")
+
+
 def pool_unit(host: str, pool: str) -> bytes:
     """``BLAKE3(POOL_DOMAIN || text(host) || text(pool))``: the unit of a pool's own run
     (its run id is :func:`genesis` of this unit and :data:`NO_GRANTS`)."""
@@ -473,10 +489,24 @@ def resumed_step(run: Position, index: int, body: bytes, snapshot: bytes,
     return body, nxt, None, None, (provenance, idle_uj), False, None, None
 
 
-def closed_step(run: Position, index: int) -> Step:
-    """A close: allowed in any phase but closed; the park (if any) stays on the record."""
-    return (CLOSED_BYTES, next_phase(run.phase, CLOSED, index), run.park, None, None, False,
-            None, None)
+def closed_step(run: Position, index: int, body: bytes = CLOSED_BYTES,
+                idle_uj: int | None = None, provenance: str | None = None) -> Step:
+    """A close: allowed in any phase but closed; the park (if any) stays on the record. A
+    close that carries idle energy (``body`` from :func:`closed_bytes`) ends a park: only
+    a parked run's (``PhaseViolation``), never zero (``ZeroIdleEnergy``), and it counts as
+    the run's idle energy, as a resume's would: abandoning a week-long park does not drop
+    the week's draw from the record."""
+    nxt = next_phase(run.phase, CLOSED, index)
+    if idle_uj is None:
+        return CLOSED_BYTES, nxt, run.park, None, None, False, None, None
+    if run.phase != PHASE_PARKED:
+        raise PhaseViolation(f"a close carries idle energy only when it ends a park, not in"
+                             f" phase {run.phase}", segment=index)
+    if idle_uj == 0:
+        raise ZeroIdleEnergy(
+            "a park is never free: idle_uj must be the energy its retained state drew",
+            segment=index)
+    return body, nxt, run.park, None, (provenance, idle_uj), False, None, None
 
 
 def claimed_step(run: Position, index: int, body: bytes, manifest: bytes, warm_uj: int,

@@ -108,7 +108,8 @@ def segment_step(run: kernel.Position, index: int, segment: Segment,
         return kernel.resumed_step(run, index, body, segment.snapshot.canonical(),
                                    segment.manifest, segment.idle_uj, segment.idle_provenance)
     if type(segment) is Closed:
-        return kernel.closed_step(run, index)
+        return kernel.closed_step(run, index, segment.canonical(), segment.idle_uj,
+                                  segment.idle_provenance)
     if type(segment) is Claimed:
         return kernel.claimed_step(run, index, body, segment.manifest, segment.warm_uj,
                                    segment.warm_provenance, segment.idle_uj,

@@ -12,6 +12,7 @@ __all__ = [
     "JournalTampered",
     "NotTranscriptPark",
     "ReplayDiverged",
+    "RunFinished",
     "RuntimeError_",
     "SignalTimeout",
     "ValueShredded",
@@ -54,6 +55,10 @@ class ValueShredded(RuntimeError_):
 
 class WorkflowUnknown(RuntimeError_):
     """A journal names a workflow this process cannot import."""
+
+
+class RunFinished(RuntimeError_):
+    """The run is done, failed or cancelled already: there is nothing left to cancel."""
 
 
 class SignalTimeout(RuntimeError_, TimeoutError):

@@ -16,6 +16,11 @@ key (crypto-shred) leaves every hash valid and a short value unguessable.
     grants id = BLAKE3("fleet.runtime.grants/1" || text(workflow))  identity of a run)
     manifest  = BLAKE3("fleet.runtime.manifest/1" || text(workflow))
 
+An interval's call account (:func:`interval_account`) is read off its entries: its
+``dispatch`` entries are dispatched, its ``resolve`` entries resolved, and a step whose
+``dispatch`` lies in an earlier interval but whose result this interval produced (a retry
+after a lost interval) is dispatched and resolved here as the attempt ``CALL/retry``.
+
 ``text(s)`` is u32 big-endian length || UTF-8; ``canon`` is JSON with sorted keys, no
 spaces, UTF-8 (``ensure_ascii`` off).
 """
@@ -24,27 +29,35 @@ from __future__ import annotations
 
 import json
 import struct
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
-from fleet.address import digest
+from nacl.exceptions import CryptoError
+from nacl.secret import SecretBox
+
+from fleet.address import digest, format_address
 from fleet.runtime_errors import JournalTampered
 
 __all__ = [
     "COMMANDS",
     "KINDS",
     "RESOLUTIONS",
+    "RETRY",
     "args_hash",
     "blob_address",
     "canon",
     "chain_hashes",
     "entry_hash",
     "genesis",
+    "handed_off",
+    "interval_account",
     "interval_root",
+    "open_blob",
     "projection_hash",
     "run_ids",
     "runtime_manifest",
     "text",
+    "value_addresses",
 ]
 
 # Commands (issued by workflow code, matched in order on replay) and resolutions (results,
@@ -52,6 +65,8 @@ __all__ = [
 COMMANDS = frozenset({"dispatch", "now", "random", "wait", "timer", "patch", "end"})
 RESOLUTIONS = frozenset({"resolve", "signal", "timeout", "fired"})
 KINDS = frozenset({"start"}) | COMMANDS | RESOLUTIONS
+# The account id of a step re-run in a later interval than the one that dispatched it.
+RETRY = "/retry"
 
 
 def text(value: str) -> bytes:
@@ -119,3 +134,73 @@ def run_ids(name: str, workflow: str) -> tuple[bytes, bytes]:
 def runtime_manifest(workflow: str) -> bytes:
     """The environment manifest a runtime park names: the workflow's code identity."""
     return digest(b"fleet.runtime.manifest/1" + text(workflow))
+
+
+def handed_off(body: str) -> bool:
+    """Whether a ``dispatch`` entry's body hands its call off (``ctx.handoff``): its result
+    comes from outside, in a later interval, and is never run by the runtime."""
+    try:
+        ask = json.loads(body).get("ask")
+    except (ValueError, AttributeError):
+        raise JournalTampered("a dispatch entry's body is not a JSON object") from None
+    return isinstance(ask, dict) and ask.get("handoff") is True
+
+
+def interval_account(entries: Sequence[tuple[str, str, str]], first: int, end: int
+                     ) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """``(dispatched, resolved)`` of the interval holding entries ``first .. end - 1`` of
+    ``entries`` (``(kind, call, body)`` each, from entry 0), in journal order.
+
+    A ``dispatch`` is dispatched; a ``resolve`` of a call this interval dispatched, of a
+    call handed off earlier, or of a call never dispatched is resolved as it is. A
+    ``resolve`` of a step dispatched in an earlier interval means this interval ran the
+    step again (the interval that dispatched it was lost before its result was
+    journaled): the work was done and waited for here, so the attempt ``CALL/retry`` is
+    both dispatched and resolved (the earlier dispatch stays outstanding: that attempt's
+    result was never seen). The wait proof then says ``Blocked`` exactly where an interval
+    waited for its own work.
+    """
+    earlier: dict[str, bool] = {}
+    for kind, call, body in entries[:first]:
+        if kind == "dispatch":
+            earlier[call] = handed_off(body)
+    dispatched: list[str] = []
+    resolved: list[str] = []
+    own: set[str] = set()
+    for kind, call, _body in entries[first:end]:
+        if kind == "dispatch":
+            dispatched.append(call)
+            own.add(call)
+        elif kind == "resolve":
+            if call in own or earlier.get(call, True):
+                resolved.append(call)
+            else:
+                dispatched.append(call + RETRY)
+                resolved.append(call + RETRY)
+    return tuple(dispatched), tuple(resolved)
+
+
+def value_addresses(body: str) -> list[str]:
+    """The blob addresses an entry's body commits to (its ``value``, ``input`` and
+    ``request``), in that order."""
+    try:
+        data = json.loads(body)
+    except ValueError:
+        raise JournalTampered("an entry's body is not JSON") from None
+    if not isinstance(data, dict):
+        raise JournalTampered("an entry's body is not a JSON object")
+    return [data[k] for k in ("value", "input", "request") if isinstance(data.get(k), str)]
+
+
+def open_blob(address: bytes, box: bytes, key: bytes, salt: bytes) -> bytes:
+    """A blob's plaintext, checked to hash to ``address``; JournalTampered if it does not
+    decrypt under ``key`` or hash to its address with ``salt``."""
+    try:
+        raw = SecretBox(key).decrypt(box)
+    except (CryptoError, ValueError, TypeError):
+        raise JournalTampered(f"the blob at {format_address(address)} does not decrypt"
+                              ) from None
+    if len(salt) != 32 or blob_address(salt, raw) != address:
+        raise JournalTampered(f"the blob at {format_address(address)} does not hash to its"
+                              " address")
+    return raw

@@ -146,10 +146,21 @@ class Resumed(msgspec.Struct, frozen=True):
 
 
 class Closed(msgspec.Struct, frozen=True):
+    """A close; one that ends a park may carry the idle energy the park drew (all three
+    idle fields, or none: ``kernel.closed_bytes``)."""
+
+    idle_uj: int | None = None
+    idle_provenance: str | None = None
+    idle_meter: str | None = None
+    _raw: bytes = b""
     kind = CLOSED
 
+    def __post_init__(self) -> None:
+        force_setattr(self, "_raw", kernel.closed_bytes(self.idle_uj, self.idle_provenance,
+                                                        self.idle_meter))
+
     def canonical(self) -> bytes:
-        return kernel.CLOSED_BYTES
+        return self._raw
 
 
 class _SlotEnergy(msgspec.Struct, frozen=True, kw_only=True):

@@ -108,7 +108,9 @@ def step(wire: object, take: Callable[[], bytes], run: kernel.Position, index: i
                                     wire.idle_meter)  # type: ignore[attr-defined]
         return kernel.resumed_step(run, index, body, snapshot, manifest, idle_uj, provenance)
     if kind is ClosedWire:
-        return kernel.closed_step(run, index)
+        idle_uj, provenance = wire.idle_uj, wire.idle_provenance  # type: ignore[attr-defined]
+        body = kernel.closed_bytes(idle_uj, provenance, wire.idle_meter)  # type: ignore[attr-defined]
+        return kernel.closed_step(run, index, body, idle_uj, provenance)
     if kind is ClaimedWire or kind is EvictedWire:
         w: Any = wire
         slot = take()

@@ -7,7 +7,7 @@ it, its ``seal`` (base64 of 64 bytes) and the fields of its kind, named as in th
                journal_root, outcome}, calls {dispatched, resolved} (absent = unaccounted)
     suspended  snapshot {fs_root[, mem_image]} | {transcript}, manifest
     resumed    snapshot, manifest, idle_uj, idle_provenance, idle_meter
-    closed     (nothing more)
+    closed     (nothing more), or idle_uj, idle_provenance, idle_meter when it ends a park
     claimed    slot, snapshot {fs_root[, mem_image]}, manifest, warm_uj, warm_provenance,
                warm_meter, idle_uj, idle_provenance, idle_meter
     evicted    slot, warm_uj, warm_provenance, warm_meter, idle_uj, idle_provenance,
@@ -157,7 +157,10 @@ class ResumedWire(_SegmentBase, tag=RESUMED):
 
 
 class ClosedWire(_SegmentBase, tag=CLOSED):
-    pass
+    # A close that ends a park may carry the park's idle energy (all three or none).
+    idle_uj: int | None = None
+    idle_provenance: str | None = None
+    idle_meter: str | None = None
 
 
 class _SlotWire(_SegmentBase):
@@ -297,7 +300,7 @@ def _segment_from_wire(wire: SegmentWire) -> SealedSegment:
     elif type(wire) is EvictedWire:
         segment = Evicted(slot=parse_address(wire.slot), **_slot_energy(wire))
     else:
-        segment = ClosedSegment()
+        segment = ClosedSegment(wire.idle_uj, wire.idle_provenance, wire.idle_meter)
     return SealedSegment(wire.index, segment, parse_address(wire.head), seal_bytes(wire.seal),
                          attestation)
 
@@ -402,7 +405,9 @@ def segment_to_wire(sealed: SealedSegment, host: str | None = None) -> SegmentWi
             manifest=format_address(seg.manifest), **_slot_energy(seg))
     if isinstance(seg, Evicted):
         return EvictedWire(**common, slot=format_address(seg.slot), **_slot_energy(seg))
-    return ClosedWire(**common)
+    assert isinstance(seg, ClosedSegment)
+    return ClosedWire(**common, idle_uj=seg.idle_uj, idle_provenance=seg.idle_provenance,
+                      idle_meter=seg.idle_meter)
 
 
 def _slot_energy(seg: Claimed | Evicted | ClaimedWire | EvictedWire) -> dict[str, Any]:

@@ -14,6 +14,7 @@ from fleet.run_codec import state_from_json
 from fleet.wait_proof import verdict_json
 from fleet.wire import (
     ClaimedWire,
+    ClosedWire,
     EvictedWire,
     ResumedWire,
     SuspendedWire,
@@ -30,10 +31,14 @@ def _parks(rows: list[tuple[int, str, float | None, bytes]]) -> list[AuditPark]:
         seg = None if wire is None else wire.segment
         if isinstance(seg, SuspendedWire):
             parks.append(AuditPark(idx, park_form(seg.snapshot), at))
-        elif isinstance(seg, ResumedWire) and parks and parks[-1].idle_uj is None:
+        elif isinstance(seg, ResumedWire | ClosedWire) and parks \
+                and parks[-1].idle_uj is None and not parks[-1].closed_bare:
+            # A resume ends the park with its idle energy; so does a close that carries it
+            # (run-record.md §4); a bare close ends it with its draw missing.
             open_park = parks[-1]
             parks[-1] = AuditPark(open_park.segment, open_park.form, open_park.suspended_at,
-                                  at, seg.idle_uj, seg.idle_provenance)
+                                  at, seg.idle_uj, seg.idle_provenance,
+                                  closed_bare=seg.idle_uj is None)
     return parks
 
 
@@ -49,8 +54,8 @@ def audit_runs(store: LedgerStore) -> list[AuditRun]:
     slots: dict[str, list[tuple[str, str, int]]] = {}
     for run, idx, kind, at, payload in conn.execute(
             f"SELECT run, idx, kind, {at_col}, payload FROM segments WHERE kind IN"
-            " ('suspended', 'resumed', 'claimed', 'evicted') ORDER BY run, idx"):
-        if kind in ("suspended", "resumed"):
+            " ('suspended', 'resumed', 'closed', 'claimed', 'evicted') ORDER BY run, idx"):
+        if kind in ("suspended", "resumed", "closed"):
             park_rows.setdefault(run, []).append((idx, kind, at, payload))
             continue
         wire = envelope_wire(bytes(payload))

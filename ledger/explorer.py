@@ -32,6 +32,7 @@ from fleet.run_codec import state_from_json
 from fleet.wait_proof import verdict_json
 from fleet.wire import (
     ClaimedWire,
+    ClosedWire,
     EvictedWire,
     ExecutedWire,
     ResumedWire,
@@ -181,6 +182,8 @@ class Explorer:
                 detail = park_form(seg.snapshot)
             elif isinstance(seg, ResumedWire):
                 detail = f"idle {_uj(seg.idle_uj)} {seg.idle_provenance}"
+            elif isinstance(seg, ClosedWire) and seg.idle_uj is not None:
+                detail = f"park's idle {_uj(seg.idle_uj)} {seg.idle_provenance}"
             elif isinstance(seg, ClaimedWire | EvictedWire):
                 what = "claim" if isinstance(seg, ClaimedWire) else "overhead"
                 detail = f"{what} {_uj(seg.warm_uj + seg.idle_uj)} (warm-up + idle)"

@@ -74,6 +74,13 @@ def res(snapshot: dict, idle: int = 5_000_000, manifest: str = MANIFEST,
 CLOSE = {"kind": "closed"}
 
 
+def close_idle(idle: int, provenance: str = "estimated",
+               meter: str = "estimate:storage@1.2W/TB") -> dict:
+    """A close that ends a park, with the idle energy the park drew."""
+    return {"kind": "closed", "idle_uj": idle, "idle_provenance": provenance,
+            "idle_meter": meter}
+
+
 def slot_energy(warm: int, idle: int) -> dict:
     return {"warm_uj": warm, "warm_provenance": "measured", "warm_meter": "rapl:package-0",
             "idle_uj": idle, "idle_provenance": "estimated",
@@ -114,6 +121,14 @@ CASES: list[tuple[str, str, list[dict]]] = [
       sus(TRANSCRIPT, manifest=addr("other")), sus(TRANSCRIPT)]),
     ("close-while-parked", "a record may be closed while parked",
      [ex(1000, "j1"), sus(TRANSCRIPT), CLOSE]),
+    ("close-parked-with-idle", "a close that ends a park carries the idle energy the park "
+     "drew (a week of a transcript's storage): it is the run's idle energy, as a resume's",
+     [ex(1000, "j1"), sus(TRANSCRIPT), close_idle(604_800)]),
+    ("refuse-close-idle-not-parked", "a close carries idle energy only when it ends a park "
+     "(PhaseViolation); never zero (ZeroIdleEnergy); all three fields or none "
+     "(MalformedSegment); a close with the park's idle energy then closes the run",
+     [ex(1000, "j1"), close_idle(5), sus(TRANSCRIPT), close_idle(0),
+      {"kind": "closed", "idle_uj": 5}, close_idle(7, "measured", "rapl:dram")]),
     ("refuse-snapshot-mismatch", "resuming with another snapshot is refused",
      [ex(1000, "j1"), sus(IMAGE), res({"fs_root": addr("forked")}), res(IMAGE)]),
     ("refuse-image-for-transcript", "an image and a transcript over one address differ",
@@ -225,7 +240,7 @@ def step_segment(step: dict) -> tuple[Segment, Any]:
         snapshot = make_snapshot(**{k: parse_address(v) for k, v in s.items()})
         return Claimed(slot=parse_address(step["slot"]), snapshot=snapshot,  # type: ignore[arg-type]
                        manifest=parse_address(step["manifest"]), **energy), None
-    return Closed(), None
+    return Closed(step.get("idle_uj"), step.get("idle_provenance"), step.get("idle_meter")), None
 
 
 def run_steps(unit: str, grants: str, steps: list[dict]) -> dict:

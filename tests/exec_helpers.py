@@ -55,12 +55,12 @@ def require_guard() -> None:
 
 def build_programs(out: Path) -> dict[str, Path]:
     """The C test programs, compiled into ``out``: ``denied`` and ``benign`` markers (the
-    same size) and a multi-call binary."""
+    same size), a multi-call binary and ``jit`` (code built in memory, jit.c)."""
     out.mkdir(parents=True, exist_ok=True)
     built = {}
     for name, src, flags in (("denied", "marker.c", ['-DMARK="denied"']),
                              ("benign", "marker.c", ['-DMARK="benign"']),
-                             ("multicall", "multicall.c", [])):
+                             ("multicall", "multicall.c", []), ("jit", "jit.c", [])):
         target = out / name
         subprocess.run(["gcc", "-O1", *flags, "-o", str(target), str(PROGRAMS / src)],
                        check=True, capture_output=True)

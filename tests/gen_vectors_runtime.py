@@ -7,8 +7,18 @@ import json
 from pathlib import Path
 from typing import Any
 
-from fleet.address import format_address
-from fleet.runtime_journal import args_hash, blob_address, canon, entry_hash, genesis, interval_root
+from fleet.address import format_address, parse_address
+from fleet.runtime_journal import (
+    args_hash,
+    blob_address,
+    canon,
+    entry_hash,
+    genesis,
+    interval_account,
+    interval_root,
+)
+from fleet.segment import CallAccount
+from fleet.wait_proof import WaitTracker, verdict_json
 
 PATH = Path(__file__).resolve().parent.parent / "docs" / "spec" / "vectors" / "runtime.json"
 
@@ -24,19 +34,61 @@ ENTRIES: list[tuple[str, str, dict[str, Any]]] = [
                     "site": "triage.py:31"}),
 ]
 
+# A retried step: the process running interval 0 was killed inside step c0 (dispatched,
+# result never journaled: a "lost" interval); interval 1 ran c0 again, resolved it, then
+# handed c1 off and parked; interval 2 took c1's result and ended. Segments 1, 2 and 5 are
+# the executed ones (3 parks, 4 resumes, 6 closes).
+RETRIED: list[tuple[str, str, dict[str, Any]]] = [
+    ("start", "", {"input": "VALUE0", "workflow": WORKFLOW}),
+    ("dispatch", "c0", {"ask": {"args": "ARGS", "name": "classify"},
+                        "site": "triage.py:30"}),
+    ("resolve", "c0", {"value": "VALUE1"}),
+    ("dispatch", "c1", {"ask": {"args": "ARGS", "handoff": True, "name": "build"},
+                        "request": "VALUE0", "site": "triage.py:31"}),
+    ("resolve", "c1", {"id": "r-1", "value": "VALUE1"}),
+    ("end", "c2", {"ask": {}, "site": "end", "value": "VALUE1"}),
+]
+RETRIED_INTERVALS = [(0, 2, 1, "lost"), (2, 4, 2, "ok"), (4, 6, 5, "ok")]
+
+
+def _chain(entries: list[tuple[str, str, dict[str, Any]]], subst: dict[str, str]
+           ) -> list[dict[str, Any]]:
+    prev = genesis(RUN, WORKFLOW)
+    out = []
+    for seq, (kind, call, body) in enumerate(entries):
+        text = canon(body).decode()
+        for key, value in subst.items():
+            text = text.replace(key, value)
+        prev = entry_hash(prev, seq, kind, call, text)
+        out.append({"seq": seq, "kind": kind, "call": call, "body": text,
+                    "hash": format_address(prev)})
+    return out
+
+
+def retried(subst: dict[str, str]) -> dict[str, Any]:
+    """The retried-step case: each interval's root and account, and the run's verdict."""
+    out = _chain(RETRIED, subst)
+    rows = [(e["kind"], e["call"], e["body"]) for e in out]
+    tracker = WaitTracker()
+    intervals = []
+    for first, end, segment, outcome in RETRIED_INTERVALS:
+        dispatched, resolved = interval_account(rows, first, end)
+        tracker.add(segment, CallAccount(dispatched, resolved))
+        head = bytes(parse_address(out[end - 1]["hash"]))
+        intervals.append({"first": first, "end": end, "segment": segment, "outcome": outcome,
+                          "root": format_address(interval_root(first, end, head)),
+                          "dispatched": list(dispatched), "resolved": list(resolved)})
+    return {"entries": out, "intervals": intervals,
+            "verdict": verdict_json(tracker.verdict())}
+
 
 def build() -> dict[str, Any]:
     v0 = format_address(blob_address(SALT, canon({"ticket": 42})))
     v1 = format_address(blob_address(SALT, canon("bug")))
     args = format_address(args_hash(["printer on fire"], {}))
-    prev = genesis(RUN, WORKFLOW)
-    out = []
-    for seq, (kind, call, body) in enumerate(ENTRIES):
-        text = canon(body).decode().replace("VALUE0", v0).replace("VALUE1", v1).replace(
-            "ARGS", args)
-        prev = entry_hash(prev, seq, kind, call, text)
-        out.append({"seq": seq, "kind": kind, "call": call, "body": text,
-                    "hash": format_address(prev)})
+    subst = {"VALUE0": v0, "VALUE1": v1, "ARGS": args}
+    out = _chain(ENTRIES, subst)
+    prev = parse_address(out[-1]["hash"])
     return {
         "run": RUN, "workflow": WORKFLOW, "genesis": format_address(genesis(RUN, WORKFLOW)),
         "blobs": [{"salt": SALT.hex(), "value_json": '{"ticket":42}', "address": v0},
@@ -45,6 +97,7 @@ def build() -> dict[str, Any]:
         "entries": out,
         "interval": {"first": 0, "end": 4, "head": out[-1]["hash"],
                      "root": format_address(interval_root(0, 4, prev))},
+        "retried": retried(subst),
     }
 
 

@@ -40,6 +40,9 @@ CASES: list[tuple[str, str, list[tuple[str, dict]]]] = [
      "parks again, and C closes the parked run",
      [("A", dv.ex(1000, "j1")), ("A", dv.sus(dv.TRANSCRIPT)), ("B", dv.res(dv.TRANSCRIPT)),
       ("B", dv.ex(2000, "j2")), ("B", dv.sus(dv.TRANSCRIPT)), ("C", dv.CLOSE)]),
+    ("closed-by-another-with-the-park-idle", "C closes A's parked run (cancelled from "
+     "another host) with the idle energy the park drew",
+     [("A", dv.ex(1000, "j1")), ("A", dv.sus(dv.TRANSCRIPT)), ("C", dv.close_idle(900))]),
     ("refuse-segment-by-a-host-not-holding-the-run", "B seals an interval of a run A holds "
      "and has not parked",
      [("A", dv.ex(1000, "j1")), ("B", dv.ex(2000, "j2"))]),

@@ -146,3 +146,27 @@ async def slow_after_go(ctx: Context, inp: dict[str, Any]) -> str:
         return "slow done"
 
     return await ctx.step("slow", slow)
+
+
+def crash_once(what: str, idempotency_key: str) -> str:
+    """A downstream write whose first attempt SIGKILLs its own process after applying the
+    effect and before returning (``$RUNTIME_CRASH`` marks that it happened)."""
+    import signal
+
+    done = effect(what, idempotency_key)
+    marker = os.environ.get("RUNTIME_CRASH")
+    if marker and not os.path.exists(marker):
+        open(marker, "w").close()
+        os.kill(os.getpid(), signal.SIGKILL)
+    return done
+
+
+async def gated_step(ctx: Context, inp: dict[str, Any]) -> str:
+    """Waits for "go", then one step (the run's only call) that may crash once."""
+    await ctx.signal("go")
+    return await ctx.step("work", crash_once, f"work:{inp['n']}")
+
+
+async def crash_first(ctx: Context, inp: dict[str, Any]) -> str:
+    """One step first thing (it may crash its process once), then the end."""
+    return await ctx.step("work", crash_once, f"first:{inp['n']}")

@@ -125,6 +125,26 @@ def test_a_park_folded_in_one_batch_counts_but_has_no_rate():
     assert doc["suspicious_hosts"] == []
 
 
+def test_a_park_closed_bare_is_named_and_one_closed_with_its_idle_energy_counts():
+    """A parked run closed with its park's idle energy counts as a park (energy and hours);
+    one closed bare is neither parked now nor a priced park: it is listed as closed without
+    its idle energy and makes its host suspicious."""
+    priced = AuditRun("p", "h1", "closed", "NonBlocking", None, {"measured": 5},
+                      {"estimated": 7200}, 0.0, 7200.0,
+                      (AuditPark(2, "transcript", 0.0, 7200.0, 7200, "estimated"),))
+    bare = AuditRun("b", "h2", "closed", "NonBlocking", None, {"measured": 5}, {}, 0.0,
+                    7200.0, (AuditPark(2, "transcript", 0.0, 7200.0, closed_bare=True),))
+    doc = audit([priced, bare], now=9000.0)
+    assert doc["parks"] == [{"form": "transcript", "parks": 1, "idle_uj": 7200,
+                             "hours_parked": 2.0, "idle_uj_per_hour": 3600.0,
+                             "estimated": 1, "measured": 0}]
+    assert doc["parked"] == []
+    assert doc["closed_without_idle"] == [{"run": "b", "host": "h2", "form": "transcript",
+                                           "segment": 2}]
+    assert {"host": "h2", "reasons": [
+        "1 parked runs closed without their park's idle energy"]} in doc["suspicious_hosts"]
+
+
 def test_bad_since_is_a_user_error(tmp_path):
     """--since that is not a duration, a time or a number exits 2 with one line."""
     out = cli("audit", "--data", str(tmp_path), "--since", "yesterday-ish", check=False)

@@ -234,6 +234,9 @@ def test_kernel_refusals_are_named_errors_not_python_errors():
         lambda: kernel.executed_bytes(b"short", None),
         lambda: kernel.snapshot_bytes(None, None, None),
         lambda: kernel.next_phase("parked", "executed", 3),
+        lambda: kernel.closed_bytes(5, None, None),
+        lambda: kernel.closed_bytes(2**64, "measured", "m"),
+        lambda: kernel.closed_bytes(5, "guessed", "m"),
     ):
         with pytest.raises(FleetError):
             call()

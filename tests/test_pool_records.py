@@ -27,6 +27,7 @@ from fleet.address import digest, format_address
 from fleet.errors import PhaseViolation
 from fleet.kernel import NO_GRANTS, genesis, pool_unit
 from fleet.pool_errors import SlotClaimed, SlotEvicted
+from fleet.record import RunState
 from fleet.wire import RecordWire, decode_envelope, encode_record, segment_to_wire
 
 MANIFEST = digest(b"pool-records/manifest")
@@ -141,6 +142,34 @@ def test_a_claim_of_an_evicted_slot_is_refused_and_seals_nothing(site):
         start_from_slot(host, pool, sid, digest(b"u-late"), GRANTS)
     run = host.open_run(digest(b"u-late"), GRANTS)
     assert run.state.index == 0 and host.outbox.payloads_after(run.run, 0) == []
+
+
+def test_a_refused_claim_leaves_nothing_on_the_host(site, tmp_path):
+    """A claim refused SlotEvicted (or SlotClaimed by another run) writes no run row to the
+    host's runs database and nothing to its outbox."""
+    host, pool, _clock = site
+    evicted, claimed = _warm(pool), _warm(pool)
+    evict_to_record(host, pool, evicted)
+    start_from_slot(host, pool, claimed, digest(b"u-first"), GRANTS)
+    db_files = sorted((tmp_path / "h1").glob("*.db"))
+
+    def rows() -> set[str]:
+        out: set[str] = set()
+        for f in db_files:
+            db = sqlite3.connect(f)
+            if db.execute("SELECT 1 FROM sqlite_master WHERE name = 'runs'").fetchone():
+                out |= {r[0] for r in db.execute("SELECT run FROM runs")}
+            db.close()
+        return out
+
+    before = rows()
+    with pytest.raises(SlotEvicted):
+        start_from_slot(host, pool, evicted, digest(b"u-late"), GRANTS)
+    with pytest.raises(SlotClaimed):
+        start_from_slot(host, pool, claimed, digest(b"u-other"), GRANTS)
+    assert rows() == before and before
+    late = format_address(RunState.open(digest(b"u-late"), GRANTS).run)
+    assert host.outbox.payloads_after(late, 0) == []
 
 
 def test_a_run_with_segments_cannot_claim_and_the_slot_stays_warm(site):

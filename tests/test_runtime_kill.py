@@ -18,7 +18,10 @@ from hypothesis import strategies as st
 
 from agents.host import Host
 from agents.runtime.runtime import run_ids, workflow_name
-from fleet.wire import decode_envelope
+from cli.runtime_verify_cmds import journal_file
+from fleet.address import format_address
+from fleet.runtime_verify import parse_journal, verify_runtime
+from fleet.wire import RecordWire, decode_envelope, segment_to_wire
 
 PROC = str(Path(__file__).with_name("runtime_proc.py"))
 TESTS = str(Path(__file__).parent)
@@ -53,7 +56,8 @@ def _runs(h: Host) -> list[str]:
 def test_killed_before_the_result_is_journaled_the_step_retries_with_its_key(tmp_path: Path):
     """SIGKILL after the first effect ran but before its result was journaled: the restart
     retries it with the same idempotency key (two attempts, one effect); the lost interval
-    is sealed with the call dispatched and unresolved; the next resolves it."""
+    is sealed with the call dispatched and unresolved; the next dispatches and resolves
+    the retry (``c0/retry``: it waited for the step it ran)."""
     data, effects = tmp_path / "h", tmp_path / "effects.db"
     code, _ = proc(data, effects, "k1", "--kill", "before", "3", "--host", "A")
     assert code == -signal.SIGKILL
@@ -64,7 +68,8 @@ def test_killed_before_the_result_is_journaled_the_step_retries_with_its_key(tmp
     assert len(applied) == len(attempts) - 1
     lost, live, _closed = segments(data, "A")
     assert lost.calls.dispatched == ("c0",) and lost.calls.resolved == ()
-    assert live.calls.resolved[0] == "c0" and "c0" not in live.calls.dispatched
+    assert live.calls.resolved[0] == "c0/retry" == live.calls.dispatched[0]
+    assert "c0" not in live.calls.resolved
 
 
 def test_killed_after_the_result_is_journaled_the_step_is_not_run_again(tmp_path: Path):
@@ -88,7 +93,8 @@ def test_killed_at_random_journal_positions_the_run_ends_as_an_uninterrupted_one
         tmp_path_factory: Any, kills: list[tuple[str, int]]):
     """Processes SIGKILLed at random journal appends, then a clean one: the result and the
     applied effects (keys and order) equal an uninterrupted run's, and the host's record of
-    the run (lost intervals included) verifies, closed, with an account that adds up."""
+    the run (lost intervals included) verifies, closed, with an account that adds up, and
+    its journal matches it (fleet runtime verify's rules)."""
     base = tmp_path_factory.mktemp("kill")
     _, clean = proc(base / "clean", base / "clean.db", "same", "--host", "A")
     for when, n in kills:
@@ -105,5 +111,13 @@ def test_killed_at_random_journal_positions_the_run_ends_as_an_uninterrupted_one
         assert state.phase == "closed"
         # every call of chain is resolved in the interval that dispatched it
         assert state.wait.verdict().name == "Blocked", state.wait.verdict()
+        # and the journal, lost intervals and retries included, matches the record
+        run = hr.run
+        record = RecordWire(format_address(state.unit_id), format_address(state.grants_id),
+                            [segment_to_wire(decode_envelope(p).sealed)
+                             for p in host.outbox.payloads_after(run, 0)],
+                            run=run, host_key=host.public_key)
+        journal = json.dumps(journal_file(run, base / "killed")).encode()
+        assert verify_runtime(record, parse_journal(journal)).unsealed == 0
     finally:
         host.close()

@@ -8,7 +8,15 @@ import json
 from gen_vectors_runtime import PATH, build
 
 from fleet.address import format_address, parse_address
-from fleet.runtime_journal import blob_address, entry_hash, genesis
+from fleet.runtime_journal import (
+    blob_address,
+    entry_hash,
+    genesis,
+    interval_account,
+    interval_root,
+)
+from fleet.segment import CallAccount
+from fleet.wait_proof import WaitTracker, verdict_json
 
 
 def test_the_code_reproduces_the_runtime_vectors():
@@ -34,3 +42,64 @@ def test_the_vector_entries_chain_from_the_genesis_and_a_changed_body_breaks_it(
         assert format_address(blob_address(salt, blob["value_json"].encode())) == blob["address"]
         assert format_address(blob_address(bytes(32), blob["value_json"].encode())) != \
             blob["address"]
+
+
+def _verdict(intervals: list[dict], rows: list[tuple[str, str, str]],  # type: ignore[type-arg]
+             account: object) -> dict[str, object]:
+    tracker = WaitTracker()
+    for i in intervals:
+        tracker.add(i["segment"], CallAccount(*account(rows, i["first"], i["end"])))  # type: ignore[operator]
+    return verdict_json(tracker.verdict())
+
+
+def _resolved_only(rows: list[tuple[str, str, str]], first: int, end: int
+                   ) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The accounting before the retry rule: a resolve counts only as resolved."""
+    part = rows[first:end]
+    return (tuple(c for k, c, _b in part if k == "dispatch"),
+            tuple(c for k, c, _b in part if k == "resolve"))
+
+
+def test_the_retried_step_vector_is_blocked_at_the_retrying_interval():
+    """From the file's entries alone, each interval's account and root and the run's verdict
+    (Blocked at the retrying segment) come out as written; the handed-off call resolved
+    after the park stays outside the blocked set."""
+    case = json.loads(PATH.read_text())["retried"]
+    rows = [(e["kind"], e["call"], e["body"]) for e in case["entries"]]
+    for i in case["intervals"]:
+        dispatched, resolved = interval_account(rows, i["first"], i["end"])
+        assert (list(dispatched), list(resolved)) == (i["dispatched"], i["resolved"])
+        head = parse_address(case["entries"][i["end"] - 1]["hash"])
+        assert format_address(interval_root(i["first"], i["end"], head)) == i["root"]
+    assert _verdict(case["intervals"], rows, interval_account) == case["verdict"] == {
+        "verdict": "Blocked", "segment": 2}
+    blocked = set(case["intervals"][1]["dispatched"]) & set(case["intervals"][1]["resolved"])
+    assert blocked == {"c0/retry"}
+
+
+def test_without_the_retry_rule_the_retried_step_reads_non_blocking():
+    """The attack the rule closes: counting the retrying interval's resolve only as resolved
+    turns the same journal into a NonBlocking run, though that interval ran and awaited the
+    step itself."""
+    case = json.loads(PATH.read_text())["retried"]
+    rows = [(e["kind"], e["call"], e["body"]) for e in case["entries"]]
+    assert _verdict(case["intervals"], rows, _resolved_only) == {"verdict": "NonBlocking"}
+    # Marking c0 as handed off (it was not) would make its late resolve honest again.
+    forged = [(k, c, b.replace('"name":"classify"', '"handoff":true,"name":"classify"'))
+              for k, c, b in rows]
+    assert _verdict(case["intervals"], forged, interval_account) == {"verdict": "NonBlocking"}
+
+
+def test_a_handoff_dispatched_in_a_lost_interval_resolves_as_itself():
+    """A handed-off call whose dispatch was in a lost interval is not retried by the
+    runtime: its later resolve is listed as resolved only, so the run stays NonBlocking."""
+    rows = [("start", "", "{}"),
+            ("dispatch", "c0", '{"ask":{"args":"x","handoff":true,"name":"build"}}'),
+            ("resolve", "c0", '{"id":"r","value":"v"}'), ("end", "c1", '{"ask":{}}')]
+    lost = interval_account(rows, 0, 2)
+    later = interval_account(rows, 2, 4)
+    assert lost == (("c0",), ()) and later == ((), ("c0",))
+    tracker = WaitTracker()
+    tracker.add(1, CallAccount(*lost))
+    tracker.add(4, CallAccount(*later))
+    assert verdict_json(tracker.verdict()) == {"verdict": "NonBlocking"}

@@ -16,12 +16,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from nacl.exceptions import CryptoError
 from nacl.secret import SecretBox
 
 from fleet.address import format_address, parse_address
 from fleet.runtime_errors import JournalTampered, ValueShredded
-from fleet.runtime_journal import blob_address, canon, chain_hashes, entry_hash, genesis
+from fleet.runtime_journal import (
+    blob_address,
+    canon,
+    chain_hashes,
+    entry_hash,
+    genesis,
+    value_addresses,
+)
+from fleet.runtime_journal import open_blob as open_blob_raw
 from plumbing import sqlite
 from plumbing.transactions import immediate
 
@@ -214,15 +221,9 @@ class Journal:
 
 
 def open_blob(address: str, box: bytes, key: bytes, salt: bytes) -> bytes:
-    """A blob's plaintext, checked to hash to ``address``; JournalTampered if it does not
-    decrypt under ``key`` or hash to its address."""
-    try:
-        raw = SecretBox(key).decrypt(box)
-    except CryptoError:
-        raise JournalTampered(f"the blob at {address} does not decrypt") from None
-    if blob_address(salt, raw) != parse_address(address):
-        raise JournalTampered(f"the blob at {address} does not hash to its address")
-    return raw
+    """A blob's plaintext, checked to hash to ``address``
+    (:func:`fleet.runtime_journal.open_blob`)."""
+    return open_blob_raw(parse_address(address), box, key, salt)
 
 
 def verify_chain(run: str, workflow: str, entries: list[Entry]) -> bytes:
@@ -239,8 +240,7 @@ def verify_chain(run: str, workflow: str, entries: list[Entry]) -> bytes:
 
 def addresses(entry: Entry) -> list[str]:
     """The blob addresses an entry commits to."""
-    data = entry.data()
-    return [data[k] for k in ("value", "input", "request") if isinstance(data.get(k), str)]
+    return value_addresses(entry.body)
 
 
 def _b64(raw: bytes) -> str:

@@ -31,10 +31,11 @@ from fleet.runtime_errors import (
     JournalTampered,
     NotTranscriptPark,
     ReplayDiverged,
+    RunFinished,
     ValueShredded,
     WorkflowUnknown,
 )
-from fleet.runtime_journal import interval_root, run_ids, runtime_manifest
+from fleet.runtime_journal import interval_account, interval_root, run_ids, runtime_manifest
 from fleet.segment import CallAccount, TranscriptSnapshot, make_snapshot
 from fleet.wait_proof import verdict_json
 
@@ -75,7 +76,7 @@ class Outcome:
     """Where one interval left the run."""
 
     run: str
-    status: str  # "done" | "failed" | "waiting"
+    status: str  # "done" | "failed" | "waiting" | "cancelled"
     result: Any = None
     error: str | None = None
     wait: dict[str, Any] | None = None
@@ -141,6 +142,8 @@ class Runtime:
         name, wf, status, meta = row
         entries = self.journal.entries(run)
         verify_chain(run, wf, entries)
+        if status == "cancelled":
+            return Outcome(run, "cancelled", error=meta.get("reason"), entries=len(entries))
         if status in ("done", "failed"):
             end = entries[-1].data()
             return Outcome(run, status, self._end_value(end), end.get("error"),
@@ -175,7 +178,7 @@ class Runtime:
             ctx._going_live()  # an interval with nothing new still resumed the run
         after = self.journal.entries(run)
         end, head = len(after), (after[-1].hash if after else b"")
-        calls = account(after[first:])
+        calls = account(after, first, end)
         status = "waiting" if wait is not None else ("failed" if error else "done")
         outcome = Outcome(run, status, result, error, wait, end, (first, end), calls)
         if hr is not None:
@@ -207,9 +210,9 @@ class Runtime:
             # The last process died inside an interval: seal what it journaled, honestly
             # (its account shows any call it dispatched and never resolved). One that
             # journaled nothing (it diverged, or died replaying) leaves nothing to seal.
-            lost = entries[meta["first"]:]
             head = entries[-1].hash
-            self._seal(hr, meta["first"], len(entries), head, account(lost),
+            self._seal(hr, meta["first"], len(entries), head,
+                       account(entries, meta["first"], len(entries)),
                        Reading(1, "estimated", "estimate:lost-interval"), "lost")
             first = len(entries)
         self.journal.set_run(run, "running", {**meta, "open": True, "first": first,
@@ -223,14 +226,44 @@ class Runtime:
             return None
 
         def resume() -> None:
-            parked_at = float(meta.get("parked_at") or self.clock())
-            size = sum(len(e.body) + 64 for e in entries)
-            idle = transcript_park_idle(size, max(0.0, self.clock() - parked_at))
+            idle = self._park_idle(meta, entries)
             hr.resume(park_transcript(hr), runtime_manifest(wf), idle_uj=idle.uj,
                       provenance=idle.provenance, meter=idle.meter)
             self.journal.set_run(hr.run, "running", {**meta, "open": True, "first":
                                                      len(entries), "seg": hr.state.index})
         return resume
+
+    def _park_idle(self, meta: dict[str, Any], entries: list[Entry]) -> Reading:
+        """What the transcript park drew until now: the journal's stored bytes over the
+        time since it parked."""
+        return transcript_idle([e.body for e in entries], meta.get("parked_at"), self.clock())
+
+    def cancel(self, run: str, reason: str | None = None) -> Outcome:
+        """Close ``run`` for good (``fleet runtime cancel``), whatever it waits on: a parked
+        run's close carries the idle energy its park drew until now (run-record.md §4); a
+        run whose last interval died is first sealed as ``lost``, then closed. Nothing of
+        the workflow runs and nothing is journaled; the run is marked ``cancelled``."""
+        row = self.journal.run_row(run)
+        if row is None or self.host is None:
+            raise KeyError(f"no run {run} held by a host in {self.journal.dir}")
+        name, wf, status, meta = row
+        if status in ("done", "failed", "cancelled"):
+            raise RunFinished(f"run {run} is {status} already")
+        entries = self.journal.entries(run)
+        verify_chain(run, wf, entries)
+        hr, _first = self._begin(run, name, wf, meta, len(entries), entries)
+        if hr is None:  # pragma: no cover - a host is required above
+            raise KeyError(run)
+        if hr.state.phase == "parked":
+            idle = self._park_idle(meta, entries)
+            hr.close(idle_uj=idle.uj, provenance=idle.provenance, meter=idle.meter)
+        else:
+            hr.close()
+        self.journal.set_run(run, "cancelled", {**meta, "open": False, "reason": reason,
+                                                "cancelled_at": self.clock()})
+        return Outcome(run, "cancelled", error=reason, entries=len(entries),
+                       segments=hr.state.index,
+                       verdict=verdict_json(hr.state.wait.verdict()))
 
     def _seal(self, hr: HostRun, first: int, end: int, head: bytes, calls: CallAccount,
               energy: Reading, outcome: str) -> None:
@@ -242,11 +275,19 @@ class Runtime:
         return None if address is None else self.journal.value(address)
 
 
-def account(entries: list[Any]) -> CallAccount:
-    """The calls an interval's entries dispatched and resolved, in journal order."""
-    dispatched = tuple(e.call for e in entries if e.kind == "dispatch")
-    resolved = tuple(e.call for e in entries if e.kind == "resolve")
-    return CallAccount(dispatched, resolved)
+def transcript_idle(bodies: list[str], parked_at: float | None, now: float) -> Reading:
+    """A transcript park's idle draw from ``parked_at`` to ``now``: the journal's stored
+    bytes (each entry's body and its hash and framing)."""
+    size = sum(len(b) + 64 for b in bodies)
+    return transcript_park_idle(size, max(0.0, now - float(parked_at or now)))
+
+
+def account(entries: list[Entry], first: int, end: int) -> CallAccount:
+    """The call account of the interval holding ``entries[first:end]``
+    (:func:`fleet.runtime_journal.interval_account`: a step re-run after a lost interval
+    counts as dispatched here too)."""
+    return CallAccount(*interval_account([(e.kind, e.call, e.body) for e in entries[:end]],
+                                         first, end))
 
 
 def blocked(calls: CallAccount) -> list[str]:
@@ -256,4 +297,5 @@ def blocked(calls: CallAccount) -> list[str]:
 
 
 __all__ = ["Outcome", "Runtime", "Workflow", "account", "blocked", "load_workflow",
-           "park_transcript", "run_address", "run_ids", "runtime_manifest", "workflow_name"]
+           "park_transcript", "run_address", "run_ids", "runtime_manifest", "transcript_idle",
+           "workflow_name"]
