@@ -28,15 +28,21 @@ from nats.js import JetStreamContext
 from nats.js.errors import FetchTimeoutError
 
 from fleet.checkpoint import check_consistent_then_sign, make_checkpoint, parse_checkpoint
-from fleet.fold import HostEntry, Refused, batch_addresses, wire_seal_item
-from fleet.fold.batch import BatchChanges, Decided, Incoming, decide_batch, merge_seals
+from fleet.fold import HostEntry, Refused, batch_addresses
+from fleet.fold.batch import (
+    BatchChanges,
+    Decided,
+    Incoming,
+    decide_batch,
+    merge_seals,
+    seal_items,
+)
 from fleet.fold.cache import RunCache
-from fleet.fold.policy import checkpoint_due
-from fleet.fold.route import GRANT, Router
-from fleet.grant_events import signature_items
+from fleet.fold.policy import checkpoint_due, leads_signing
+from fleet.fold.route import Router
 from fleet.note import Signer, parse_note
 from fleet.subjects import fleet_names
-from fleet.wire import EnvelopeWire, envelope_wire, identity
+from fleet.wire import EnvelopeWire, envelope_wire
 from ledger.api import LedgerApi, ServiceFacts
 from ledger.commit_pipeline import CommitPipeline
 from ledger.keys import load_or_create_signer
@@ -220,23 +226,11 @@ class Ledger:
         hosts = self._hosts
         wires = [envelope_wire(data) for _seq, _subject, data in msgs]
         addresses = batch_addresses(wires)
-        found = [(n, item) for n, item in (
-            (n, None if w is None else wire_seal_item(w, hosts, a and a[0]))
-            for n, (w, a) in enumerate(zip(wires, addresses, strict=True)))
-            if item is not None]
-        runs = {identity(wires[n].run) for n, _ in found}  # type: ignore[union-attr]
-        # A grant event's signatures (its own, an issued or minted grant's) are checked
-        # beside the fold too: the event's verdict is the conjunction of its items'.
-        route = self._route
-        for n, (_seq, subject, data) in enumerate(msgs):
-            if route(subject) == GRANT:
-                items = signature_items(data)
-                if items is not None and all(len(m) <= MAX_ITEM_MESSAGE for _, m, _ in items):
-                    found += [(n, item) for item in items]
-        ticket = self._sealer.submit([item for _, item in found], share_in_line)
+        checks = seal_items(msgs, wires, addresses, hosts, self._route, MAX_ITEM_MESSAGE)
+        ticket = self._sealer.submit(checks.items, share_in_line)
         return Prepared(msgs, [0] * len(msgs) if times is None else times, wires, hosts,
-                        self._hosts_version, [n for n, _ in found], ticket,
-                        runs, addresses)
+                        self._hosts_version, checks.positions, ticket, checks.runs,
+                        addresses)
 
     def finish(self, prepared: Prepared) -> tuple[list[Incoming], int]:
         """Decide a prepared batch's messages above the watermark and commit them."""
@@ -403,10 +397,8 @@ class Ledger:
 
     def signs(self) -> bool:
         """Whether this ledger signs on the timer, publishes and anchors now."""
-        if not self.leading or self._lead_floor is None:
-            return False  # for a replica: no lease, or a renewal too old (a paused process)
         # The committed position: the store's watermark may be a batch still committing.
-        return self.committed_seq >= self._lead_floor
+        return leads_signing(self.leading, self._lead_floor, self.committed_seq)
 
     def _start_anchors(self, anchoring: AnchorTaskFactory) -> None:
         """Anchor checkpoints in a task of its own, reading them through its own store

@@ -5,13 +5,15 @@ from __future__ import annotations
 
 from fleet.fold import Accepted, Admission, BatchRuns, HostEntry, Message, Refused, RunSlot
 from fleet.fold import decide as decide_one
-from fleet.fold.batch import BatchHeads, Incoming, decide_batch, merge_seals
+from fleet.fold.batch import BatchHeads, Incoming, decide_batch, merge_seals, seal_items
 from fleet.fold.cache import RunCache
-from fleet.fold.policy import checkpoint_due
+from fleet.fold.fast import batch_addresses
+from fleet.fold.policy import checkpoint_due, leads_signing
 from fleet.fold.route import CONTROL, GRANT, SEGMENT, Router
 from fleet.grant_events import GrantBook
 from fleet.record import RunState
 from fleet.subjects import DEFAULT_FLEET, fleet_names
+from fleet.wire import envelope_wire
 
 from fault_helpers import host_key, sealed_run
 
@@ -46,6 +48,32 @@ def test_checkpoint_policy_signs_on_count_time_or_a_waiting_reader_and_never_ove
     assert not checkpoint_due(11, 10, 0, 1000, 1000, wanted=12)  # not held yet
     assert not checkpoint_due(11, 11, 0, 1000, 1000, wanted=11)  # already signed
     assert checkpoint_due(0, None, 0, 1000, 1000, wanted=0)  # the first checkpoint, empty
+
+
+def test_a_ledger_signs_on_the_timer_only_leading_and_caught_up_to_its_floor():
+    """A replica that took the lease signs only once it has committed up to the stream's
+    end as it was then; without a lease, or before the end was read, it does not."""
+    assert leads_signing(True, 0, 0)  # a single ledger
+    assert not leads_signing(True, 100, 99) and leads_signing(True, 100, 100)
+    assert not leads_signing(True, None, 10**6)  # the stream's end not read at takeover
+    assert not leads_signing(False, 0, 10**6)  # no lease
+
+
+def test_the_batch_checks_beside_the_fold_the_seals_of_known_hosts_and_grant_signatures():
+    """Each decodable segment of an enrolled host gives its seal item (with its run); an
+    unknown host's or an undecodable message gives none, nor does a grant event that does
+    not parse."""
+    r, msgs, hosts = _batch()
+    names = DEFAULT_FLEET
+    batch = [*msgs[:2], (5, msgs[0][1], b"not json"),
+             (6, names.grant_subject, b"not an event")]
+    wires = [envelope_wire(data) for _s, _j, data in batch]
+    found = seal_items(batch, wires, batch_addresses(wires), hosts, Router(names), 0xFFFF)
+    assert found.positions == [0, 1] and found.runs == {r.run}
+    key = bytes(host_key("h1").verify_key)
+    assert [item[0] for item in found.items] == [key, key]
+    assert seal_items(batch, wires, batch_addresses(wires), {}, Router(names), 0xFFFF
+                      ).positions == []
 
 
 def test_seal_verdicts_merge_to_the_conjunction_of_each_message_items():

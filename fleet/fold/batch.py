@@ -22,7 +22,7 @@ from typing import NamedTuple
 import msgspec
 
 from fleet.control import BatchControl, ControlAccepted
-from fleet.fold.fast import fold_message
+from fleet.fold.fast import fold_message, wire_seal_item
 from fleet.fold.reference import (
     Accepted,
     Admission,
@@ -33,13 +33,13 @@ from fleet.fold.reference import (
     RunSlot,
 )
 from fleet.fold.route import CONTROL, GRANT, Router
-from fleet.grant_events import GrantAccepted, GrantBook
+from fleet.grant_events import GrantAccepted, GrantBook, signature_items
 from fleet.grant_fold import BatchGrants
 from fleet.subjects import FleetNames
-from fleet.wire import EnvelopeWire
+from fleet.wire import EnvelopeWire, identity
 
-__all__ = ["BatchChanges", "BatchHeads", "Decided", "Incoming", "decide_batch",
-           "merge_seals", "run_at"]
+__all__ = ["BatchChanges", "BatchHeads", "Decided", "Incoming", "SealItems", "decide_batch",
+           "merge_seals", "run_at", "seal_items"]
 
 HeadAt = Callable[[bytes, int], "bytes | None"]
 
@@ -71,6 +71,35 @@ class Decided(NamedTuple):
     items: list[Incoming]
     top: int
     changes: BatchChanges
+
+
+class SealItems(NamedTuple):
+    """What of a batch is checked beside the fold: ``items`` (public key, message,
+    signature), ``positions`` the message each belongs to, ``runs`` the segments' runs."""
+
+    items: list[tuple[bytes, bytes, bytes]]
+    positions: list[int]
+    runs: set[bytes]
+
+
+def seal_items(msgs: Sequence[tuple[int, str, bytes]], wires: Sequence[EnvelopeWire | None],
+               addresses: Sequence[list[bytes] | None], hosts: Mapping[str, HostEntry],
+               route: Router, max_message: int) -> SealItems:
+    """A segment's seal under its host's key (:func:`fleet.fold.fast.wire_seal_item`) and a
+    grant event's signatures (its own, an issued or minted grant's: the event's verdict is
+    their conjunction, :func:`merge_seals`); an event with a message longer than
+    ``max_message`` is left to the fold to check."""
+    found = [(n, item) for n, item in (
+        (n, None if w is None else wire_seal_item(w, hosts, a and a[0]))
+        for n, (w, a) in enumerate(zip(wires, addresses, strict=True)))
+        if item is not None]
+    runs = {identity(wires[n].run) for n, _ in found}  # type: ignore[union-attr]
+    for n, (_seq, subject, data) in enumerate(msgs):
+        if route(subject) == GRANT:
+            items = signature_items(data)
+            if items is not None and all(len(m) <= max_message for _, m, _ in items):
+                found += [(n, item) for item in items]
+    return SealItems([item for _, item in found], [n for n, _ in found], runs)
 
 
 def merge_seals(count: int, positions: Sequence[int], verdicts: Iterable[bool]

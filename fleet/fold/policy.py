@@ -9,7 +9,15 @@ checkpoint): reads never sign, they wait for the checkpoint step.
 
 from __future__ import annotations
 
-__all__ = ["checkpoint_due"]
+__all__ = ["checkpoint_due", "leads_signing"]
+
+
+def leads_signing(leading: bool, lead_floor: int | None, committed_seq: int) -> bool:
+    """Whether a ledger signs on count and time, publishes and anchors: while it leads (a
+    single ledger always; a replica while its lease is fresh) and has committed the stream
+    up to ``lead_floor``, the stream's end when it took the lease (``None``: not read yet),
+    so it never publishes a checkpoint below one its predecessor published."""
+    return leading and lead_floor is not None and committed_seq >= lead_floor
 
 
 def checkpoint_due(size: int, signed: int | None, elapsed_ms: float, every: int,
