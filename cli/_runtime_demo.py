@@ -1,6 +1,8 @@
 """``fleet demo --runtime``: the triage agent (examples/triage.py) across three hosts.
 
-An embedded nats-server and ledger; host A starts the agent, which calls its tool and parks
+An embedded nats-server and a ledger that requires grants (``--grants require``); an
+issuer issues the run's grant (hosts A, B, C, the workflow's manifest only); host A starts
+the agent under it, which calls its tool and parks
 at the approval wait; the approval is sent twice with one id (stored once); host B adopts
 the run, delivers the approval and parks at the cool-down timer; the timer falls due with
 no host running it; host C adopts and finishes. Then the run is proved and its record
@@ -28,9 +30,13 @@ async def runtime_demo(workdir: Path) -> dict[str, Any]:
     from agents.runtime.fleet_store import FleetStore
     from agents.runtime.runtime import load_workflow
     from agents.runtime.worker import Worker
+    from agents.sim_grants import sim_keys
     from cli._embedded import embedded_ledger, wait_folded
     from cli._samples import example_file
     from cli._wiring import LedgerRecordSource, ledger_keys
+    from fleet.address import format_address
+    from fleet.grant import grant_address, make_terms, sign_grant
+    from fleet.grant_events import event_id, issue_event
     from fleet.proof_bundle import verify_bundle
     from fleet.verify import verify_record
     from fleet.wire import decode_record
@@ -41,7 +47,7 @@ async def runtime_demo(workdir: Path) -> dict[str, Any]:
     sys.path.insert(0, str(example_file("triage.py").parent))
     os.environ["TRIAGE_TRACKER"] = str(workdir / "tracker.jsonl")
     started = time.monotonic()
-    async with embedded_ledger(workdir) as (server, ledger):
+    async with embedded_ledger(workdir, grants="require") as (server, ledger):
         nc = await connect([server.url], name="fleet-demo-runtime")
         hosts = {n: Host(n, workdir / "hosts" / n) for n in ("A", "B", "C")}
         runtimes: list[Runtime] = []
@@ -66,10 +72,23 @@ async def runtime_demo(workdir: Path) -> dict[str, Any]:
                 runtimes.append(runtime)
                 return Worker(runtime, store, adopt, drain)
 
-            progress("host A: the agent calls its tool and waits for approval")
             a = worker("A")
-            run = a.runtime.start(load_workflow("triage:triage"), "ticket-42", {
-                "ticket": 42, "text": "The printer is on fire", "cool_down": 1.5})
+            triage = load_workflow("triage:triage")
+            progress("an issuer grants the run: hosts A, B, C, the workflow's manifest")
+            issuer, agent = sim_keys("fleet-demo-runtime")
+            now_ms = int(time.time() * 1000)
+            grant = sign_grant(issuer, bytes(agent.verify_key), make_terms(
+                ["/demo/runtime"], 10**15, now_ms - 3_600_000, now_ms + 3_600_000,
+                hosts=list(hosts), manifests=[a.runtime.identity(triage, "triage:triage")[1]]))
+            event = issue_event(issuer, grant)
+            await nc.jetstream().publish(ledger.names.grant_subject, event,
+                                         stream=ledger.names.stream,
+                                         headers={"Nats-Msg-Id": event_id(event)})
+            await wait_folded(ledger, nc.jetstream(), 60.0)
+            progress("host A: the agent calls its tool and waits for approval")
+            run = a.runtime.start(triage, "ticket-42", {
+                "ticket": 42, "text": "The printer is on fire", "cool_down": 1.5},
+                grant=format_address(grant_address(grant)))
             parked = await a.publish(await a.runtime.advance(run))
             sent = [await store.send_signal(run, "approve", {"by": "ana"}, "approval-1")
                     for _ in range(2)]
@@ -85,6 +104,9 @@ async def runtime_demo(workdir: Path) -> dict[str, Any]:
             verify_bundle(bundle, keys)
             report = verify_record(decode_record(views.export_record(ledger.store, run)))
             holders = views.holders(ledger.store, run)
+            refused = ledger.store.rejections()
+            if refused:
+                raise CheckFailed(f"the ledger refused the run's segments: {refused[0]}")
         finally:
             for runtime in runtimes:
                 runtime.close()
@@ -94,6 +116,7 @@ async def runtime_demo(workdir: Path) -> dict[str, Any]:
     return {"run": run, "first_wait": parked["wait"], "signal_stored": sent,
             "b": b.get("status"), "result": c["result"], "verdict": c["verdict"],
             "holders": holders, "record_segments": report.segments,
+            "grant": format_address(grant_address(grant)), "grants": "require",
             "proved_index": bundle["index"], "seconds": round(time.monotonic() - started, 2)}
 
 
@@ -106,6 +129,7 @@ def show(summary: dict[str, Any], as_json: bool) -> None:
     spans = ", ".join(f"{h['host']} {h['first']}-{h['last']}" for h in summary["holders"])
     click.echo(f"fleet demo --runtime: the triage agent {summary['run']} in "
                f"{summary['seconds']} s")
+    click.echo(f"  under grant {summary['grant']} (the ledger requires grants)")
     click.echo(f"  host A: tool call, then parked waiting on {summary['first_wait']}")
     click.echo(f"  approval sent twice with one id: stored {summary['signal_stored']}")
     click.echo(f"  host B adopted it, delivered the approval: {summary['b']} at the timer")

@@ -78,26 +78,66 @@ host_options = [
 def _host_opts(fn: Any) -> Any:
     for opt in reversed(host_options):
         fn = opt(fn)
-    return fn
+    return click.option(
+        "--environment", "environment", type=click.Path(dir_okay=False, path_type=Path),
+        help="The devcontainer.json or manifest file the workflows run in: part of each "
+        "run's manifest (default: the workflow's code alone).")(fn)
+
+
+def _environment(path: Path | None) -> Any:
+    """The manifest of ``--environment`` (None without it); a bad one is one line."""
+    if path is None:
+        return None
+    from agents.environment import environment_manifest
+    from fleet.errors import FleetError
+
+    try:
+        return environment_manifest(path)
+    except OSError as exc:
+        raise UserError(f"--environment {path}: {exc.strerror or exc}") from None
+    except FleetError as exc:
+        raise CheckFailed(f"{path}: {exc.rule}: {exc}") from None
+
+
+def _grant(value: str | None) -> str | None:
+    """``--grant``: a grant's address, or a grant file (its address)."""
+    if value is None:
+        return None
+    from fleet.address import format_address, parse_address
+    from fleet.errors import FleetError
+    from fleet.grant import grant_address
+
+    if value.startswith("b3:"):
+        try:
+            return format_address(parse_address(value))
+        except FleetError as exc:
+            raise UserError(f"--grant: {exc}") from None
+    from cli.grant_cmds import read_grant_file
+
+    data, _grant = read_grant_file(Path(value))
+    return format_address(grant_address(data))
 
 
 @runtime.command("start")
 @click.argument("workflow")
 @click.argument("run_name", metavar="NAME")
 @click.option("--input", "input_json", help="The workflow's input (JSON).")
+@click.option("--grant", "grant", help="Run under this issued grant: its address (b3:) or "
+              "its grant file (default: the workflow's own grant set id).")
 @_host_opts
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @nats_options
-def runtime_start(workflow: str, run_name: str, input_json: str | None, host_dir: Path,
-                  name: str | None, paths: tuple[Path, ...], as_json: bool, url: str,
-                  nkey: Path | None) -> None:
+def runtime_start(workflow: str, run_name: str, input_json: str | None, grant: str | None,
+                  environment: Path | None, host_dir: Path, name: str | None,
+                  paths: tuple[Path, ...], as_json: bool, url: str, nkey: Path | None) -> None:
     """Start run NAME of WORKFLOW (``module:function``) on this host and run its first
     interval: it ends, or parks at its first wait and this process exits."""
     from agents.host import Host
     from agents.runtime import Runtime
     from agents.runtime.runtime import load_workflow, run_address, workflow_name
-    from agents.runtime.worker import Worker
+    from agents.runtime.worker import Worker, describe_local, running_doc
     from fleet.errors import FleetError
+    from fleet.subjects import run_token
 
     _import_path(paths)
     inp = _json_arg(input_json, "--input")
@@ -105,18 +145,29 @@ def runtime_start(workflow: str, run_name: str, input_json: str | None, host_dir
         fn = load_workflow(workflow)
     except FleetError as exc:
         raise UserError(f"WORKFLOW: {exc}") from None
+    grant = _grant(grant)
+    env = _environment(environment)
     host = Host(name or host_dir.resolve().name, host_dir, fleet=FLEET["name"])
-    rt = Runtime(host_dir, host=host)
-    if rt.journal.run_row(run_address(run_name, workflow_name(fn))) is not None:
-        rt.close()
-        host.close()
-        raise UserError(f"run {run_name!r} of {workflow} exists on this host: a worker "
-                        "continues it")
+    rt = Runtime(host_dir, host=host, environment=env)
+    wf = workflow_name(fn)
+    address = run_address(run_name, wf, grant)
+    local = rt.journal.run_row(address)
 
     async def go() -> dict[str, Any]:
         nc, store = await _store(url, nkey, f"fleet-runtime-{host.name}")
         try:
-            run = rt.start(fn, run_name, inp)
+            if local is not None:
+                got = await store.get(run_token(address))
+                truth = (f"it is {got[0]['status']} on host {got[0].get('host')} now"
+                         if got is not None and got[0].get("host") != host.name
+                         else describe_local(local[2], local[3], rt.busy(address)))
+                raise UserError(f"run {run_name!r} of {workflow} exists on this host: {truth}")
+            # The run is in the runs bucket (`fleet runtime list`) before its first step.
+            held = await store.announce(running_doc(address, run_name, wf, host.name))
+            if held is not None:
+                raise UserError(f"run {run_name!r} of {workflow} exists: {held['status']} on"
+                                f" host {held.get('host')}")
+            run = rt.start(fn, run_name, inp, grant)
             worker = Worker(rt, store, _no_adopt, _drain(host, nc))
             return await worker.publish(await rt.advance(run))
         finally:
@@ -158,9 +209,9 @@ async def _no_adopt(run: str) -> Any:
               help="Seconds between passes.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON line per run continued.")
 @nats_options
-def runtime_worker(host_dir: Path, name: str | None, paths: tuple[Path, ...],
-                   vkey: str | None, once: bool, poll: float, as_json: bool, url: str,
-                   nkey: Path | None) -> None:
+def runtime_worker(environment: Path | None, host_dir: Path, name: str | None,
+                   paths: tuple[Path, ...], vkey: str | None, once: bool, poll: float,
+                   as_json: bool, url: str, nkey: Path | None) -> None:
     """Continue runs whose wait has ended (a signal, a due timer, a handed-off result),
     adopting runs parked elsewhere after verifying their record and journal."""
     from agents.host import Host
@@ -170,8 +221,9 @@ def runtime_worker(host_dir: Path, name: str | None, paths: tuple[Path, ...],
 
     _import_path(paths)
     keys = host_ledger_keys(host_dir, vkey)
+    env = _environment(environment)
     host = Host(name or host_dir.resolve().name, host_dir, fleet=FLEET["name"])
-    rt = Runtime(host_dir, host=host)
+    rt = Runtime(host_dir, host=host, environment=env)
     source = LedgerRecordSource(url, nkey, host=host.name if nkey is not None else None)
     host.ledger = (source, keys)  # a run whose outbox was pruned verifies from the ledger
 
@@ -269,7 +321,10 @@ def signal_cmd(run_id: str, signal_name: str, data_json: str | None, signal_id: 
         finally:
             await nc.close()
 
-    doc = asyncio.run(go())
+    try:
+        doc = asyncio.run(go())
+    except FleetError as exc:  # SignalConflict: the id was used with other data
+        raise CheckFailed(f"{exc.rule}: {exc}") from None
     if as_json:
         emit_json(doc)
     else:

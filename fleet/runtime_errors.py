@@ -9,11 +9,15 @@ from __future__ import annotations
 from fleet.errors import FleetError
 
 __all__ = [
+    "CodeChanged",
+    "EnvironmentChanged",
     "JournalTampered",
     "NotTranscriptPark",
     "ReplayDiverged",
+    "RunBusy",
     "RunFinished",
     "RuntimeError_",
+    "SignalConflict",
     "SignalTimeout",
     "ValueShredded",
     "WorkflowUnknown",
@@ -63,3 +67,25 @@ class RunFinished(RuntimeError_):
 
 class SignalTimeout(RuntimeError_, TimeoutError):
     """``ctx.signal(..., timeout=...)`` reached its deadline with no signal."""
+
+
+class SignalConflict(RuntimeError_):
+    """A signal sent under an id already used for this run with another name or other
+    data: refused (nothing stored, nothing delivered); the same id with the same name and
+    data is a duplicate, delivered once."""
+
+
+class RunBusy(RuntimeError_):
+    """Another process on this host is running an interval of the run (it holds the run's
+    interval lock); one interval at a time."""
+
+
+class CodeChanged(RuntimeError_):
+    """A parked run's resume with code of another version than the one it parked under
+    (its module's bytes changed, or its declared ``code_version``): refused before any
+    step runs, nothing sealed (fleet.runtime_identity)."""
+
+
+class EnvironmentChanged(RuntimeError_):
+    """A parked run's resume in an environment whose stamped manifest is not the one it
+    parked under: refused before any step runs, nothing sealed."""

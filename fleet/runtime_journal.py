@@ -15,6 +15,8 @@ key (crypto-shred) leaves every hash valid and a short value unguessable.
     unit id   = BLAKE3("fleet.runtime.unit/1" || text(name))       (run_ids: the record's
     grants id = BLAKE3("fleet.runtime.grants/1" || text(workflow))  identity of a run)
     manifest  = BLAKE3("fleet.runtime.manifest/1" || text(workflow))
+    signal    = BLAKE3("fleet.runtime.signal/1" || text(run) || text(id) || text(name)
+                       || canon(data))        (what one signal id was first sent with)
 
 An interval's call account (:func:`interval_account`) is read off its entries: its
 ``dispatch`` entries are dispatched, its ``resolve`` entries resolved, and a step whose
@@ -56,6 +58,7 @@ __all__ = [
     "projection_hash",
     "run_ids",
     "runtime_manifest",
+    "signal_digest",
     "text",
     "value_addresses",
 ]
@@ -204,3 +207,10 @@ def open_blob(address: bytes, box: bytes, key: bytes, salt: bytes) -> bytes:
         raise JournalTampered(f"the blob at {format_address(address)} does not hash to its"
                               " address")
     return raw
+
+
+def signal_digest(run: str, signal_id: str, name: str, data: Any) -> bytes:
+    """What a signal id was first sent with: a resend under the same id with the same name
+    and data is a duplicate, with anything else a conflict (seed 003)."""
+    return digest(b"fleet.runtime.signal/1" + text(run) + text(signal_id) + text(name)
+                  + canon(data))

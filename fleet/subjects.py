@@ -152,6 +152,10 @@ class FleetNames:
     def runtime_keys(self) -> str:
         return f"{self._runtime}_KEYS"
 
+    @property
+    def runtime_signal_ids(self) -> str:
+        return f"{self._runtime}_SIGNAL_IDS"
+
     def segment_subject(self, host: str, run_address: str) -> str:
         return f"{self.segments}.{host}.{run_token(run_address)}"
 

@@ -170,3 +170,23 @@ async def gated_step(ctx: Context, inp: dict[str, Any]) -> str:
 async def crash_first(ctx: Context, inp: dict[str, Any]) -> str:
     """One step first thing (it may crash its process once), then the end."""
     return await ctx.step("work", crash_once, f"first:{inp['n']}")
+
+
+def pay_then_hang(what: str, idempotency_key: str) -> str:
+    """A downstream write, then (the first time, when ``$RUNTIME_HANG`` names a file that
+    does not exist yet) a hang, for the test to kill the process inside the step."""
+    out = effect(what, idempotency_key)
+    marker = os.environ.get("RUNTIME_HANG")
+    if marker and not os.path.exists(marker):
+        open(marker, "w").close()
+        import time
+
+        time.sleep(300)
+    return out
+
+
+async def hangs_once(ctx: Context, inp: dict[str, Any]) -> dict[str, Any]:
+    """A payment that hangs on its first attempt, then another effect."""
+    paid = await ctx.step("pay", pay_then_hang, "p1")
+    after = await ctx.step("effect", effect, "after")
+    return {"paid": paid, "after": after}

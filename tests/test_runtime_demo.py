@@ -1,5 +1,6 @@
 """``fleet demo --runtime``: the triage example runs on A, waits with no process, finishes
-on C, and its record is proved and verified offline."""
+on C, under an issued grant on a ledger that requires one, and its record is proved and
+verified offline."""
 
 from __future__ import annotations
 
@@ -15,3 +16,4 @@ def test_the_runtime_demo_moves_the_agent_across_three_hosts():
     assert [h["host"] for h in doc["holders"]] == ["A", "B", "C"]
     assert doc["record_segments"] == doc["proved_index"] == 8
     assert doc["result"]["approved_by"] == "ana" and doc["verdict"]["verdict"] == "Blocked"
+    assert doc["grants"] == "require" and doc["grant"].startswith("b3:")  # folded, none refused

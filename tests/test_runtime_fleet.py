@@ -68,9 +68,12 @@ def test_the_triage_agent_waits_with_nothing_running_and_finishes_on_another_hos
     assert [(d["name"], d["status"]) for d in listed] == [("ticket-42", "parked")]
     first = fleet_json("signal", "ticket-42", "approve", "--data", '{"by": "ana"}', "--id",
                        "appr-1", "--nats", url)[0]
-    again = fleet_json("signal", run, "approve", "--data", '{"by": "bob"}', "--id",
+    again = fleet_json("signal", run, "approve", "--data", '{"by": "ana"}', "--id",
                        "appr-1", "--nats", url)[0]
     assert (first["duplicate"], again["duplicate"]) == (False, True)
+    other = cli("signal", run, "approve", "--data", '{"by": "bob"}', "--id", "appr-1",
+                "--nats", url, check=False)
+    assert other.returncode == 1 and other.stderr.startswith("SignalConflict:")
     wait_folded(url, led)
     assert not (base / "B" / "runtime.db").exists()
     (b,) = worker(url, base, led, "B", env)

@@ -13,6 +13,7 @@ from agents.runtime import (
     JournalTampered,
     ReplayDiverged,
     Runtime,
+    SignalConflict,
     SignalTimeout,
     ValueShredded,
     workflow_name,
@@ -50,15 +51,21 @@ def test_a_run_completes_and_a_replay_runs_no_step_again(tmp_path: Path, effects
 
 def test_a_signal_wait_parks_and_a_later_signal_continues(tmp_path: Path, effects: Path):
     """The run parks at the approval wait; a signal (sent twice with one id) resumes it once;
-    the replay does not run the tool call again."""
+    the same id with other data is refused (SignalConflict), before and after delivery; the
+    replay does not run the tool call again."""
     rt = Runtime(tmp_path / "h")
     run = rt.start(flows.approval, "t1", {"ticket": 7})
     out = advance(rt, run)
     assert out.status == "waiting" and out.wait["signal"] == "approve"
-    rt.send(run, "approve", {"ok": True}, "sig-1")
-    rt.send(run, "approve", {"ok": "again"}, "sig-1")
+    assert rt.send(run, "approve", {"ok": True}, "sig-1") is True
+    assert rt.send(run, "approve", {"ok": True}, "sig-1") is False
+    with pytest.raises(SignalConflict):
+        rt.send(run, "approve", {"ok": "again"}, "sig-1")
     done = advance(rt, run)
     assert done.status == "done" and done.result["decision"] == {"ok": True}
+    assert rt.send(run, "approve", {"ok": True}, "sig-1") is False
+    with pytest.raises(SignalConflict):
+        rt.send(run, "approve", {"ok": "later"}, "sig-1")
     assert [w for _k, w in flows.effects(str(effects))[1]] == ["classify:7", "close:7"]
 
 

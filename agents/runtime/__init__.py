@@ -14,13 +14,18 @@ from agents.runtime.journal import Journal
 from agents.runtime.projection import Projection, head_tail, tail
 from agents.runtime.runtime import Outcome, Runtime, run_address, workflow_name
 from fleet.runtime_errors import (
+    CodeChanged,
+    EnvironmentChanged,
     JournalTampered,
     ReplayDiverged,
+    RunBusy,
+    SignalConflict,
     SignalTimeout,
     ValueShredded,
     WorkflowUnknown,
 )
 
-__all__ = ["Context", "Journal", "JournalTampered", "Outcome", "Projection", "ReplayDiverged",
-           "Runtime", "SignalTimeout", "StepFailed", "ValueShredded", "WorkflowUnknown",
-           "head_tail", "run_address", "tail", "workflow_name"]
+__all__ = ["CodeChanged", "Context", "EnvironmentChanged", "Journal", "JournalTampered",
+           "Outcome", "Projection", "ReplayDiverged", "RunBusy", "Runtime", "SignalConflict",
+           "SignalTimeout", "StepFailed", "ValueShredded", "WorkflowUnknown", "head_tail",
+           "run_address", "tail", "workflow_name"]

@@ -14,6 +14,10 @@
 * key-value bucket ``RUNTIME_KEYS`` (key: a blob address's token): each blob's key and
   salt, apart from the ciphertexts, so that ``fleet runtime shred`` deletes one value
   everywhere by purging one key.
+* key-value bucket ``RUNTIME_SIGNAL_IDS`` (key: ``<run token>.<BLAKE3(id) token>``): what
+  each signal id was first sent with (``fleet.runtime_journal.signal_digest``), created
+  once, so a resend under a used id with other data is refused (SignalConflict) however
+  late, not dropped as a duplicate.
 
 A worker *claims* a run by a compare-and-set on its key's revision: of two workers racing
 for one wait, exactly one update succeeds, and only that one continues the run.
@@ -29,12 +33,17 @@ from typing import Any
 from nats.js.api import KeyValueConfig, ObjectStoreConfig, StorageType, StreamConfig
 from nats.js.errors import BadRequestError, KeyWrongLastSequenceError, NotFoundError
 
+from fleet.address import digest, format_address
+from fleet.runtime_errors import SignalConflict
+from fleet.runtime_journal import signal_digest
 from fleet.subjects import DEFAULT_FLEET, FleetNames, run_token
 from plumbing.nats_connect import bucket_keys
 
 # A claim that has not turned into a new state within this long (the worker died) may be
 # claimed again.
 CLAIM_LEASE_S = 60.0
+# Where a run has ended: nothing continues it.
+ENDED = frozenset({"done", "failed", "refused"})
 
 
 class FleetStore:
@@ -48,6 +57,7 @@ class FleetStore:
         self.kv: Any = None
         self.keys: Any = None
         self.obs: Any = None
+        self.ids: Any = None
 
     async def open(self) -> FleetStore:
         try:
@@ -67,6 +77,11 @@ class FleetStore:
             self.keys = await self.js.create_key_value(KeyValueConfig(
                 bucket=self.names.runtime_keys, storage=StorageType.FILE, history=1))
         try:
+            self.ids = await self.js.key_value(self.names.runtime_signal_ids)
+        except (NotFoundError, BadRequestError):
+            self.ids = await self.js.create_key_value(KeyValueConfig(
+                bucket=self.names.runtime_signal_ids, storage=StorageType.FILE, history=1))
+        try:
             self.obs = await self.js.object_store(self.names.runtime_journals)
         except (NotFoundError, BadRequestError):
             self.obs = await self.js.create_object_store(
@@ -76,11 +91,41 @@ class FleetStore:
     # -- signals -------------------------------------------------------------------------
 
     async def send_signal(self, run: str, name: str, data: Any, signal_id: str) -> bool:
-        """Store a signal; False when the server already holds this id (a duplicate)."""
+        """Store a signal; False when this id was sent before with the same name and data
+        (a duplicate: stored and delivered once), SignalConflict when it was sent with
+        anything else (nothing stored). The id's record is created first and only once
+        (a compare-and-set), so of two senders racing with one id and different data one
+        is refused; a sender that died between the record and the publish is completed by
+        its resend."""
+        digest_text = format_address(signal_digest(run, signal_id, name, data))
+        key = _id_key(run, signal_id)
+        fresh = True
+        try:
+            await self.ids.create(key, digest_text.encode())
+        except KeyWrongLastSequenceError:
+            fresh = False
+            held = await self.ids.get(key)
+            if held.value is not None and held.value.decode() != digest_text:
+                raise SignalConflict(f"signal id {signal_id!r} was sent to {run} before with"
+                                     " another name or other data: refused, nothing"
+                                     " delivered (send it under a new id)") from None
         body = json.dumps({"name": name, "id": signal_id, "data": data}).encode()
         ack = await self.js.publish(f"{self.signal_subject}.{run_token(run)}", body,
                                     headers={"Nats-Msg-Id": f"{run_token(run)}/{signal_id}"})
-        return not ack.duplicate
+        return fresh and not ack.duplicate
+
+    async def sent_as(self, run: str, signal: dict[str, Any]) -> bool:
+        """Whether a stored signal is what its id was first sent with (one published
+        around :meth:`send_signal` under a used id with other data is not: it is never
+        delivered). An id without a record was sent before records were kept."""
+        try:
+            held = await self.ids.get(_id_key(run, signal["id"]))
+        except NotFoundError:
+            return True
+        if held.value is None:
+            return True
+        sent = signal_digest(run, signal["id"], signal["name"], signal.get("data"))
+        return bool(held.value.decode() == format_address(sent))
 
     async def signals(self, run: str) -> list[dict[str, Any]]:
         """Every signal stored for ``run``, oldest first."""
@@ -139,6 +184,38 @@ class FleetStore:
         claimed = {**doc, "status": "claimed", "by": host, "claimed_at": time.time()}
         return await self.update(claimed, revision)
 
+    async def claim_run(self, doc: dict[str, Any], host: str
+                        ) -> tuple[dict[str, Any], int] | None:
+        """Claim a run whatever its state (``doc`` is written if the bucket holds none):
+        for a local run whose interval died, which only its host can continue. None if
+        another worker changed it first, or the bucket says it has ended."""
+        got = await self.get(run_token(doc["run"]))
+        if got is None:
+            try:
+                revision = await self.kv.create(run_token(doc["run"]), json.dumps(doc).encode())
+            except KeyWrongLastSequenceError:
+                return None
+            got = doc, revision
+        if got[0].get("status") in ENDED:
+            return None
+        return await self.claim(got[0], got[1], host)
+
+    async def announce(self, doc: dict[str, Any]) -> dict[str, Any] | None:
+        """Write a new run's first state; the state already there (another start of the
+        run, on this host or another) if there is one, unless it is this host's own
+        ``running`` state (a start that died before its run existed here)."""
+        try:
+            await self.kv.create(run_token(doc["run"]), json.dumps(doc).encode())
+            return None
+        except KeyWrongLastSequenceError:
+            got = await self.get(run_token(doc["run"]))
+        if got is None:
+            return await self.announce(doc)
+        held, revision = got
+        if held.get("status") == "running" and held.get("host") == doc["host"]:
+            return None if await self.update(doc, revision) is not None else held
+        return held
+
     async def update(self, doc: dict[str, Any], revision: int
                      ) -> tuple[dict[str, Any], int] | None:
         """Write ``doc`` only if its key is still at ``revision``."""
@@ -155,9 +232,17 @@ class FleetStore:
                           keys: dict[str, list[str]] | None = None) -> None:
         """Store a parked journal (ciphertexts only) and its blobs' keys, each key under its
         blob's address so that shredding one value deletes one key."""
-        for address, key in (keys or {}).items():
-            await self.keys.put(run_token(address), json.dumps(key).encode())
+        await self.put_keys(keys or {})
         await self.obs.put(run_token(head), json.dumps(export).encode())
+
+    async def put_keys(self, keys: dict[str, list[str]]) -> None:
+        """Store blobs' keys, each under its blob's address, only where the bucket never
+        held one (a compare-and-set against no history): a key already there stays, and
+        a shredded one (its purge marker) is never written again by a host that held a
+        copy for its interval."""
+        for address, key in keys.items():
+            with contextlib.suppress(KeyWrongLastSequenceError, BadRequestError):
+                await self.keys.update(run_token(address), json.dumps(key).encode(), last=0)
 
     async def blob_keys(self, addresses: list[str]) -> dict[str, list[str]]:
         """The keys still held for ``addresses`` (a shredded one is absent)."""
@@ -182,6 +267,11 @@ class FleetStore:
         except NotFoundError:
             return None
         return json.loads(got.data)  # type: ignore[no-any-return]
+
+
+def _id_key(run: str, signal_id: str) -> str:
+    """A signal id's key in its bucket (ids are any text; keys are not)."""
+    return f"{run_token(run)}.{run_token(format_address(digest(signal_id.encode())))}"
 
 
 def wait_over(doc: dict[str, Any], signals: list[dict[str, Any]], now: float) -> bool:

@@ -146,7 +146,8 @@ class Journal:
         """The JSON value at ``address``; ValueShredded when its key is gone."""
         held = self._blob(parse_address(address))
         if held is None:
-            raise ValueShredded(f"the value at {address} was shredded (its key is deleted)")
+            raise ValueShredded(f"the value at {address} was shredded, or its key is not held"
+                                " here (a worker's host holds keys only during an interval)")
         box, key, salt = held
         return json.loads(open_blob(address, box, key, salt))
 
@@ -159,13 +160,53 @@ class Journal:
         return None if key is None or box is None else (box[0], key[0], key[1])
 
     def shred(self, address: str) -> bool:
-        """Delete a value's key and ciphertext; True when there was one."""
+        """Delete a value's key and ciphertext; True when this host held either (a worker's
+        host holds the key only during an interval: the fleet's bucket holds it)."""
         raw_address = parse_address(address)
         with immediate(self.db):
             gone = self.db.execute("DELETE FROM blob_keys WHERE address = ?",
                                    (raw_address,)).rowcount
-            self.db.execute("DELETE FROM blobs WHERE address = ?", (raw_address,))
+            gone += self.db.execute("DELETE FROM blobs WHERE address = ?",
+                                    (raw_address,)).rowcount
         return bool(gone)
+
+    def forget_keys(self, run: str) -> int:
+        """Delete the keys of ``run``'s values here (their ciphertexts stay): once they are in
+        the fleet's key bucket, that is the one place a key lives, so a shred there reaches
+        every host. Returns how many were deleted."""
+        raw = [parse_address(a) for e in self.entries(run) for a in addresses(e)]
+        with immediate(self.db):
+            return sum(self.db.execute("DELETE FROM blob_keys WHERE address = ?",
+                                       (a,)).rowcount for a in raw)
+
+    def missing_keys(self, run: str) -> list[str]:
+        """Addresses of ``run``'s values whose ciphertext is here and whose key is not."""
+        out = []
+        for entry in self.entries(run):
+            for address in addresses(entry):
+                raw = parse_address(address)
+                has_box = self.db.execute("SELECT 1 FROM blobs WHERE address = ?",
+                                          (raw,)).fetchone()
+                has_key = self.db.execute("SELECT 1 FROM blob_keys WHERE address = ?",
+                                          (raw,)).fetchone()
+                if has_box and not has_key:
+                    out.append(address)
+        return out
+
+    def put_keys(self, keys: dict[str, list[str]]) -> None:
+        """Take keys back for an interval (from the key bucket), each checked to open its
+        blob to its address (else JournalTampered, nothing written)."""
+        rows = []
+        for address, (key_text, salt_text) in keys.items():
+            raw = parse_address(address)
+            box = self.db.execute("SELECT box FROM blobs WHERE address = ?", (raw,)).fetchone()
+            if box is None:
+                continue
+            key, salt = _unb64(key_text), _unb64(salt_text)
+            open_blob(address, box[0], key, salt)
+            rows.append((raw, key, salt))
+        with immediate(self.db):
+            self.db.executemany("INSERT OR IGNORE INTO blob_keys VALUES (?, ?, ?)", rows)
 
     # -- moving a journal between hosts -------------------------------------------------
 

@@ -14,29 +14,48 @@ a later ``advance`` resumes it with the park's idle energy (docs/spec/runtime.md
 
 from __future__ import annotations
 
+import fcntl
 import importlib
+import inspect
+import os
+import sys
 import time
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from agents.energy import IntervalMeter, Reading, transcript_park_idle
 from agents.host import Host, HostRun
 from agents.runtime.context import Context, Inbox, Park
 from agents.runtime.journal import Entry, Journal, verify_chain
-from fleet.address import format_address
+from fleet.address import format_address, parse_address
 from fleet.kernel import genesis
+from fleet.manifest import Manifest
 from fleet.runtime_errors import (
+    CodeChanged,
+    EnvironmentChanged,
     JournalTampered,
     NotTranscriptPark,
     ReplayDiverged,
+    RunBusy,
     RunFinished,
+    RuntimeError_,
+    SignalConflict,
     ValueShredded,
     WorkflowUnknown,
 )
-from fleet.runtime_journal import interval_account, interval_root, run_ids, runtime_manifest
+from fleet.runtime_identity import code_version, run_manifest
+from fleet.runtime_journal import (
+    canon,
+    interval_account,
+    interval_root,
+    run_ids,
+    runtime_manifest,
+)
+from fleet.runtime_journal import genesis as journal_genesis
 from fleet.segment import CallAccount, TranscriptSnapshot, make_snapshot
+from fleet.subjects import run_token
 from fleet.wait_proof import verdict_json
 
 Workflow = Callable[..., Coroutine[Any, Any, Any]]
@@ -57,8 +76,26 @@ def load_workflow(name: str) -> Workflow:
     return obj  # type: ignore[no-any-return]
 
 
-def run_address(name: str, workflow: str) -> str:
-    return format_address(genesis(*run_ids(name, workflow)))
+def run_address(name: str, workflow: str, grant: str | None = None) -> str:
+    """The run ``name`` of ``workflow``, under the grant at address ``grant`` (else the
+    workflow's own grant set id: fleet.runtime_journal.run_ids)."""
+    return format_address(genesis(*record_ids(name, workflow, grant)))
+
+
+def record_ids(name: str, workflow: str, grant: str | None) -> tuple[bytes, bytes]:
+    unit, grants = run_ids(name, workflow)
+    return unit, (parse_address(grant) if grant else grants)
+
+
+def module_bytes(fn: Workflow) -> bytes:
+    """The bytes of the module that defines ``fn`` (its source, when it has no file)."""
+    path = getattr(sys.modules.get(fn.__module__), "__file__", None)
+    try:
+        if path:
+            return Path(path).read_bytes()
+        return inspect.getsource(fn).encode()
+    except (OSError, TypeError) as exc:
+        raise WorkflowUnknown(f"cannot read the code of {workflow_name(fn)}: {exc}") from None
 
 
 def park_transcript(hr: HostRun) -> TranscriptSnapshot:
@@ -100,8 +137,12 @@ class Runtime:
 
     def __init__(self, data_dir: Path | str, *, host: Host | None = None,
                  inline_wait_s: float = 1.0, clock: Callable[[], float] = time.time,
-                 workflows: dict[str, Workflow] | None = None) -> None:
+                 workflows: dict[str, Workflow] | None = None,
+                 environment: Manifest | None = None) -> None:
         self.journal = Journal(data_dir)
+        # The environment this process runs workflows in (a devcontainer.json's or a
+        # manifest file's manifest): part of every run's manifest (fleet.runtime_identity).
+        self.environment = environment
         # Code to run for a workflow name instead of importing it (a new version of the
         # code under running workflows, or workflows defined where they cannot be imported).
         self.workflows = dict(workflows or {})
@@ -110,16 +151,70 @@ class Runtime:
         self.clock = clock
         self.inboxes: dict[str, Inbox] = {}
         self.held: dict[str, HostRun] = {}
+        # The runs whose interval lock this process holds: an open file each, flock'd, so
+        # the lock dies with the process (SIGKILL too) and a worker can tell an interval
+        # still running from one whose process died (orphans).
+        self._locks: dict[str, int] = {}
 
     def close(self) -> None:
+        for run in list(self._locks):
+            self.release(run)
         self.journal.close()
 
-    def start(self, fn: Workflow | str, name: str, input: Any = None) -> str:
-        """Create the run ``name`` of workflow ``fn`` (idempotent: the same name and
-        workflow is the same run); returns its run address."""
+    def lock(self, run: str) -> bool:
+        """Hold ``run``'s interval lock in this process (True), or False when another
+        process holds it."""
+        if run in self._locks:
+            return True
+        folder = self.journal.dir / "runtime-locks"
+        folder.mkdir(exist_ok=True)
+        fd = os.open(folder / f"{run_token(run)}.lock", os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            return False
+        self._locks[run] = fd
+        return True
+
+    def release(self, run: str) -> None:
+        fd = self._locks.pop(run, None)
+        if fd is not None:
+            os.close(fd)  # closing the file releases its lock
+
+    def busy(self, run: str) -> bool:
+        """Whether another process on this host runs an interval of ``run`` now."""
+        if run in self._locks:
+            return False
+        if not self.lock(run):
+            return True
+        self.release(run)
+        return False
+
+    def orphans(self) -> list[str]:
+        """Local runs whose interval died with its process (started or running, nobody
+        holding the lock), each now locked by this process: continue it with
+        :meth:`advance`, or :meth:`release` it."""
+        return [run for run, _n, _w, status, _m in self.journal.runs()
+                if status in ("new", "running") and run not in self._locks and self.lock(run)]
+
+    def identity(self, fn: Workflow, wf: str) -> tuple[str, bytes]:
+        """The code version of ``fn`` (its declared ``code_version``, else its module's
+        hash) and the manifest its runs park and resume under here."""
+        version = code_version(module_bytes(fn), getattr(fn, "code_version", None))
+        return version, run_manifest(wf, version, self.environment)
+
+    def start(self, fn: Workflow | str, name: str, input: Any = None,
+              grant: str | None = None) -> str:
+        """Create the run ``name`` of workflow ``fn`` (idempotent: the same name, workflow
+        and grant is the same run), under the issued grant at address ``grant`` if given;
+        returns its run address."""
         wf = fn if isinstance(fn, str) else workflow_name(fn)
-        run = run_address(name, wf)
-        self.journal.create_run(run, name, wf, {"open": False})
+        run = run_address(name, wf, grant)
+        if not self.lock(run):  # held until this process's first advance ends
+            raise RunBusy(f"another process on this host is running run {run}")
+        self.journal.create_run(run, name, wf, {"open": False, **({"grant": grant}
+                                                                  if grant else {})})
         # Two commits: a crash between them leaves a run with no start entry, written here.
         if self.journal.head(run, wf)[0] == 0:
             sealed = Journal.seal_value(input)
@@ -130,18 +225,55 @@ class Runtime:
     def inbox(self, run: str) -> Inbox:
         return self.inboxes.setdefault(run, Inbox())
 
-    def send(self, run: str, name: str, data: Any, signal_id: str) -> None:
-        """Queue a signal for ``run`` in this process (the worker feeds JetStream's here)."""
+    def send(self, run: str, name: str, data: Any, signal_id: str) -> bool:
+        """Queue a signal for ``run`` in this process (the worker feeds JetStream's here):
+        False for an id already queued or delivered with the same name and data (a
+        duplicate, delivered once), SignalConflict for one with anything else (nothing
+        queued). A delivered value whose key is not here cannot be compared: a duplicate."""
+        same = (name, canon(data))
+        for queued, items in self.inbox(run).pending.items():
+            for sid, queued_data in items:
+                if sid == signal_id:
+                    return self._duplicate(run, signal_id, same == (queued, canon(queued_data)))
+        for entry in self.journal.entries(run):
+            body = entry.data()
+            if entry.kind in ("signal", "resolve") and body.get("id") == signal_id:
+                got = body.get("name", name)
+                try:
+                    value = self.journal.value(body["value"]) if "value" in body else None
+                except ValueShredded:
+                    return False
+                return self._duplicate(run, signal_id, same == (got, canon(value)))
         self.inbox(run).pending.setdefault(name, []).append((signal_id, data))
+        return True
+
+    @staticmethod
+    def _duplicate(run: str, signal_id: str, same: bool) -> bool:
+        if not same:
+            raise SignalConflict(f"signal id {signal_id!r} was sent to {run} before with"
+                                 " another name or other data: refused, nothing delivered")
+        return False
 
     async def advance(self, run: str) -> Outcome:
-        """One live interval of ``run``: replay, continue, seal, park or close."""
+        """One live interval of ``run``: replay, continue, seal, park or close (under the
+        run's interval lock: RunBusy if another process on this host holds it)."""
+        if not self.lock(run):
+            raise RunBusy(f"another process on this host is running an interval of {run}")
+        try:
+            return await self._advance(run)
+        finally:
+            self.release(run)
+
+    async def _advance(self, run: str) -> Outcome:
         row = self.journal.run_row(run)
         if row is None:
             raise KeyError(f"no run {run} in {self.journal.dir}")
         name, wf, status, meta = row
         entries = self.journal.entries(run)
-        verify_chain(run, wf, entries)
+        try:
+            verify_chain(run, wf, entries)
+        except JournalTampered as exc:
+            self._refuse(run, meta, exc)
         if status == "cancelled":
             return Outcome(run, "cancelled", error=meta.get("reason"), entries=len(entries))
         if status in ("done", "failed"):
@@ -149,11 +281,12 @@ class Runtime:
             return Outcome(run, status, self._end_value(end), end.get("error"),
                            entries=len(entries))
         fn = self.workflows.get(wf) or load_workflow(wf)
+        version, manifest = self.identity(fn, wf)
         # Every entry belongs to one interval: a new run's first interval holds its start.
         first = len(entries) if "next" in meta else 0
-        hr, first = self._begin(run, name, wf, meta, first, entries)
+        hr, first = self._begin(run, name, wf, meta, first, entries, version, manifest)
         meter = IntervalMeter().start()
-        resume = self._resume_step(hr, wf, meta, entries)
+        resume = self._resume_step(hr, manifest, meta, entries)
         ctx = Context(self.journal, run, name, wf, entries, self.inbox(run),
                       inline_wait_s=self.inline_wait_s, clock=self.clock,
                       before_append=resume)
@@ -185,26 +318,33 @@ class Runtime:
             self._seal(hr, first, end, head, calls, meter.stop(),
                        "ok" if error is None else "failed")
             if wait is not None:
-                hr.suspend(make_snapshot(transcript=head), runtime_manifest(wf))
+                hr.suspend(make_snapshot(transcript=head), manifest)
             else:
                 hr.close()
             outcome.segments = hr.state.index
             outcome.verdict = verdict_json(hr.state.wait.verdict())
         self.journal.set_run(run, "parked" if wait is not None else status,
                              {"open": False, "next": end, "wait": wait, "parked_at": self.clock(),
-                              "head": format_address(head) if head else None})
+                              "head": format_address(head) if head else None,
+                              "code_version": version, "manifest": format_address(manifest),
+                              **({"grant": meta["grant"]} if meta.get("grant") else {})})
         outcome.blocked = blocked(calls)
         return outcome
 
     # -- the record -------------------------------------------------------------------------
 
     def _begin(self, run: str, name: str, wf: str, meta: dict[str, Any], first: int,
-               entries: list[Entry]) -> tuple[HostRun | None, int]:
+               entries: list[Entry], version: str | None = None,
+               manifest: bytes | None = None) -> tuple[HostRun | None, int]:
         if self.host is None:
             self.journal.set_run(run, "running", {**meta, "open": True, "first": first})
             return None, first
-        hr = self.held.get(run) or self.host.open_run(*run_ids(name, wf))
+        hr = self.held.get(run) or self.host.open_run(*record_ids(name, wf, meta.get("grant")))
         self.held[run] = hr
+        if hr.state.phase == "parked":
+            self._check_park(hr, wf, meta, entries)
+            if manifest is not None:  # an interval will run: precondition 2 too
+                self._check_identity(hr, meta, version, manifest)
         if (meta.get("open") and hr.state.index == meta.get("seg")
                 and hr.state.phase != "parked" and len(entries) > meta["first"]):
             # The last process died inside an interval: seal what it journaled, honestly
@@ -219,7 +359,51 @@ class Runtime:
                                               "seg": hr.state.index})
         return hr, first
 
-    def _resume_step(self, hr: HostRun | None, wf: str, meta: dict[str, Any],
+    def _check_park(self, hr: HostRun, wf: str, meta: dict[str, Any],
+                    entries: list[Entry]) -> None:
+        """Resumption precondition 1, on every host: the journal this host would replay must
+        end at the park's transcript address in the record verified from genesis (the
+        host's own outbox, else the ledger's record and proof: Host.verified_state), else
+        JournalTampered, the run marked refused and nothing sealed. The chain alone is no
+        proof: whoever can write ``runtime.db`` can re-hash it after an edit."""
+        assert self.host is not None
+        if not hr.verified:
+            hr.builder.state = self.host.verified_state(hr)
+            hr.verified = True
+        want = park_transcript(hr).transcript
+        have = entries[-1].hash if entries else journal_genesis(hr.run, wf)
+        if have != want:
+            detail = (f"the journal of {hr.run} ends at {format_address(have)}, not at its"
+                      f" park's transcript address {format_address(want)} (segment"
+                      f" {hr.state.index} of the verified record)")
+            self._refuse(hr.run, meta, JournalTampered(detail))
+
+    def _check_identity(self, hr: HostRun, meta: dict[str, Any], version: str | None,
+                        manifest: bytes) -> None:
+        """Precondition 2 before any step runs: the code and environment here must give the
+        manifest the run parked under (fleet.runtime_identity), else CodeChanged (its code
+        version differs) or EnvironmentChanged, the run marked refused, nothing sealed."""
+        recorded = hr.state.parked_manifest
+        if recorded == manifest:
+            return
+        was = meta.get("code_version")
+        where = (f"run {hr.run} parked under manifest {format_address(recorded or b'')};"
+                 f" here it is {format_address(manifest)}")
+        exc: RuntimeError_
+        if was is not None and was != version:
+            exc = CodeChanged(f"{where}: its code version was {was}, this code is {version}"
+                              " (to continue it, declare the old code_version and mark the"
+                              " change with ctx.patched)")
+        else:
+            exc = EnvironmentChanged(f"{where}: the environment (or the code) differs")
+        self._refuse(hr.run, meta, exc)
+
+    def _refuse(self, run: str, meta: dict[str, Any], exc: RuntimeError_) -> NoReturn:
+        """Mark ``run`` refused here with the reason, and raise it."""
+        self.journal.set_run(run, "refused", {**meta, "refused": exc.rule, "detail": str(exc)})
+        raise exc
+
+    def _resume_step(self, hr: HostRun | None, manifest: bytes, meta: dict[str, Any],
                      entries: list[Any]) -> Callable[[], None] | None:
         """The resume of a parked run, to seal when the interval first goes live."""
         if hr is None or hr.state.phase != "parked":
@@ -227,7 +411,7 @@ class Runtime:
 
         def resume() -> None:
             idle = self._park_idle(meta, entries)
-            hr.resume(park_transcript(hr), runtime_manifest(wf), idle_uj=idle.uj,
+            hr.resume(park_transcript(hr), manifest, idle_uj=idle.uj,
                       provenance=idle.provenance, meter=idle.meter)
             self.journal.set_run(hr.run, "running", {**meta, "open": True, "first":
                                                      len(entries), "seg": hr.state.index})
@@ -297,5 +481,5 @@ def blocked(calls: CallAccount) -> list[str]:
 
 
 __all__ = ["Outcome", "Runtime", "Workflow", "account", "blocked", "load_workflow",
-           "park_transcript", "run_address", "run_ids", "runtime_manifest", "transcript_idle",
-           "workflow_name"]
+           "module_bytes", "park_transcript", "record_ids", "run_address", "run_ids",
+           "runtime_manifest", "transcript_idle", "workflow_name"]

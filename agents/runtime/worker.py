@@ -31,15 +31,18 @@ from agents.runtime.runtime import Outcome, Runtime, park_transcript
 from fleet.address import format_address
 from fleet.errors import FleetError
 from fleet.runtime_errors import (
+    CodeChanged,
+    EnvironmentChanged,
     JournalTampered,
     NotTranscriptPark,
     ReplayDiverged,
+    SignalConflict,
     ValueShredded,
     WorkflowUnknown,
 )
 
 PERMANENT = (JournalTampered, ValueShredded, ReplayDiverged, WorkflowUnknown,
-             NotTranscriptPark)
+             NotTranscriptPark, CodeChanged, EnvironmentChanged)
 Adopt = Callable[[str], Awaitable[HostRun]]
 Drain = Callable[[], Awaitable[None]]
 
@@ -73,8 +76,10 @@ class Worker:
         name, workflow, _status, meta = self.runtime.journal.run_row(run)  # type: ignore[misc]
         entries = self.runtime.journal.entries(run)
         head = meta.get("head")
+        journal, keys = self.runtime.journal.export(run)
         if outcome.status == "waiting" and head is not None:
-            await self.store.put_journal(head, *self.runtime.journal.export(run))
+            await self.store.put_journal(head, journal)
+        await self._give_up_keys(run, keys)
         doc = {"run": run, "name": name, "workflow": workflow,
                "status": "parked" if outcome.status == "waiting" else outcome.status,
                "wait": outcome.wait, "head": head, "host": self.host.name,
@@ -82,19 +87,47 @@ class Worker:
                "verdict": outcome.verdict, "blocked": outcome.blocked,
                "delivered": sorted({e.data().get("id") for e in entries
                                     if e.kind in ("signal", "resolve")} - {None}),
-               "error": outcome.error}
+               "error": outcome.error, "code_version": meta.get("code_version"),
+               "manifest": meta.get("manifest"),
+               "grant": format_address(self.runtime.held[run].state.grants_id)
+               if run in self.runtime.held else meta.get("grant")}
         await self.store.put(doc)
         return doc
 
-    async def pass_once(self) -> list[dict[str, Any]]:
-        """Continue every run whose wait is over and that this worker wins; one report
-        each (``{"run", "status", ...}`` or ``{"run", "refused": rule}``)."""
+    def running_doc(self, run: str) -> dict[str, Any]:
+        """Where a local run stands while an interval of it runs here."""
+        name, workflow, _status, meta = self.runtime.journal.run_row(run)  # type: ignore[misc]
+        return running_doc(run, name, workflow, self.host.name, meta.get("head"))
+
+    async def continue_orphans(self) -> list[dict[str, Any]]:
+        """Continue every local run whose interval died with its process (a ``start``
+        killed in its first interval, a worker killed in one): its lost interval is sealed
+        and its calls retried under the same idempotency keys (Runtime.advance)."""
         reports = []
+        for run in self.runtime.orphans():
+            try:
+                claimed = await self.store.claim_run(self.running_doc(run), self.host.name)
+                if claimed is None:
+                    reports.append({"run": run, "lost": "claimed by another worker"})
+                    continue
+                signals = [s for s in await self.store.signals(run)
+                           if await self.store.sent_as(run, s)]
+                reports.append(await self._continue(claimed[0], *claimed, signals, here=True))
+            finally:
+                self.runtime.release(run)
+        return reports
+
+    async def pass_once(self) -> list[dict[str, Any]]:
+        """Continue every local orphan, then every run whose wait is over and that this
+        worker wins; one report each (``{"run", "status", ...}`` or ``{"run", "refused":
+        rule}``)."""
+        reports = await self.continue_orphans()
         for doc, revision in await self.store.runs():
             now = self.clock()
             if doc.get("status") != "parked" and not claim_stale(doc, now):
                 continue
-            signals = await self.store.signals(doc["run"])
+            signals = [s for s in await self.store.signals(doc["run"])
+                       if await self.store.sent_as(doc["run"], s)]
             if not wait_over(doc, signals, now):
                 continue
             claimed = await self.store.claim(doc, revision, self.host.name)
@@ -105,14 +138,14 @@ class Worker:
         return reports
 
     async def _continue(self, doc: dict[str, Any], claimed: dict[str, Any], revision: int,
-                        signals: list[dict[str, Any]]) -> dict[str, Any]:
+                        signals: list[dict[str, Any]], here: bool = False) -> dict[str, Any]:
         run = doc["run"]
         rt = self.runtime
         claim = _Claim(claimed, revision)  # the renewals move it; a refusal writes over it
         try:
             local = rt.journal.run_row(run)
-            here = (local is not None and doc.get("host") == self.host.name
-                    and local[3].get("head") == doc.get("head"))
+            here = here or (local is not None and doc.get("host") == self.host.name
+                            and local[3].get("head") == doc.get("head"))
             if not here:
                 hr = await self.adopt(run)
                 transcript = park_transcript(hr).transcript
@@ -124,10 +157,16 @@ class Worker:
                 rt.journal.import_run(export, transcript, {
                     "open": False, "next": len(export["entries"]),
                     "parked_at": doc.get("parked_at"), "head": format_address(transcript),
-                    "wait": doc.get("wait")}, keys)
+                    "wait": doc.get("wait"), "code_version": doc.get("code_version"),
+                    "grant": format_address(hr.state.grants_id)}, keys)
                 rt.held[run] = hr
+            else:
+                # The keys this host gave up after its last interval, back for this one
+                # (a shredded one stays absent: a replay that needs it is ValueShredded).
+                rt.journal.put_keys(await self.store.blob_keys(rt.journal.missing_keys(run)))
             for s in signals:
-                rt.send(run, s["name"], s["data"], s["id"])
+                with contextlib.suppress(SignalConflict):  # never delivered
+                    rt.send(run, s["name"], s["data"], s["id"])
             renew = asyncio.create_task(self._renew(claim))
             try:
                 outcome = await rt.advance(run)
@@ -143,6 +182,7 @@ class Worker:
             # moved the run on meanwhile, its state stands.
             await self.store.update({**claim.doc, "status": status, "refused": rule,
                                      "detail": str(exc)}, claim.revision)
+            await self._give_up_keys(run)
             return {"run": run, "refused": rule, "detail": str(exc)}
         published = await self.publish(outcome)
         delivered = set(published["delivered"])
@@ -150,6 +190,16 @@ class Worker:
         return {"run": run, "status": published["status"], "host": self.host.name,
                 "segments": outcome.segments, "verdict": outcome.verdict,
                 "result": outcome.result}
+
+    async def _give_up_keys(self, run: str, keys: dict[str, list[str]] | None = None
+                            ) -> None:
+        """The interval is over: its values' keys (``keys``, else read here) go to the
+        bucket (where none is yet) and leave this host, so the bucket is the one place they
+        live and a shred there reaches every host."""
+        if self.runtime.journal.run_row(run) is not None:
+            await self.store.put_keys(self.runtime.journal.export(run)[1] if keys is None
+                                      else keys)
+            self.runtime.journal.forget_keys(run)
 
     async def _renew(self, claim: _Claim) -> None:
         """Keep the claim fresh while the interval runs (a third of the lease each time),
@@ -173,4 +223,27 @@ class Worker:
                 await asyncio.wait_for(stop.wait(), timeout=poll)
 
 
-__all__ = ["Worker"]
+def running_doc(run: str, name: str, workflow: str, host: str, head: str | None = None
+                ) -> dict[str, Any]:
+    """The runs bucket's document of a run while an interval of it runs on ``host``."""
+    return {"run": run, "name": name, "workflow": workflow, "status": "running",
+            "wait": None, "head": head, "host": host, "parked_at": None, "segments": None,
+            "verdict": None, "blocked": [], "delivered": [], "error": None}
+
+
+def describe_local(status: str, meta: dict[str, Any], busy: bool) -> str:
+    """What is true of a run this host holds, for a ``start`` of it."""
+    if status in ("done", "failed"):
+        return f"it has ended here ({status})"
+    if status == "parked":
+        return (f"it is parked here waiting on {meta.get('wait')}: a worker continues it"
+                " when the wait is over")
+    if status == "refused":
+        return f"it was refused here ({meta.get('refused')}: {meta.get('detail')})"
+    if busy:
+        return "another process on this host is running an interval of it now"
+    return ("its interval died with its process: `fleet runtime worker` on this host"
+            " continues it")
+
+
+__all__ = ["Worker", "describe_local", "running_doc"]
