@@ -1,9 +1,11 @@
 """The ledger service: consume the FLEET stream, fold in batches, sign checkpoints, serve.
 
-One batch is: fetch up to ``batch`` messages from the ledger's durable pull consumer, decide
-each with the pure fold (:func:`fleet.fold.fast.fold_message`), commit the batch's leaves, runs,
-refusals and the highest stream sequence decided in one SQLite transaction, and only then
-ack (AckAll on the last message). Messages at or below the stored watermark are skipped, so
+The shell around the pure fold core (:mod:`fleet.fold`). One batch is: fetch up to
+``batch`` messages from the ledger's durable pull consumer, decode them and hand their seals
+to the seal worker, decide the batch with :func:`fleet.fold.batch.decide_batch`, commit the
+batch's leaves, runs, refusals and the highest stream sequence decided in one SQLite
+transaction (:class:`ledger.commit_pipeline.CommitPipeline`), and only then ack (AckAll on
+the last message). Messages at or below the stored watermark are skipped, so
 a crash anywhere folds nothing twice. A batch the store cannot commit (full or read-only
 disk) is not acked: the ledger marks itself unhealthy, naks the batch and retries with
 backoff until the disk is back, losing nothing.
