@@ -41,7 +41,7 @@ from fleet.fold.batch import (
 )
 from fleet.fold.cache import RunCache
 from fleet.fold.policy import checkpoint_due, leads_signing
-from fleet.fold.route import Router
+from fleet.fold.route import Route, Router
 from fleet.note import Signer, parse_note
 from fleet.subjects import fleet_names
 from fleet.wire import EnvelopeWire, envelope_wire
@@ -104,6 +104,7 @@ class Prepared:
     """A decoded batch whose seals are being checked (see :meth:`Ledger.prepare`)."""
 
     msgs: list[tuple[int, str, bytes]]
+    routes: list[Route]  # each message's fold, by its subject (fleet.fold.route)
     times: list[int]  # each message's ledger time: its stream timestamp, ms since the epoch
     wires: list[EnvelopeWire | None]  # None: refused at decoding (the reference path says how)
     hosts: Mapping[str, HostEntry]
@@ -228,10 +229,11 @@ class Ledger:
         hosts = self._hosts
         wires = [envelope_wire(data) for _seq, _subject, data in msgs]
         addresses = batch_addresses(wires)
-        checks = seal_items(msgs, wires, addresses, hosts, self._route, MAX_ITEM_MESSAGE)
+        routes = self._route.routes([subject for _seq, subject, _data in msgs])
+        checks = seal_items(msgs, wires, addresses, hosts, routes, MAX_ITEM_MESSAGE)
         ticket = self._sealer.submit(checks.items, share_in_line)
-        return Prepared(msgs, [0] * len(msgs) if times is None else times, wires, hosts,
-                        self._hosts_version, checks.positions, ticket, checks.runs,
+        return Prepared(msgs, routes, [0] * len(msgs) if times is None else times, wires,
+                        hosts, self._hosts_version, checks.positions, ticket, checks.runs,
                         addresses)
 
     def finish(self, prepared: Prepared) -> tuple[list[Incoming], int]:
@@ -277,8 +279,8 @@ class Ledger:
         seals = merge_seals(len(prepared.msgs), prepared.sealed,
                             self._sealer.collect(prepared.seals))
         return decide_batch(
-            prepared.msgs, prepared.times, prepared.wires, prepared.addresses, seals,
-            self.store.watermark(), names=self.names, route=self._route,
+            prepared.msgs, prepared.routes, prepared.times, prepared.wires,
+            prepared.addresses, seals, self.store.watermark(), names=self.names,
             committed_runs=self._runs.preload(prepared.runs),
             stored_head_at=self.store.head_at, hosts=prepared.hosts,
             operators=self.store.operators(), grants=self.grants,

@@ -31,6 +31,8 @@ def test_each_subject_goes_to_exactly_one_fold_whatever_the_order_of_tests():
         assert route(names.control + ".unknown") == CONTROL  # refused by the control fold
         assert route(names.segment_subject("h1", "b3:" + "0" * 64)) == SEGMENT
         assert route("elsewhere.ctl.grant") == SEGMENT  # refused by the segment fold
+        some = [grant, names.control_subject("host"), names.control + ".x", "a.b", ""]
+        assert route.routes(some) == [route(s) for s in some]  # the batch form agrees
     assert Router(fleet_names("acme"))(DEFAULT_FLEET.grant_subject) == SEGMENT
 
 
@@ -68,11 +70,12 @@ def test_the_batch_checks_beside_the_fold_the_seals_of_known_hosts_and_grant_sig
     batch = [*msgs[:2], (5, msgs[0][1], b"not json"),
              (6, names.grant_subject, b"not an event")]
     wires = [envelope_wire(data) for _s, _j, data in batch]
-    found = seal_items(batch, wires, batch_addresses(wires), hosts, Router(names), 0xFFFF)
+    routes = Router(names).routes(subject for _seq, subject, _data in batch)
+    found = seal_items(batch, wires, batch_addresses(wires), hosts, routes, 0xFFFF)
     assert found.positions == [0, 1] and found.runs == {r.run}
     key = bytes(host_key("h1").verify_key)
     assert [item[0] for item in found.items] == [key, key]
-    assert seal_items(batch, wires, batch_addresses(wires), {}, Router(names), 0xFFFF
+    assert seal_items(batch, wires, batch_addresses(wires), {}, routes, 0xFFFF
                       ).positions == []
 
 
@@ -119,8 +122,9 @@ def _batch(host: str = "h1"):  # type: ignore[no-untyped-def]
 def _decide_alone(msgs, hosts, watermark: int):  # type: ignore[no-untyped-def]
     """The batch decided by the core with nothing committed and no pre-checks."""
     n = len(msgs)
-    return decide_batch(msgs, [0] * n, [None] * n, [None] * n, [None] * n, watermark,
-                        names=DEFAULT_FLEET, route=Router(DEFAULT_FLEET),
+    routes = Router(DEFAULT_FLEET).routes(subject for _seq, subject, _data in msgs)
+    return decide_batch(msgs, routes, [0] * n, [None] * n, [None] * n, [None] * n, watermark,
+                        names=DEFAULT_FLEET,
                         committed_runs=lambda run: None, stored_head_at=lambda r, i: None,
                         hosts=hosts, operators=({}, set()), grants=GrantBook())
 

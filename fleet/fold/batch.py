@@ -11,7 +11,8 @@ Within the batch, the runs, heads, host table and grant book are overlays on the
 ones (:class:`fleet.fold.reference.BatchRuns`, :class:`BatchHeads`,
 :class:`fleet.control.BatchControl`, :class:`fleet.grant_fold.BatchGrants`): a message is
 decided against everything folded before it, in stream order, and nothing committed is
-touched. Each message goes to one fold by its subject (:class:`fleet.fold.route.Router`).
+touched. Each message goes to one fold by its subject (its route, computed once per batch by
+:meth:`fleet.fold.route.Router.routes`).
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from fleet.fold.reference import (
     Refused,
     RunSlot,
 )
-from fleet.fold.route import CONTROL, GRANT, Router
+from fleet.fold.route import CONTROL, GRANT, Route
 from fleet.grant_events import GrantAccepted, GrantBook, signature_items
 from fleet.grant_fold import BatchGrants
 from fleet.subjects import FleetNames
@@ -84,7 +85,7 @@ class SealItems(NamedTuple):
 
 def seal_items(msgs: Sequence[tuple[int, str, bytes]], wires: Sequence[EnvelopeWire | None],
                addresses: Sequence[list[bytes] | None], hosts: Mapping[str, HostEntry],
-               route: Router, max_message: int) -> SealItems:
+               routes: Sequence[Route], max_message: int) -> SealItems:
     """A segment's seal under its host's key (:func:`fleet.fold.fast.wire_seal_item`) and a
     grant event's signatures (its own, an issued or minted grant's: the event's verdict is
     their conjunction, :func:`merge_seals`); an event with a message longer than
@@ -94,8 +95,8 @@ def seal_items(msgs: Sequence[tuple[int, str, bytes]], wires: Sequence[EnvelopeW
         for n, (w, a) in enumerate(zip(wires, addresses, strict=True)))
         if item is not None]
     runs = {identity(wires[n].run) for n, _ in found}  # type: ignore[union-attr]
-    for n, (_seq, subject, data) in enumerate(msgs):
-        if route(subject) == GRANT:
+    for n, ((_seq, _subject, data), route) in enumerate(zip(msgs, routes, strict=True)):
+        if route == GRANT:
             items = signature_items(data)
             if items is not None and all(len(m) <= max_message for _, m, _ in items):
                 found += [(n, item) for item in items]
@@ -158,6 +159,7 @@ def run_at(runs: BatchRuns, head_at: HeadAt
 
 def decide_batch(
     msgs: Sequence[tuple[int, str, bytes]],
+    routes: Sequence[Route],
     times: Sequence[int],
     wires: Sequence[EnvelopeWire | None],
     addresses: Sequence[list[bytes] | None],
@@ -165,7 +167,6 @@ def decide_batch(
     watermark: int,
     *,
     names: FleetNames,
-    route: Router,
     committed_runs: Callable[[bytes], RunSlot | None],
     stored_head_at: HeadAt,
     hosts: Mapping[str, HostEntry],
@@ -191,12 +192,11 @@ def decide_batch(
     host_keys: set[bytes] | None = None
     keys_at = 0
     append = items.append
-    for (seq, subject, data), at_ms, wire, seal_ok, parsed in zip(
-            msgs, times, wires, seals, addresses, strict=True):
+    for (seq, subject, data), kind, at_ms, wire, seal_ok, parsed in zip(
+            msgs, routes, times, wires, seals, addresses, strict=True):
         if seq <= watermark:
             continue
         decision: Accepted | Refused | ControlAccepted | GrantAccepted
-        kind = route(subject)
         if kind == GRANT:
             # The enrolled keys, taken once per batch (again after a control event).
             if host_keys is None or keys_at != len(control.accepted):

@@ -10,6 +10,7 @@ control event whichever test is read first.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Literal
 
 from fleet.subjects import FleetNames
@@ -42,3 +43,8 @@ class Router:
         if found is not None:
             return found
         return CONTROL if subject.startswith(self._control) else SEGMENT
+
+    def routes(self, subjects: Iterable[str]) -> list[Route]:
+        """Each subject's fold, for a whole batch at once (a batch is routed once)."""
+        exact, control = self._exact.get, self._control
+        return [exact(s) or (CONTROL if s.startswith(control) else SEGMENT) for s in subjects]
