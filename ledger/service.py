@@ -491,14 +491,16 @@ class Ledger:
         A batch smaller than asked means the consumer is caught up: it is folded and
         committed at once, so a quiet stream adds no latency.
         """
-        pending, committing = self._pending, self.pipeline.unacked()
+        pending, in_flight = self._pending, self.pipeline.unacked()
         self._pending = None
         msgs: list[Delivery] = []
-        unacked = [m for m in (committing, pending and pending[0]) if m is not None]
+        # The deliveries of the batches in flight (in_flight: its commit running), nak'd on a
+        # failure.
+        unacked = [m for m in (in_flight, pending and pending[0]) if m is not None]
         try:
             try:
                 msgs = await sub.fetch(self.config.batch, timeout=0.25,
-                                       linger=pending is None and committing is None)
+                                       linger=pending is None and in_flight is None)
             except (TimeoutError, FetchTimeoutError, nats.errors.TimeoutError):
                 msgs = []
             unacked.append(msgs)
@@ -506,7 +508,7 @@ class Ledger:
             new = None
             if msgs:
                 new = (msgs, self.prepare([(m.seq, m.subject, m.data) for m in msgs],
-                                          refresh_hosts=committing is None,
+                                          refresh_hosts=in_flight is None,
                                           times=[m.at_ms for m in msgs]))
             await self._settle()
             if pending is not None:
