@@ -3,7 +3,7 @@ replicas share the load. Requests and replies are JSON; a failure replies with a
 error header (code and one-line description) that the CLI prints as is.
 
     fleet.api.status       {}                          -> status JSON
-    fleet.api.checkpoint   {}                          -> {"size", "root", "checkpoint"}
+    fleet.api.checkpoint   {"min_size"?}               -> {"size", "root", "checkpoint"}
     fleet.api.prove        {"run", "index"?}           -> proof bundle
     fleet.api.consistency  {"old", "new"?}             -> {"old", "new", "proof", ...}
     fleet.api.run          {"run"}                     -> run status (with its "grant")
@@ -17,6 +17,12 @@ error header (code and one-line description) that the CLI prints as is.
 
 Every request may carry ``"min_seq"``: a replica answers only once it has folded the
 stream up to that sequence (waiting up to 2 s), else replies 503 saying how far it is.
+
+A checkpoint request gets the newest checkpoint this replica knows: its own last one or the
+largest the lease holder published (ledger.replica), whichever is larger. With
+``"min_size"`` it answers one of at least that size, its checkpoint step signing its own
+tree if that has grown so far, else waiting up to 2 s for one, else 503. No request signs:
+a proof or checkpoint that needs a new checkpoint waits for the ledger's checkpoint step.
 """
 
 from __future__ import annotations
@@ -94,6 +100,10 @@ class ApiLedger(Protocol):
     async def replicas_seen(self) -> tuple[str | None, list[dict[str, Any]]] | None: ...
 
     def facts(self) -> ServiceFacts: ...
+
+    def newest_published(self) -> tuple[int, bytes, str] | None:
+        """The largest checkpoint published under this log's key (ledger.replica), if any."""
+        ...
 
 
 def _field(body: dict[str, Any], name: str, kind: type, required: bool = True) -> Any:
@@ -201,16 +211,31 @@ class LedgerApi:
         return doc
 
     async def checkpoint(self, body: dict[str, Any]) -> Any:
-        """The last signed checkpoint; before the first, waits for the checkpoint step to
-        sign one (a read never signs)."""
+        """The newest checkpoint this replica knows (its own last or the largest published,
+        whichever is larger); with ``min_size``, one of at least that size, waiting up to
+        2 s (the checkpoint step signs this replica's tree for it once the tree holds
+        ``min_size`` leaves; a read never signs), else 503."""
+        min_size = _field(body, "min_size", int, required=False) or 0
         led = self.ledger
-        async with led.reading():
-            last, size = led.store.last_checkpoint(), led.store.tree.size()
-        if last is None:
-            last = await led.wait_for_checkpoint(size)
-            if last is None:
-                raise Behind("behind: no checkpoint signed yet")
-        return views.checkpoint_json(last)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + 2.0
+        while True:
+            async with led.reading():
+                own, size = led.store.last_checkpoint(), led.store.tree.size()
+            if own is None or own[0] < min_size <= size:
+                # This tree holds what is asked: the checkpoint step signs it for us.
+                await led.wait_for_checkpoint(size if own is None else min_size,
+                                              max(0.0, deadline - loop.time()))
+                async with led.reading():
+                    own = led.store.last_checkpoint()
+            found = max((c for c in (own, led.newest_published()) if c is not None),
+                        key=lambda c: c[0], default=None)
+            if found is not None and found[0] >= min_size:
+                return views.checkpoint_json(found)
+            if loop.time() > deadline:
+                raise Behind(f"behind: the newest checkpoint here has size "
+                             f"{0 if found is None else found[0]}, asked min_size {min_size}")
+            await asyncio.sleep(0.05)
 
     async def prove(self, body: dict[str, Any]) -> Any:
         """A proof against a signed checkpoint holding the leaf; waits for the checkpoint

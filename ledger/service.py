@@ -186,6 +186,9 @@ class Ledger:
                             self.health_detail, self.pulling.as_json(), self.config.grants,
                             self.leading, self.signs())
 
+    def newest_published(self) -> tuple[int, bytes, str] | None:
+        return None if self.replica is None else self.replica.newest
+
     async def replicas_seen(self) -> tuple[str | None, list[dict[str, Any]]] | None:
         """(the lease holder, the replicas' heartbeats), for a replica; ``None`` otherwise."""
         if self.replica is None or self.js is None:
