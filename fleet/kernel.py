@@ -16,7 +16,7 @@ This module is the record's one statement of:
 Everything here takes plain values (bytes, ints, strings, sequences of call ids): no
 decoded object of any one form. Two decoders feed it: the object API
 (:mod:`fleet.segment`, :class:`fleet.record.RunState`, :mod:`fleet.builder`) and the wire
-fast path (:mod:`fleet.verify_fast`, :mod:`fleet.fold_fast`), which reads the values
+fast path (:mod:`fleet.verify_fast`, :mod:`fleet.fold.fast`), which reads the values
 straight out of msgspec structs. A rule added here therefore binds both, and ``fleet
 verify`` (fast or ``--reference``) and the ledger's fold decide alike.
 

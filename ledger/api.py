@@ -20,8 +20,9 @@ stream up to that sequence (waiting up to 2 s), else replies 503 saying how far 
 
 A checkpoint request gets the newest checkpoint this replica knows: its own last one or the
 largest the lease holder published (ledger.replica), whichever is larger. With
-``"min_size"`` it answers one of at least that size, signing its own tree if that has grown
-so far, else waiting up to 2 s for one, else 503.
+``"min_size"`` it answers one of at least that size, its checkpoint step signing its own
+tree if that has grown so far, else waiting up to 2 s for one, else 503. No request signs:
+a proof or checkpoint that needs a new checkpoint waits for the ledger's checkpoint step.
 """
 
 from __future__ import annotations
@@ -29,7 +30,10 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any
+from contextlib import AbstractAsyncContextManager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
 
 from nats.aio.client import Client
 from nats.micro import add_service
@@ -37,20 +41,18 @@ from nats.micro.request import Request
 from nats.micro.service import Service
 
 from fleet.errors import FleetError
+from fleet.grant_events import GrantBook
+from fleet.subjects import FleetNames
 from ledger import views
 from ledger.audit_rows import audit_store
 from ledger.grant_views import GrantNotFound, grant_evidence, grant_status
-from ledger.replica import read_replicas
-from ledger.store import ReadOnlyStore
-
-if TYPE_CHECKING:
-    from ledger.service import Ledger
+from ledger.store import LedgerStore, ReadOnlyStore
+from plumbing.anchoring import ReceiptStore
 
 Handler = Callable[[dict[str, Any]], Awaitable[Any]]
 
-
 # Endpoints that take the store lock themselves (or need none): they wait or ask NATS first.
-_UNLOCKED = ("status", "audit", "checkpoint")
+_UNLOCKED = ("status", "audit", "checkpoint", "prove")
 
 
 class BadRequest(Exception):
@@ -59,6 +61,49 @@ class BadRequest(Exception):
 
 class Behind(Exception):
     """This replica has nothing as new as the request asks (503: another may have)."""
+
+
+@dataclass(frozen=True)
+class ServiceFacts:
+    """What the status reports of the service beside its store."""
+
+    name: str
+    vkey: str
+    healthy: bool
+    detail: str
+    puller: dict[str, Any]
+    grants_mode: str
+    leading: bool
+    signing: bool
+
+
+class ApiLedger(Protocol):
+    """What the API reads of its ledger (:class:`ledger.service.Ledger` is one): the store
+    under the pipeline's lock, the committed position, and a wait for a signed checkpoint
+    (the API never signs one)."""
+
+    names: FleetNames
+    origin: str
+    data_dir: Path
+    store: LedgerStore
+    receipts: ReceiptStore | None
+    grants: GrantBook
+    committed_seq: int
+
+    def reading(self) -> AbstractAsyncContextManager[None]: ...
+
+    async def wait_for_checkpoint(self, size: int, timeout: float = 2.0
+                                  ) -> tuple[int, bytes, str] | None: ...
+
+    async def refresh_stream_end(self) -> int: ...
+
+    async def replicas_seen(self) -> tuple[str | None, list[dict[str, Any]]] | None: ...
+
+    def facts(self) -> ServiceFacts: ...
+
+    def newest_published(self) -> tuple[int, bytes, str] | None:
+        """The largest checkpoint published under this log's key (ledger.replica), if any."""
+        ...
 
 
 def _field(body: dict[str, Any], name: str, kind: type, required: bool = True) -> Any:
@@ -73,7 +118,7 @@ def _field(body: dict[str, Any], name: str, kind: type, required: bool = True) -
 
 
 class LedgerApi:
-    def __init__(self, ledger: Ledger) -> None:
+    def __init__(self, ledger: ApiLedger) -> None:
         self.ledger = ledger
         self.service: Service | None = None
 
@@ -82,7 +127,7 @@ class LedgerApi:
         self.service = await add_service(
             nc, name=names.api_service, version="0.1.0", queue_group=names.api_queue,
             description="fleet ledger: checkpoints, proofs, run status",
-            metadata={"origin": self.ledger.origin, "ledger": self.ledger.config.name},
+            metadata={"origin": self.ledger.origin, "ledger": self.ledger.facts().name},
         )
         endpoints: dict[str, Handler] = {
             "status": self.status, "checkpoint": self.checkpoint, "prove": self.prove,
@@ -102,7 +147,7 @@ class LedgerApi:
 
     def _wrap(self, handler: Handler, locked: bool) -> Callable[[Request], Awaitable[None]]:
         """A micro handler around ``handler``; ``locked``: it runs under the ledger's store
-        lock, so it reads (and signs) only committed batches."""
+        lock, so it reads only committed batches."""
         async def respond(req: Request) -> None:
             try:
                 body = json.loads(req.data or b"{}")
@@ -114,7 +159,7 @@ class LedgerApi:
                                             f"{body['min_seq']}")
                     return
                 if locked:
-                    async with self.ledger.store_lock:
+                    async with self.ledger.reading():
                         result = await handler(body)
                 else:
                     result = await handler(body)
@@ -151,54 +196,62 @@ class LedgerApi:
     async def status(self, body: dict[str, Any]) -> Any:
         led = self.ledger
         end = await led.refresh_stream_end()  # a NATS request: not under the store lock
-        replicas = None
-        if led.replica is not None and led.js is not None:
-            replicas = await read_replicas(led.js, led.replica.names)
-        async with led.store_lock:
-            doc = views.status(led.store, origin=led.origin,
-                               vkey=led.signer.verifier().text(),
+        replicas = await led.replicas_seen()
+        async with led.reading():
+            facts = led.facts()
+            doc = views.status(led.store, origin=led.origin, vkey=facts.vkey,
                                lag=max(0, end - led.store.watermark()),
-                               healthy=led.healthy, detail=led.health_detail,
-                               receipts=led.receipts,
-                               puller=led.pulling.as_json())
-        doc["grants"] = {"mode": led.config.grants, "folded": len(led.grants.entries)}
-        doc["replica"] = {"name": led.config.name, "leading": led.leading,
-                          "signing": led.signs()}
+                               healthy=facts.healthy, detail=facts.detail,
+                               receipts=led.receipts, puller=facts.puller)
+        doc["grants"] = {"mode": facts.grants_mode, "folded": len(led.grants.entries)}
+        doc["replica"] = {"name": facts.name, "leading": facts.leading,
+                          "signing": facts.signing}
         if replicas is not None:
             doc["lease_holder"], doc["replicas"] = replicas
         return doc
 
     async def checkpoint(self, body: dict[str, Any]) -> Any:
+        """The newest checkpoint this replica knows (its own last or the largest published,
+        whichever is larger); with ``min_size``, one of at least that size, waiting up to
+        2 s (the checkpoint step signs this replica's tree for it once the tree holds
+        ``min_size`` leaves; a read never signs), else 503."""
         min_size = _field(body, "min_size", int, required=False) or 0
+        led = self.ledger
         loop = asyncio.get_running_loop()
         deadline = loop.time() + 2.0
         while True:
-            found = await self._newest_checkpoint(min_size)
-            if found[0] >= min_size:
+            async with led.reading():
+                own, size = led.store.last_checkpoint(), led.store.tree.size()
+            if own is None or own[0] < min_size <= size:
+                # This tree holds what is asked: the checkpoint step signs it for us.
+                await led.wait_for_checkpoint(size if own is None else min_size,
+                                              max(0.0, deadline - loop.time()))
+                async with led.reading():
+                    own = led.store.last_checkpoint()
+            found = max((c for c in (own, led.newest_published()) if c is not None),
+                        key=lambda c: c[0], default=None)
+            if found is not None and found[0] >= min_size:
                 return views.checkpoint_json(found)
             if loop.time() > deadline:
-                raise Behind(f"behind: the newest checkpoint here has size {found[0]}, "
-                             f"asked min_size {min_size}")
+                raise Behind(f"behind: the newest checkpoint here has size "
+                             f"{0 if found is None else found[0]}, asked min_size {min_size}")
             await asyncio.sleep(0.05)
 
-    async def _newest_checkpoint(self, min_size: int) -> tuple[int, bytes, str]:
-        """The larger of this replica's last checkpoint and the newest one published;
-        signing this replica's tree when neither reaches ``min_size`` and the tree does."""
-        led = self.ledger
-        async with led.store_lock:
-            own = led.store.last_checkpoint()
-            if own is None or (own[0] < min_size <= led.store.tree.size()):
-                led.sign_checkpoint()
-                own = led.store.last_checkpoint()
-        assert own is not None
-        published = led.replica.newest if led.replica is not None else None
-        return published if published is not None and published[0] > own[0] else own
-
     async def prove(self, body: dict[str, Any]) -> Any:
+        """A proof against a signed checkpoint holding the leaf; waits for the checkpoint
+        step to sign one if none does yet (a read never signs)."""
         run = _field(body, "run", str)
         index = _field(body, "index", int, required=False)
-        return views.prove(self.ledger.store, run, index, self.ledger.checkpoint_covering,
-                           self.ledger.receipts)
+        led = self.ledger
+        for _attempt in range(2):
+            async with led.reading():
+                try:
+                    return views.prove(led.store, run, index, receipts=led.receipts)
+                except views.CheckpointWanted as exc:
+                    wanted = exc.size
+            if await led.wait_for_checkpoint(wanted) is None:
+                break
+        raise Behind(f"behind: no signed checkpoint holds leaf {wanted - 1} yet")
 
     async def consistency(self, body: dict[str, Any]) -> Any:
         store = self.ledger.store
@@ -243,7 +296,7 @@ class LedgerApi:
 
     def _audit(self, since: float | None, factor: float) -> Any:
         """In a thread, on a read-only connection of its own: the fold never waits for it."""
-        store = ReadOnlyStore(self.ledger.config.data_dir)
+        store = ReadOnlyStore(self.ledger.data_dir)
         try:
             return audit_store(store, since, factor)
         finally:

@@ -38,24 +38,52 @@ import contextlib
 import json
 import logging
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any, NamedTuple, Protocol
 
+from nats.aio.client import Client
 from nats.js import JetStreamContext
 from nats.js.api import KeyValueConfig
 from nats.js.errors import BucketNotFoundError
 from nats.js.kv import KeyValue
 
 from fleet.checkpoint import parse_checkpoint
-from fleet.note import open_note
+from fleet.note import Signer, open_note
 from fleet.subjects import DEFAULT_FLEET, FleetNames
 from plumbing.nats_connect import bucket_keys
-
-if TYPE_CHECKING:
-    from ledger.service import Ledger
 
 log = logging.getLogger(__name__)
 
 LEASE_KEY = "leader"
+
+
+class Progress(NamedTuple):
+    """Where a replica is, for its heartbeat."""
+
+    committed_seq: int  # the stream sequence folded and committed
+    tree_size: int
+    stream_last_seq: int  # the stream's end as last known
+    healthy: bool
+
+
+class Lead(Protocol):
+    """What the lease task needs of its ledger (:class:`ledger.service.Ledger` is one):
+    its connection and key (to keep the checkpoints published under it), its progress, and
+    the lead to take and drop."""
+
+    nc: Client | None
+    origin: str
+    signer: Signer
+
+    @property
+    def lead_floor(self) -> int | None: ...
+
+    async def take_lead(self) -> None: ...
+
+    async def drop_lead(self) -> None: ...
+
+    async def refresh_stream_end(self) -> int: ...
+
+    def progress(self) -> Progress: ...
 
 
 class OfflineHosts(Exception):
@@ -88,12 +116,13 @@ async def open_bucket(js: JetStreamContext, bucket: str, ttl: float, replicas: i
 class Replica:
     """The lease and heartbeat task of one ledger replica (``ledger.leading`` follows it)."""
 
-    def __init__(self, ledger: Ledger, ttl: float = 2.0, names: FleetNames = DEFAULT_FLEET
-                 ) -> None:
+    def __init__(self, ledger: Lead, name: str, ttl: float = 2.0,
+                 names: FleetNames = DEFAULT_FLEET, replicas: int = 1) -> None:
         self.ledger = ledger
         self.ttl = ttl
         self.names = names
-        self.name = ledger.config.name
+        self.name = name
+        self.replicas = replicas  # of the buckets, as of the stream
         self.revision: int | None = None
         self.renewed_at = 0.0
         self.lease: KeyValue | None = None
@@ -129,7 +158,7 @@ class Replica:
             self.newest = (cp.size, cp.root, note)
 
     async def _open(self) -> None:
-        replicas = self.ledger.config.replicas
+        replicas = self.replicas
         if self.lease is None:
             self.lease = await open_bucket(self.js, self.names.lease_bucket, self.ttl,
                                            replicas)
@@ -174,11 +203,10 @@ class Replica:
         await self.beats.put(self.name, json.dumps(self.heartbeat()).encode())
 
     def heartbeat(self) -> dict[str, Any]:
-        led = self.ledger
-        watermark = led.committed_seq
-        return {"name": self.name, "stream_seq": watermark, "tree_size": led.store.tree.size(),
-                "lag": max(0, led.stream_last_seq - watermark), "leading": self.holds,
-                "healthy": led.healthy, "at": time.time()}
+        p = self.ledger.progress()
+        return {"name": self.name, "stream_seq": p.committed_seq, "tree_size": p.tree_size,
+                "lag": max(0, p.stream_last_seq - p.committed_seq), "leading": self.holds,
+                "healthy": p.healthy, "at": time.time()}
 
     async def _lose(self, why: str) -> None:
         log.warning("replica %s lost the lease: %s", self.name, why)

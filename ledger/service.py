@@ -1,9 +1,11 @@
 """The ledger service: consume the FLEET stream, fold in batches, sign checkpoints, serve.
 
-One batch is: fetch up to ``batch`` messages from the ledger's durable pull consumer, decide
-each with the pure fold (:func:`fleet.fold_fast.fold_message`), commit the batch's leaves, runs,
-refusals and the highest stream sequence decided in one SQLite transaction, and only then
-ack (AckAll on the last message). Messages at or below the stored watermark are skipped, so
+The shell around the pure fold core (:mod:`fleet.fold`). One batch is: fetch up to
+``batch`` messages from the ledger's durable pull consumer, decode them and hand their seals
+to the seal worker, decide the batch with :func:`fleet.fold.batch.decide_batch`, commit the
+batch's leaves, runs, refusals and the highest stream sequence decided in one SQLite
+transaction (:class:`ledger.commit_pipeline.CommitPipeline`), and only then ack (AckAll on
+the last message). Messages at or below the stored watermark are skipped, so
 a crash anywhere folds nothing twice. A batch the store cannot commit (full or read-only
 disk) is not acked: the ledger marks itself unhealthy, naks the batch and retries with
 backoff until the disk is back, losing nothing.
@@ -16,12 +18,10 @@ import contextlib
 import gc
 import logging
 import time
-from collections import OrderedDict
 from collections.abc import Mapping
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 
 import msgspec
 import nats
@@ -30,21 +30,29 @@ from nats.js import JetStreamContext
 from nats.js.errors import FetchTimeoutError
 
 from fleet.checkpoint import check_consistent_then_sign, make_checkpoint, parse_checkpoint
-from fleet.control import BatchControl, ControlAccepted
-from fleet.fold import Accepted, Admission, BatchRuns, HostEntry, Message, Refused, RunSlot
-from fleet.fold_fast import batch_addresses, fold_message, wire_seal_item
-from fleet.grant_events import GrantAccepted, signature_items
-from fleet.grant_fold import BatchGrants
+from fleet.fold import HostEntry, Refused, batch_addresses
+from fleet.fold.batch import (
+    BatchChanges,
+    Decided,
+    Incoming,
+    decide_batch,
+    merge_seals,
+    seal_items,
+)
+from fleet.fold.cache import RunCache
+from fleet.fold.policy import checkpoint_due, leads_signing
+from fleet.fold.route import Route, Router
 from fleet.note import Signer, parse_note
 from fleet.subjects import fleet_names
-from fleet.wire import EnvelopeWire, envelope_wire, identity
-from ledger.api import LedgerApi
+from fleet.wire import EnvelopeWire, envelope_wire
+from ledger.api import LedgerApi, ServiceFacts
+from ledger.commit_pipeline import CommitPipeline
 from ledger.keys import load_or_create_signer
 from ledger.metrics import FoldMetrics, new_registry
 from ledger.pull import Delivery, PullerState, ack_all, nak, open_puller
-from ledger.replica import Replica, check_no_offline_hosts
+from ledger.replica import Progress, Replica, check_no_offline_hosts, read_replicas
 from ledger.seal_worker import MAX_ITEM_MESSAGE, SealTicket, SealWorker
-from ledger.store import CheckpointReader, HostsChanged, Incoming, LedgerStore
+from ledger.store import CheckpointReader, HostsChanged, LedgerStore
 from ledger.stream import ensure_consumer, ensure_stream
 from plumbing.anchoring import AnchorTaskFactory, ReceiptStore
 from plumbing.nats_connect import connect
@@ -69,7 +77,7 @@ class LedgerConfig:
     run_cache: int = 50_000
     # A second process verifying half of each large batch's seals (0: all in line).
     seal_workers: int = 1
-    # Decide the common message by fleet.fold_fast (False: every one by the reference path;
+    # Decide the common message by fleet.fold.fast (False: every one by the reference path;
     # the tests fold with both and compare the stores).
     fast_path: bool = True
     # The puller (ledger.pull): "auto" runs the lean one where the installed nats-py is a
@@ -91,20 +99,12 @@ class LedgerConfig:
     grants: str = "enforce"
 
 
-class BatchChanges(NamedTuple):
-    """What a decided batch changes, installed once its commit is durable: the runs it
-    changed (copies) and its grant events (an overlay on the committed book)."""
-
-    runs: dict[bytes, RunSlot]
-    grants: BatchGrants
-    control: BatchControl
-
-
 @dataclass
 class Prepared:
     """A decoded batch whose seals are being checked (see :meth:`Ledger.prepare`)."""
 
     msgs: list[tuple[int, str, bytes]]
+    routes: list[Route]  # each message's fold, by its subject (fleet.fold.route)
     times: list[int]  # each message's ledger time: its stream timestamp, ms since the epoch
     wires: list[EnvelopeWire | None]  # None: refused at decoding (the reference path says how)
     hosts: Mapping[str, HostEntry]
@@ -136,7 +136,8 @@ class Ledger:
         self.healthy = True
         self.health_detail = "ok"
         self.stream_last_seq = 0
-        self._runs: OrderedDict[bytes, RunSlot] = OrderedDict()
+        self._runs = RunCache(config.run_cache, self.store.load_run, self.store.load_runs)
+        self._route = Router(self.names)
         # The stream sequence folded and durably committed: the store's watermark read on
         # the fold's connection may be a batch written but not yet committed.
         self.committed_seq = self.store.watermark()
@@ -146,17 +147,15 @@ class Ledger:
             raise ValueError(f"grants must be 'enforce' or 'require', not {config.grants!r}")
         self.grants = self.store.grant_book()
         self._last_checkpoint_at = time.monotonic()
+        self._wanted: int | None = None  # a checkpoint size a reader waits for
         self._sealer = SealWorker()
         self._pending: tuple[list[Delivery], Prepared] | None = None
-        self._committing: tuple[list[Delivery], list[Incoming], asyncio.Future[None] | None,
-                                BatchChanges, int] | None = None
-        # Held while a batch is written and committed; API reads take it too, so they never
-        # see a batch that is not committed (nor sign a checkpoint over one).
-        self.store_lock = asyncio.Lock()
-        self._committer = ThreadPoolExecutor(1, thread_name_prefix="ledger-commit")
+        # The batch being committed and the store lock over it (API reads take it too, so
+        # they never see a batch that is not committed).
+        self.pipeline: CommitPipeline[list[Delivery], Prepared] = CommitPipeline(
+            self.decide_and_write, self.store.commit, self.store.rollback, self._install)
         self.metrics = FoldMetrics(new_registry())  # /metrics (ledger.http) reads them
         self.backlogged = False  # the last fetch was a full batch: the HTTP log yields to it
-        self._batch_started = 0.0
         self.nc: Client | None = None
         self.js: JetStreamContext | None = None
         self.api: LedgerApi | None = None
@@ -171,27 +170,36 @@ class Ledger:
         self._replica_task: asyncio.Task[None] | None = None
         self._replica_stop = asyncio.Event()
 
+    # -- what the API and the replica read (their protocols: ledger.api.ApiLedger,
+    # ledger.replica.Lead) -------------------------------------------------------------------
+
+    @property
+    def data_dir(self) -> Path:
+        return self.config.data_dir
+
+    def reading(self) -> contextlib.AbstractAsyncContextManager[None]:
+        """Hold the store while reading: no batch is written but uncommitted meanwhile."""
+        return self.pipeline.reading()
+
+    def facts(self) -> ServiceFacts:
+        return ServiceFacts(self.config.name, self.signer.verifier().text(), self.healthy,
+                            self.health_detail, self.pulling.as_json(), self.config.grants,
+                            self.leading, self.signs())
+
+    def newest_published(self) -> tuple[int, bytes, str] | None:
+        return None if self.replica is None else self.replica.newest
+
+    async def replicas_seen(self) -> tuple[str | None, list[dict[str, Any]]] | None:
+        """(the lease holder, the replicas' heartbeats), for a replica; ``None`` otherwise."""
+        if self.replica is None or self.js is None:
+            return None
+        return await read_replicas(self.js, self.names)
+
+    def progress(self) -> Progress:
+        return Progress(self.committed_seq, self.store.tree.size(), self.stream_last_seq,
+                        self.healthy)
+
     # -- state helpers --------------------------------------------------------------------
-
-    def _get_run(self, run: bytes) -> RunSlot | None:
-        slot = self._runs.get(run)
-        if slot is None:
-            slot = self.store.load_run(run)
-            if slot is not None:
-                self._remember(run, slot)
-        else:
-            self._runs.move_to_end(run)
-        return slot
-
-    def _remember(self, run: bytes, slot: RunSlot) -> None:
-        self._runs[run] = slot
-        self._runs.move_to_end(run)
-
-    def _trim_runs(self) -> None:
-        """Forget the least recently used runs beyond ``run_cache``: only between batches,
-        never inside one, where a run's advanced or new state is held nowhere else."""
-        while len(self._runs) > self.config.run_cache:
-            self._runs.popitem(last=False)
 
     def _refresh_hosts(self) -> None:
         # The version first: a change between the two reads is then caught at the write.
@@ -224,23 +232,12 @@ class Ledger:
         hosts = self._hosts
         wires = [envelope_wire(data) for _seq, _subject, data in msgs]
         addresses = batch_addresses(wires)
-        found = [(n, item) for n, item in (
-            (n, None if w is None else wire_seal_item(w, hosts, a and a[0]))
-            for n, (w, a) in enumerate(zip(wires, addresses, strict=True)))
-            if item is not None]
-        runs = {identity(wires[n].run) for n, _ in found}  # type: ignore[union-attr]
-        # A grant event's signatures (its own, an issued or minted grant's) are checked
-        # beside the fold too: the event's verdict is the conjunction of its items'.
-        grant_subject = self.names.grant_subject
-        for n, (_seq, subject, data) in enumerate(msgs):
-            if subject == grant_subject:
-                items = signature_items(data)
-                if items is not None and all(len(m) <= MAX_ITEM_MESSAGE for _, m, _ in items):
-                    found += [(n, item) for item in items]
-        ticket = self._sealer.submit([item for _, item in found], share_in_line)
-        return Prepared(msgs, [0] * len(msgs) if times is None else times, wires, hosts,
-                        self._hosts_version, [n for n, _ in found], ticket,
-                        runs, addresses)
+        routes = self._route.routes([subject for _seq, subject, _data in msgs])
+        checks = seal_items(msgs, wires, addresses, hosts, routes, MAX_ITEM_MESSAGE)
+        ticket = self._sealer.submit(checks.items, share_in_line)
+        return Prepared(msgs, routes, [0] * len(msgs) if times is None else times, wires,
+                        hosts, self._hosts_version, checks.positions, ticket, checks.runs,
+                        addresses)
 
     def finish(self, prepared: Prepared) -> tuple[list[Incoming], int]:
         """Decide a prepared batch's messages above the watermark and commit them."""
@@ -274,112 +271,39 @@ class Ledger:
         its watermark ``top`` the committed position."""
         self.committed_seq = max(self.committed_seq, top)
         for run, slot in changed.runs.items():
-            self._remember(run, slot)
+            self._runs.remember(run, slot)
         if changed.grants.accepted:
             changed.grants.install()
 
-    def _decide(self, prepared: Prepared) -> tuple[list[Incoming], int, BatchChanges]:
-        self._trim_runs()
-        seals: list[bool | None] = [None] * len(prepared.msgs)
-        for n, ok in zip(prepared.sealed, self._sealer.collect(prepared.seals), strict=True):
-            held = seals[n]
-            seals[n] = ok if held is None else held and ok
-        hosts = prepared.hosts
-        fast = self.config.fast_path
-        watermark = self.store.watermark()
-        batch: list[Incoming] = []
-        top = watermark
-        # Heads folded earlier in this batch are not in the store yet; without them a replay
-        # of one would be judged by where the batch happened to end (Fork vs Replay). Only
-        # the reference path asks, so they are gathered from the batch when it does.
-        batch_heads: dict[tuple[bytes, int], bytes] = {}
-        gathered = 0
-
-        def head_at(run: bytes, index: int) -> bytes | None:
-            nonlocal gathered
-            for item in batch[gathered:]:
-                d = item.decision
-                if isinstance(d, Accepted):
-                    batch_heads[(d.run, d.index)] = d.head
-            gathered = len(batch)
-            held = batch_heads.get((run, index))
-            return held if held is not None else self.store.head_at(run, index)
-
-        # The batch's runs that are not cached, read in one query; those the store lacks
-        # are new runs, not looked up again one by one.
-        runs = self._runs
-        unseen = prepared.runs - runs.keys()
-        for run, slot in self.store.load_runs(unseen).items():
-            self._remember(run, slot)
-        absent = unseen - runs.keys()
-
-        def committed(run: bytes) -> RunSlot | None:
-            if run in absent and run not in runs:
-                return None
-            return self._get_run(run)
-
-        # Control events change the host table in stream order: the batch decides against
-        # its own copy, and once one is accepted, the seals checked before (with the table
-        # the batch was prepared with) are checked again in line.
-        trusted, retired = self.store.operators()
-        control = BatchControl(trusted, hosts, retired)
-        grants = BatchGrants(self.grants)
-        ctx = Admission(control.hosts, BatchRuns(committed), head_at, self.names, grants,
-                        self.config.grants == "require")
-
-        def run_at(run: bytes, index: int) -> tuple[bytes, int, bytes | None] | None:
-            slot = ctx.runs.get(run)
-            if slot is None:
-                return None
-            st = slot.state
-            head = (st.head if index == st.index
-                    else head_at(run, index) if 1 <= index < st.index else None)
-            return st.grants_id, st.index, head
-
-        is_control = self.names.is_control
-        grant_subject = self.names.grant_subject
-        host_keys: set[bytes] | None = None
-        keys_at = 0
-        for (seq, subject, data), at_ms, wire, seal_ok, addresses in zip(
-                prepared.msgs, prepared.times, prepared.wires, seals, prepared.addresses,
-                strict=True):
-            if seq <= watermark:
-                continue
-            decision: Accepted | Refused | ControlAccepted | GrantAccepted
-            if subject == grant_subject:
-                # The enrolled keys, taken once per batch (again after a control event).
-                if host_keys is None or keys_at != len(control.accepted):
-                    host_keys = {e.public_key for e in control.hosts.values()}
-                    keys_at = len(control.accepted)
-                decision = grants.fold(seq, at_ms, data, host_keys, run_at, seal_ok)
-            elif is_control(subject):
-                decision = control.fold(seq, data)
-            else:
-                decision = fold_message(
-                    ctx, Message(subject, data, seq, wire, None if control.changed else seal_ok,
-                                 addresses, at_ms), fast)
-            batch.append(Incoming(seq, subject, data, decision, at_ms))
-            if seq > top:
-                top = seq
-        return batch, top, BatchChanges(ctx.runs.changed, grants, control)
+    def _decide(self, prepared: Prepared) -> Decided:
+        """The core's decision (:func:`fleet.fold.batch.decide_batch`) over what the store
+        and the seal worker hold now."""
+        self._runs.trim()
+        seals = merge_seals(len(prepared.msgs), prepared.sealed,
+                            self._sealer.collect(prepared.seals))
+        return decide_batch(
+            prepared.msgs, prepared.routes, prepared.times, prepared.wires,
+            prepared.addresses, seals, self.store.watermark(), names=self.names,
+            committed_runs=self._runs.preload(prepared.runs),
+            stored_head_at=self.store.head_at, hosts=prepared.hosts,
+            operators=self.store.operators(), grants=self.grants,
+            require_grants=self.config.grants == "require", fast=self.config.fast_path)
 
     # -- checkpoints ----------------------------------------------------------------------
 
     def checkpoint_due(self) -> bool:
-        size = self.store.tree.size()
+        """Whether the checkpoint step signs now (:func:`fleet.fold.policy.checkpoint_due`):
+        on count and time while this ledger signs, for a waiting reader always."""
         last = self.store.last_checkpoint()
-        signed = 0 if last is None else last[0]
-        if size <= signed:
-            return False
-        if size - signed >= self.config.checkpoint_every:
-            return True
-        elapsed_ms = (time.monotonic() - self._last_checkpoint_at) * 1000
-        return elapsed_ms >= self.config.checkpoint_ms
+        return checkpoint_due(self.store.tree.size(), None if last is None else last[0],
+                              (time.monotonic() - self._last_checkpoint_at) * 1000,
+                              self.config.checkpoint_every, self.config.checkpoint_ms,
+                              self._wanted, self.signs())
 
     async def sign_checkpoint_now(self) -> str | None:
         """:meth:`sign_checkpoint` from outside the fold loop: under the store lock, so never
         inside a batch's transaction while its commit runs."""
-        async with self.store_lock:
+        async with self.pipeline.reading():
             return self.sign_checkpoint()
 
     def sign_checkpoint(self) -> str | None:
@@ -397,17 +321,25 @@ class Ledger:
         note = check_consistent_then_sign(previous, new, proof, self.signer)
         self.store.add_checkpoint(size, new.root, note)
         self._last_checkpoint_at = time.monotonic()
+        if self._wanted is not None and size >= self._wanted:
+            self._wanted = None
         self.metrics.signed(size)
         return note
 
-    def checkpoint_covering(self, leaf_index: int) -> tuple[int, bytes, str]:
-        """A signed checkpoint whose tree holds ``leaf_index``, signing one if none does."""
-        found = self.store.checkpoint_at_least(leaf_index + 1)
-        if found is None:
-            self.sign_checkpoint()
-            found = self.store.checkpoint_at_least(leaf_index + 1)
-        assert found is not None
-        return found
+    async def wait_for_checkpoint(self, size: int, timeout: float = 2.0
+                                  ) -> tuple[int, bytes, str] | None:
+        """The first signed checkpoint of at least ``size`` leaves, waiting up to ``timeout``
+        for the checkpoint step to sign one (``None``: none came). A reader never signs: it
+        asks the step (:func:`fleet.fold.policy.checkpoint_due`'s ``wanted``)."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while True:
+            async with self.pipeline.reading():
+                found = self.store.checkpoint_at_least(size)
+            if found is not None or loop.time() > deadline:
+                return found
+            self._wanted = size if self._wanted is None else max(self._wanted, size)
+            await asyncio.sleep(0.02)
 
     # -- the service loop -----------------------------------------------------------------
 
@@ -436,7 +368,7 @@ class Ledger:
         self.api = LedgerApi(self)
         await self.api.start(self.nc)
         if cfg.replica_ttl is not None:
-            self.replica = Replica(self, cfg.replica_ttl, self.names)
+            self.replica = Replica(self, cfg.name, cfg.replica_ttl, self.names, cfg.replicas)
             await self.replica.start(self.js)
             self._replica_task = asyncio.create_task(self.replica.run(self._replica_stop))
         elif self._anchoring is not None:
@@ -472,10 +404,8 @@ class Ledger:
 
     def signs(self) -> bool:
         """Whether this ledger signs on the timer, publishes and anchors now."""
-        if not self.leading or self._lead_floor is None:
-            return False  # for a replica: no lease, or a renewal too old (a paused process)
         # The committed position: the store's watermark may be a batch still committing.
-        return self.committed_seq >= self._lead_floor
+        return leads_signing(self.leading, self._lead_floor, self.committed_seq)
 
     def _start_anchors(self, anchoring: AnchorTaskFactory) -> None:
         """Anchor checkpoints in a task of its own, reading them through its own store
@@ -564,14 +494,16 @@ class Ledger:
         A batch smaller than asked means the consumer is caught up: it is folded and
         committed at once, so a quiet stream adds no latency.
         """
-        pending, committing = self._pending, self._committing
+        pending, in_flight = self._pending, self.pipeline.unacked()
         self._pending = None
         msgs: list[Delivery] = []
-        unacked = [b[0] for b in (committing, pending) if b is not None]
+        # The deliveries of the batches in flight (in_flight: its commit running), nak'd on a
+        # failure.
+        unacked = [m for m in (in_flight, pending and pending[0]) if m is not None]
         try:
             try:
                 msgs = await sub.fetch(self.config.batch, timeout=0.25,
-                                       linger=pending is None and committing is None)
+                                       linger=pending is None and in_flight is None)
             except (TimeoutError, FetchTimeoutError, nats.errors.TimeoutError):
                 msgs = []
             unacked.append(msgs)
@@ -579,7 +511,7 @@ class Ledger:
             new = None
             if msgs:
                 new = (msgs, self.prepare([(m.seq, m.subject, m.data) for m in msgs],
-                                          refresh_hosts=committing is None,
+                                          refresh_hosts=in_flight is None,
                                           times=[m.at_ms for m in msgs]))
             await self._settle()
             if pending is not None:
@@ -603,78 +535,46 @@ class Ledger:
         await self._checkpoint_if_due()  # a timed one, also while the stream is quiet
 
     async def _start_commit(self, msgs: list[Delivery], prepared: Prepared) -> None:
-        """Decide and write a batch, then start its commit on the commit thread. The store
-        lock is held until :meth:`_settle`, so API reads never see an uncommitted batch."""
-        await self.store_lock.acquire()
-        self._batch_started = time.monotonic()
-        try:
-            batch, top, changed = self.decide_and_write(prepared)
-            done: asyncio.Future[None] | None = None
-            if batch:
-                try:
-                    done = asyncio.get_running_loop().run_in_executor(self._committer,
-                                                                      self.store.commit)
-                except BaseException:
-                    self.store.rollback()
-                    raise
-        except BaseException:
-            self.store_lock.release()
-            raise
-        self._committing = (msgs, batch, done, changed, top if batch else 0)
+        """Decide and write a batch, then start its commit (:class:`CommitPipeline`)."""
+        await self.pipeline.start(msgs, prepared)
 
     async def _settle(self) -> None:
         """Wait for the commit in flight, then ack its batch, publish its refusals, and sign
         a checkpoint if one is due."""
-        committing, self._committing = self._committing, None
-        if committing is None:
+        settled = await self.pipeline.settle()
+        if settled is None:
             return
-        msgs, batch, done, changed, top = committing
-        try:
-            if done is not None:
-                # Shielded: a cancelled wait must not release the lock mid-commit.
-                await asyncio.shield(done)
-                self.metrics.batch_committed(self._batch_started, self.store.tree.size(),
-                                             msgs[0].reply, signing=self.signs())
-            self._install(changed, top)
-        finally:
-            self.store_lock.release()
+        msgs = settled.msgs
+        if settled.committed:
+            self.metrics.batch_committed(settled.started, self.store.tree.size(),
+                                         msgs[0].reply, signing=self.signs())
         assert self.nc is not None
         await ack_all(self.nc, msgs[-1])
         self.stream_last_seq = max(self.stream_last_seq, msgs[-1].seq)
-        await self._publish_refusals(batch)
+        await self._publish_refusals(settled.batch)
         await self._checkpoint_if_due()
 
     async def _checkpoint_if_due(self) -> None:
-        """Sign and publish a checkpoint when N leaves or T ms have passed since the last
-        (only between commits: the store then holds exactly what was committed)."""
-        if self._committing is None and self.signs():
-            # Anchoring starts with the signing (never as a side effect of asking).
-            if self._anchoring is not None and self._anchor_task is None:
-                self._start_anchors(self._anchoring)
-            if not self.checkpoint_due():
-                return
-            note = self.sign_checkpoint()
-            if note is not None and self.nc is not None:
-                await self.nc.publish(self.names.checkpoints, note.encode())
+        """The checkpoint step: sign when due (:meth:`checkpoint_due`), and publish what the
+        leader signs (only between commits: the store then holds exactly what was
+        committed). A follower signs only what a reader waits for, and publishes nothing."""
+        if self.pipeline.busy:
+            return
+        leading = self.signs()
+        # Anchoring starts with the signing (never as a side effect of asking).
+        if leading and self._anchoring is not None and self._anchor_task is None:
+            self._start_anchors(self._anchoring)
+        if not self.checkpoint_due():
+            return
+        note = self.sign_checkpoint()
+        if leading and note is not None and self.nc is not None:
+            await self.nc.publish(self.names.checkpoints, note.encode())
 
     async def _abandon(self) -> None:
         """Drop the batches in flight after a failure (they were nak'd): wait out a commit
         still running, so the store is not left mid-transaction."""
         self._pending = None
-        committing, self._committing = self._committing, None
-        if committing is None:
-            return
-        _msgs, _batch, done, changed, top = committing
-        try:
-            if done is not None:
-                try:
-                    await done
-                except Exception:  # not stored: the cache keeps what was committed
-                    pass
-                else:
-                    self._install(changed, top)
-        finally:
-            self.store_lock.release()
+        await self.pipeline.abandon()
 
     async def _publish_refusals(self, batch: list[Incoming]) -> None:
         assert self.nc is not None
@@ -710,7 +610,7 @@ class Ledger:
             with contextlib.suppress(Exception):
                 await self.nc.drain()
         await asyncio.get_running_loop().run_in_executor(None, self._sealer.close)
-        self._committer.shutdown(wait=True)
+        self.pipeline.close()
         if self.receipts is not None:
             self.receipts.close()
         self.store.close()

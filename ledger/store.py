@@ -42,7 +42,8 @@ import msgspec
 
 from fleet.address import format_address, id_text, parse_address
 from fleet.control import ControlAccepted, ControlState
-from fleet.fold import Accepted, HostEntry, Refused, RunSlot
+from fleet.fold import Accepted, HostEntry, RunSlot
+from fleet.fold.batch import Incoming
 from fleet.grant_events import GrantAccepted, GrantBook, apply, decode_event, event_ref
 from fleet.merkle import leaf_hash
 from fleet.run_codec import state_from_json, state_to_json
@@ -99,17 +100,6 @@ class StoreError(Exception):
 
 class HostsChanged(Exception):
     """The hosts table changed after the batch being written was decided."""
-
-
-class Incoming(msgspec.Struct, frozen=True, gc=False):
-    """One decided message of a batch, with what the store keeps of it (untracked by the
-    cycle collector, as the decisions it holds: it can never refer back to itself)."""
-
-    stream_seq: int
-    subject: str
-    payload: bytes
-    decision: Accepted | Refused | ControlAccepted | GrantAccepted
-    at_ms: int = 0  # ledger time: the message's stream timestamp, ms since the epoch
 
 
 def open_db(path: Path) -> sqlite3.Connection:

@@ -105,12 +105,21 @@ def run_status(store: LedgerStore, run: str, grants: GrantBook | None = None
     }
 
 
+class CheckpointWanted(Exception):
+    """No signed checkpoint holds the leaf yet: the proof waits for one of ``size``."""
+
+    def __init__(self, size: int) -> None:
+        super().__init__(f"no signed checkpoint holds leaf {size - 1} yet")
+        self.size = size
+
+
 def prove(store: LedgerStore, run: str, index: int | None,
-          checkpoint_for: Callable[[int], tuple[int, bytes, str]],
+          checkpoint_for: Callable[[int], tuple[int, bytes, str] | None] | None = None,
           receipts: ReceiptStore | None = None) -> dict[str, Any]:
     """The proof bundle of segment ``index`` (default: the latest) of ``run``, against the
-    checkpoint ``checkpoint_for(leaf_index)`` gives (one whose tree holds the leaf), with
-    the anchors' receipts covering that checkpoint."""
+    checkpoint ``checkpoint_for(leaf_index)`` gives (default: the first signed one whose
+    tree holds the leaf), with the anchors' receipts covering that checkpoint. A read never
+    signs: :class:`CheckpointWanted` when no signed checkpoint holds the leaf yet."""
     row = store.run_row(run)
     if row is None:
         raise NotFound(f"no run {run} in this ledger")
@@ -119,7 +128,11 @@ def prove(store: LedgerStore, run: str, index: int | None,
     if seg is None:
         raise NotFound(f"run {run} has no segment {idx}")
     head, leaf_index = seg
-    size, _root, note = checkpoint_for(leaf_index)
+    found = (store.checkpoint_at_least(leaf_index + 1) if checkpoint_for is None
+             else checkpoint_for(leaf_index))
+    if found is None:
+        raise CheckpointWanted(leaf_index + 1)
+    size, _root, note = found
     leaf = encode_leaf(parse_address(run), idx, parse_address(head))
     bundle = build_bundle(
         origin=parse_checkpoint(parse_note(note)[0]).origin, tree_size=size,
@@ -200,5 +213,5 @@ def encode(doc: Any) -> bytes:
     return msgspec.json.encode(doc)
 
 
-__all__ = ["FleetError", "NotFound", "checkpoint_json", "consistency", "encode",
+__all__ = ["CheckpointWanted", "FleetError", "NotFound", "checkpoint_json", "consistency", "encode",
            "export_page", "export_record", "holders", "prove", "run_status", "status"]

@@ -187,13 +187,13 @@ def test_a_checkpoint_asked_from_outside_the_fold_waits_for_the_commit(tmp_path:
     from ledger.service import Ledger, LedgerConfig
 
     async def scenario(ledger: Ledger) -> tuple[bool, str | None]:
-        await ledger.store_lock.acquire()  # as _start_commit holds it until _settle
+        await ledger.pipeline.lock.acquire()  # as the pipeline holds it from start to settle
         ledger.store.write_batch([], 0)  # the batch's transaction, its commit in flight
         waiter = asyncio.create_task(ledger.sign_checkpoint_now())
         await asyncio.sleep(0.05)
         waited = not waiter.done()
         ledger.store.commit()
-        ledger.store_lock.release()
+        ledger.pipeline.lock.release()
         return waited, await waiter
 
     ledger = Ledger(LedgerConfig(data_dir=tmp_path / "led", servers=[], seal_workers=0))

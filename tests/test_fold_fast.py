@@ -1,4 +1,4 @@
-"""The fold's happy path (fleet.fold_fast) decides exactly as the reference path.
+"""The fold's happy path (fleet.fold.fast) decides exactly as the reference path.
 
 The same streams (genuine runs of every shape, interleaved with mutants, reseals by a lying
 host, replays and garbage) are folded by two ledgers, one deciding the common message by
@@ -17,7 +17,7 @@ import msgspec
 import pytest
 from test_fuzz_fold import GENUINE, mutate, reseal
 
-import fleet.fold_fast
+import fleet.fold.fast as fold_fast
 from fleet.seal import encode_key
 
 from fault_helpers import fold_in_random_batches, host_key, sealed_run, seed_hosts
@@ -82,14 +82,14 @@ def test_fast_and_reference_paths_build_the_same_store(tmp_path: Path,
                                                         seed: int) -> None:
     stream = _stream(seed, 1500)
     taken: list[bool] = []
-    real = fleet.fold_fast.fast_decide
+    real = fold_fast.fast_decide
 
     def counting(*args, **kwargs):  # type: ignore[no-untyped-def]
         decision = real(*args, **kwargs)
         taken.append(decision is not None)
         return decision
 
-    monkeypatch.setattr(fleet.fold_fast, "fast_decide", counting)
+    monkeypatch.setattr(fold_fast, "fast_decide", counting)
     _fold(stream, tmp_path / "fast", True, seed)
     _fold(stream, tmp_path / "reference", False, seed)
     fast, reference = _dump(tmp_path / "fast"), _dump(tmp_path / "reference")
@@ -120,11 +120,11 @@ def test_batch_addresses_equal_one_parse_per_message(seed: int) -> None:
             w, segment=msgspec.structs.replace(w.segment, head="b3:" + "!" * 43))
     expected = [None if w is None else parse_addresses(segment_addresses([w.segment]))
                 for w in wires]
-    assert fleet.fold_fast.batch_addresses(wires) == expected
+    assert fold_fast.batch_addresses(wires) == expected
     assert any(e is None for e, w in zip(expected, wires, strict=True) if w is not None)
     assert sum(e is not None for e in expected) > 100
     clean = [w for w, e in zip(wires, expected, strict=True) if e is not None]
-    assert fleet.fold_fast.batch_addresses(clean) == [e for e in expected if e is not None]
+    assert fold_fast.batch_addresses(clean) == [e for e in expected if e is not None]
 
 
 def test_seal_text_is_canonical_exactly_when_it_re_encodes_to_itself() -> None:

@@ -16,7 +16,7 @@ from fleet.address import digest, format_address, parse_address
 from fleet.builder import RecordBuilder
 from fleet.errors import FleetError, MalformedSnapshot, RecordError, RuleError
 from fleet.fold import Accepted, Admission, BatchRuns, HostEntry, Message, Refused, decide
-from fleet.fold_fast import decide_message, fast_decide
+from fleet.fold.fast import decide_message, fast_decide
 from fleet.record import RunState
 from fleet.segment import ImageSnapshot, make_snapshot
 from fleet.subjects import segment_subject

@@ -152,3 +152,22 @@ def test_the_checker_flags_a_bad_module():
         "fleet/bad.py:6: fleet.bad imports plumbing.sqlite: fleet may import only fleet",
     ]
     assert violations("cli.ok", BAD_SHELL, "cli/ok.py") == []
+
+
+def test_the_ledger_api_and_replica_do_not_reach_into_the_service():
+    """The API and the replica read the ledger through protocols of their own
+    (ledger.api.ApiLedger, ledger.replica.Lead): neither imports ledger.service, not even
+    for type checking, so there is no circle api <-> service <-> replica."""
+    bad = [f"{module} imports {name} (line {line})"
+           for module, path in modules("ledger") if module in ("ledger.api", "ledger.replica")
+           for line, name in imported_names(ast.parse(path.read_text()), module, False)
+           if name == "ledger.service"]
+    assert not bad, "\n".join(bad)
+
+
+def test_the_fold_core_is_a_package_of_the_core():
+    """fleet/fold/ (the fold's pure core) is parsed with the core, so its modules are held
+    to the core's rules (no shell, no I/O)."""
+    names = {module for module, _path in modules("fleet")}
+    assert {"fleet.fold", "fleet.fold.batch", "fleet.fold.route", "fleet.fold.policy",
+            "fleet.fold.cache", "fleet.fold.reference", "fleet.fold.fast"} <= names

@@ -392,7 +392,7 @@ def test_an_envelope_whose_segment_names_a_host_is_malformed_on_both_paths() -> 
     """A segment on the wire names no host (its envelope does): one naming a host is
     MalformedSegment, the wire decoder yields nothing to the fast path, and no state moves."""
     from fleet.fold import Message
-    from fleet.fold_fast import decide_message
+    from fleet.fold.fast import decide_message
     from fleet.wire import envelope_wire
 
     fold = PureFold(HOSTS)

@@ -2,11 +2,11 @@
 
 Most messages a ledger folds are the next segment of a run it holds, from an enrolled host,
 sealed and valid. :func:`fast_decide` decides exactly those from the wire structs: the same
-admission (:func:`fleet.fold.admit`, :func:`fleet.fold.position`) and the same kernel
-functions (through :func:`fleet.verify_fast.step`) as the reference path, fed plain values
-straight from the decoded fields. Anything else (a refusal of any kind, a replay, an
+admission (:func:`fleet.fold.reference.admit`, :func:`fleet.fold.reference.position`) and
+the same kernel functions (through :func:`fleet.verify_fast.step`) as the reference path, fed
+plain values straight from the decoded fields. Anything else (a refusal of any kind, a replay, an
 undecodable field) returns ``None`` and the message is decided by the reference path,
-:func:`fleet.fold.decide`, which names the rule in the order the spec gives
+:func:`fleet.fold.reference.decide`, which names the rule in the order the spec gives
 (:func:`decide_message` is the two together; :func:`fold_message` adds the batch's take).
 Nothing is changed by a decision either way. Tests hold the two paths to the same logs and
 refusals on genuine and mutated streams.
@@ -20,7 +20,7 @@ from blake3 import blake3
 
 from fleet.address import parse_address, parse_addresses
 from fleet.errors import FleetError
-from fleet.fold import (
+from fleet.fold.reference import (
     Accepted,
     Admission,
     HostEntry,
@@ -70,8 +70,8 @@ def wire_seal_item(
     wire: EnvelopeWire, hosts: Mapping[str, HostEntry], head: bytes | None = None
 ) -> tuple[bytes, bytes, bytes] | None:
     """(host public key, sealed message, seal) from the wire form, the check
-    :func:`fleet.fold.seal_valid` makes for the decoded message; ``None`` for an unknown host
-    or a field that does not decode. ``head``: the stated head, if already parsed."""
+    :func:`fleet.fold.reference.seal_valid` makes for the decoded message; ``None`` for an
+    unknown host or a field that does not decode. ``head``: the stated head, if already parsed."""
     entry = hosts.get(wire.host)
     if entry is None:
         return None
@@ -98,7 +98,7 @@ def fold_message(ctx: Admission, msg: Message, fast: bool = True) -> Accepted | 
 
 
 def decide_message(ctx: Admission, msg: Message) -> Accepted | Refused:
-    """One message decided as :func:`fleet.fold.decide` decides it: by the fast path where
+    """One message decided as :func:`fleet.fold.reference.decide` decides it: by the fast path where
     it vouches for the message, otherwise by the reference path, which names the rule."""
     if msg.wire is not None:
         accepted = fast_decide(ctx, msg)

@@ -8,7 +8,7 @@ broken. It changes nothing: the caller takes an accepted step into its :class:`B
 which holds copies of the runs a batch changed, and installs them as committed state only
 once the batch is durable. It does no I/O: the NATS consumer and the SQLite store are its
 caller, and an offline verifier with the same inputs reaches the same decisions.
-:func:`fleet.fold_fast.fold_message` is the rule a ledger folds each message by: the fast
+:func:`fleet.fold.fast.fold_message` is the rule a ledger folds each message by: the fast
 path where it vouches for the message, else this reference path, then the batch's take.
 
 Order of checks (the first failure is the rule reported):
@@ -27,7 +27,7 @@ Order of checks (the first failure is the rule reported):
 6. the seal under the host's key (``BadSeal``), then the record's own rules and the head.
 
 Steps 2-4 and the position are :func:`admit` and :func:`position`, used by this reference
-path and by the wire fast path (:mod:`fleet.fold_fast`) alike.
+path and by the wire fast path (:mod:`fleet.fold.fast`) alike.
 """
 
 from __future__ import annotations
@@ -141,7 +141,7 @@ class Message(msgspec.Struct, frozen=True, gc=False):
     """One message to decide, with what a batch's pre-checks found of it: ``wire`` its
     :func:`fleet.wire.envelope_wire` form (``None``: it did not decode), ``seal_ok`` the
     seal's verdict (:func:`seal_valid`; ``None``: not checked), ``addresses`` its segment's
-    addresses as parsed (:func:`fleet.fold_fast.batch_addresses`)."""
+    addresses as parsed (:func:`fleet.fold.fast.batch_addresses`)."""
 
     subject: str
     data: bytes
@@ -225,7 +225,7 @@ def seal_valid(env: Envelope, hosts: Mapping[str, HostEntry]) -> bool | None:
     A seal depends on nothing but the message and the key, so a ledger may check a whole
     batch's seals (on another core, say) before the serial fold and hand the verdicts to
     :func:`decide` in :attr:`Message.seal_ok` (the ledger builds them from the wire form:
-    :func:`fleet.fold_fast.wire_seal_item`).
+    :func:`fleet.fold.fast.wire_seal_item`).
     """
     entry = hosts.get(env.host)
     if entry is None:

@@ -1,0 +1,34 @@
+"""When a ledger signs a checkpoint: a decision of values; the signing is the shell's.
+
+The ledger that leads (a single ledger, or the replica holding the lease) signs when the
+tree has grown past the last checkpoint by ``every`` leaves or ``every_ms`` have passed
+since it was signed. Any ledger signs when a reader waits for a checkpoint of ``wanted``
+leaves that the tree now holds and none signed holds (a proof of a new leaf, or the first
+checkpoint): reads never sign, they wait for the checkpoint step.
+"""
+
+from __future__ import annotations
+
+__all__ = ["checkpoint_due", "leads_signing"]
+
+
+def leads_signing(leading: bool, lead_floor: int | None, committed_seq: int) -> bool:
+    """Whether a ledger signs on count and time, publishes and anchors: while it leads (a
+    single ledger always; a replica while its lease is fresh) and has committed the stream
+    up to ``lead_floor``, the stream's end when it took the lease (``None``: not read yet),
+    so it never publishes a checkpoint below one its predecessor published."""
+    return leading and lead_floor is not None and committed_seq >= lead_floor
+
+
+def checkpoint_due(size: int, signed: int | None, elapsed_ms: float, every: int,
+                   every_ms: float, wanted: int | None = None, leading: bool = True) -> bool:
+    """Whether to sign the tree of ``size`` leaves now. ``signed``: the size of the last
+    checkpoint (``None``: none yet), ``elapsed_ms`` since it was signed; ``wanted``: the
+    largest size a waiting reader asked for (``None``: no reader waits); ``leading``:
+    whether this ledger signs on count and time."""
+    have = -1 if signed is None else signed
+    if wanted is not None and have < wanted <= size:
+        return True
+    if not leading or size <= max(have, 0):
+        return False
+    return size - max(have, 0) >= every or elapsed_ms >= every_ms
