@@ -47,10 +47,13 @@ import struct
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Final, Protocol
 
+from blake3 import blake3
+
 from fleet.address import digest
 from fleet.errors import (
     AttestationMismatch,
     ForeignRun,
+    HeadMismatch,
     MalformedCallAccount,
     MalformedSegment,
     MalformedSnapshot,
@@ -62,6 +65,19 @@ from fleet.errors import (
     ZeroClaimEnergy,
     ZeroIdleEnergy,
     ZeroOverheadEnergy,
+)
+from fleet.kinds import (
+    CLAIMED,
+    CLOSED,
+    EVICTED,
+    EXECUTED,
+    KINDS,
+    MAX_INDEX,
+    RESUMED,
+    SUSPENDED,
+    TABLE,
+    TAGS,
+    index_in_range,
 )
 from fleet.phases import CLOSED as PHASE_CLOSED
 from fleet.phases import PARKED as PHASE_PARKED
@@ -87,6 +103,7 @@ __all__ = [
     "KINDS",
     "MAX_CALLS",
     "MAX_CALL_ID",
+    "MAX_INDEX",
     "MAX_TEXT",
     "MAX_U64",
     "NO_GRANTS",
@@ -95,6 +112,7 @@ __all__ = [
     "PROVENANCES",
     "RESUMED",
     "SUSPENDED",
+    "TABLE",
     "TAG_CLAIMED",
     "TAG_CLOSED",
     "TAG_EVICTED",
@@ -107,6 +125,7 @@ __all__ = [
     "apply",
     "attestation_bytes",
     "check_digest",
+    "check_head",
     "check_holder",
     "check_provenance",
     "check_u64",
@@ -121,6 +140,8 @@ __all__ = [
     "executed_bytes",
     "executed_step",
     "genesis",
+    "index_in_range",
+    "next_holder",
     "next_phase",
     "park_parts",
     "pool_unit",
@@ -136,20 +157,13 @@ __all__ = [
 
 # -- the vocabulary -------------------------------------------------------------------------
 
-EXECUTED: Final = "executed"
-SUSPENDED: Final = "suspended"
-RESUMED: Final = "resumed"
-CLOSED: Final = "closed"
-CLAIMED: Final = "claimed"
-EVICTED: Final = "evicted"
-KINDS: Final = (EXECUTED, SUSPENDED, RESUMED, CLOSED, CLAIMED, EVICTED)
-
-TAG_EXECUTED: Final = 0x01
-TAG_SUSPENDED: Final = 0x02
-TAG_RESUMED: Final = 0x03
-TAG_CLOSED: Final = 0x04
-TAG_CLAIMED: Final = 0x05
-TAG_EVICTED: Final = 0x06
+# The kinds, their tags, fields, address order and the index bound: fleet.kinds's table.
+TAG_EXECUTED: Final = TAGS[EXECUTED]
+TAG_SUSPENDED: Final = TAGS[SUSPENDED]
+TAG_RESUMED: Final = TAGS[RESUMED]
+TAG_CLOSED: Final = TAGS[CLOSED]
+TAG_CLAIMED: Final = TAGS[CLAIMED]
+TAG_EVICTED: Final = TAGS[EVICTED]
 
 # The energy sources a warm slot's energy is counted under (beside receipts and idle).
 CLAIM: Final = "claim"
@@ -547,6 +561,24 @@ def check_holder(holder: str, host: str, phase: str, kind: str, index: int,
     if phase == PHASE_PARKED and index == next_index and kind in (RESUMED, CLOSED):
         return
     raise ForeignRun(f"the run is held by host {holder!r}", segment=index)
+
+
+def next_holder(holder: str, host: str, phase: str, kind: str, index: int,
+                next_index: int) -> str:
+    """The host that holds the run after ``host`` sealed its segment ``index``: ``host``
+    itself, if :func:`check_holder` allows it to seal it (``ForeignRun`` otherwise)."""
+    check_holder(holder, host, phase, kind, index, next_index)
+    return host
+
+
+def check_head(previous: bytes, body: bytes, stated: bytes, index: int) -> bytes:
+    """The head after a segment: ``BLAKE3(previous || body)`` (``body``: its canonical
+    bytes), or ``HeadMismatch`` unless it is the ``stated`` head."""
+    head = blake3(previous + body).digest()
+    if head != stated:
+        raise HeadMismatch("the stated head is not the head recomputed from the run",
+                           segment=index)
+    return head
 
 
 # -- what a step spends and where it runs ---------------------------------------------------
