@@ -11,7 +11,9 @@ This module is the record's one statement of:
   :func:`closed_step`, :func:`claimed_step`, :func:`evicted_step`) and against the host
   that sealed it (:func:`check_holder`), each raising its named refusal and changing
   nothing;
-* **the state change** a segment makes once accepted (:func:`apply`).
+* **the state** of a run (:class:`RunState`, :class:`Energy`) and **the state change** a
+  segment makes once accepted (:func:`apply`), with the head check (:func:`check_head`)
+  and the holder change (:func:`next_holder`) every decoder runs.
 
 Everything here takes plain values (bytes, ints, strings, sequences of call ids): no
 decoded object of any one form. Two decoders feed it: the object API
@@ -45,7 +47,8 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, Final, Protocol
+from dataclasses import dataclass, field
+from typing import Any, Final, Protocol, Self
 
 from blake3 import blake3
 
@@ -80,11 +83,9 @@ from fleet.kinds import (
     index_in_range,
 )
 from fleet.phases import CLOSED as PHASE_CLOSED
+from fleet.phases import FRESH, TRANSITIONS
 from fleet.phases import PARKED as PHASE_PARKED
-from fleet.phases import TRANSITIONS
-
-if TYPE_CHECKING:
-    from fleet.record import RunState
+from fleet.wait_proof import Calls, Verdict, WaitTracker
 
 __all__ = [
     "ACCOUNT_PRESENT",
@@ -120,7 +121,9 @@ __all__ = [
     "TAG_RESUMED",
     "TAG_SUSPENDED",
     "Calls",
+    "Energy",
     "Position",
+    "RunState",
     "Step",
     "apply",
     "attestation_bytes",
@@ -203,16 +206,6 @@ _B_IMAGE = bytes((FORM_IMAGE,))
 _B_IMAGE_MEM = bytes((FORM_IMAGE_WITH_MEMORY,))
 _B_TRANSCRIPT = bytes((FORM_TRANSCRIPT,))
 CLOSED_BYTES: Final = bytes((TAG_CLOSED,))
-
-
-class Calls(Protocol):
-    """A call account as any decoder holds it."""
-
-    @property
-    def dispatched(self) -> Sequence[str]: ...
-
-    @property
-    def resolved(self) -> Sequence[str]: ...
 
 
 Step = tuple[bytes, str, bytes | None, tuple[str, int] | None, tuple[str, int] | None, bool,
@@ -609,6 +602,98 @@ def step_manifest(held_park: bytes | None, kind: str, step: Step) -> bytes | Non
         pool = step[7]
         return None if pool is None else pool[1]
     return None
+
+
+# -- the state ------------------------------------------------------------------------------
+
+
+def _zero() -> dict[str, int]:
+    return {"measured": 0, "estimated": 0}
+
+
+@dataclass(slots=True)
+class Energy:
+    """Microjoules of a run by source, each split by provenance: active receipts, idle
+    parks, the warm slot a claim started it from (``claim``) and, in a pool's own run, the
+    slots it evicted (``overhead``)."""
+
+    receipts: dict[str, int] = field(default_factory=_zero)
+    idle: dict[str, int] = field(default_factory=_zero)
+    claim: dict[str, int] = field(default_factory=_zero)
+    overhead: dict[str, int] = field(default_factory=_zero)
+    # The sum of the four accounts: counted from them when made, then kept beside them by
+    # apply (the one state change), so a grant's budget check on every segment reads it
+    # instead of summing.
+    spent: int = field(default=-1, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.spent < 0:
+            self.spent = sum(sum(s.values()) for s in self._sources())
+
+    def _sources(self) -> tuple[dict[str, int], ...]:
+        return self.receipts, self.idle, self.claim, self.overhead
+
+    @property
+    def total_uj(self) -> int:
+        return self.spent
+
+    def by_provenance(self) -> dict[str, int]:
+        return {p: sum(s[p] for s in self._sources()) for p in self.receipts}
+
+    def copy(self) -> Energy:
+        return Energy(dict(self.receipts), dict(self.idle), dict(self.claim),
+                      dict(self.overhead), self.spent)
+
+    def as_json(self) -> dict[str, object]:
+        return {
+            "total_uj": self.total_uj,
+            "receipts_uj": dict(self.receipts),
+            "idle_uj": dict(self.idle),
+            "claim_uj": dict(self.claim),
+            "overhead_uj": dict(self.overhead),
+            "by_provenance_uj": self.by_provenance(),
+        }
+
+
+@dataclass(slots=True)
+class RunState:
+    """Where a run stands after the segments folded so far (``park``: the
+    ``snapshot || manifest`` bytes while parked; ``manifest``: the environment manifest its
+    claim or first park fixed); only :func:`apply` changes it. The object API's
+    :class:`fleet.record.RunState` adds the steps of segment objects."""
+
+    unit_id: bytes
+    grants_id: bytes
+    run: bytes
+    head: bytes
+    index: int = 0
+    phase: str = FRESH
+    park: bytes | None = None
+    manifest: bytes | None = None
+    energy: Energy = field(default_factory=Energy)
+    wait: WaitTracker = field(default_factory=WaitTracker)
+
+    @classmethod
+    def open(cls, unit_id: bytes, grants_id: bytes) -> Self:
+        head0 = genesis(unit_id, grants_id)
+        return cls(unit_id, grants_id, head0, head0)
+
+    @property
+    def parked_manifest(self) -> bytes | None:
+        return None if self.park is None else park_parts(self.park)[1]
+
+    def copy(self) -> Self:
+        """An independent copy (a ledger's batch changes copies, never committed state)."""
+        return type(self)(self.unit_id, self.grants_id, self.run, self.head, self.index,
+                          self.phase, self.park, self.manifest, self.energy.copy(),
+                          self.wait.copy())
+
+    def apply(self, step: Step, head: bytes) -> None:
+        """:func:`apply` of ``step`` as the run's next segment, ending at ``head``."""
+        apply(self, self.index + 1, head, step)
+
+    def wait_proof(self) -> Verdict:
+        return self.wait.verdict()
 
 
 # -- the state change -----------------------------------------------------------------------

@@ -5,7 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from fleet.address import format_address, parse_address
-from fleet.record import Energy, RunState
+from fleet.kernel import Energy
+from fleet.record import RunState
 from fleet.segment import ImageSnapshot, Snapshot, make_snapshot
 
 __all__ = ["snapshot_json", "state_from_json", "state_to_json"]

@@ -15,7 +15,8 @@ from nacl.signing import VerifyKey
 from fleet import kernel
 from fleet.address import format_address, parse_address
 from fleet.errors import HeadMismatch, IndexGap, MalformedSegment, RecordError
-from fleet.record import Energy, RunState
+from fleet.kernel import Energy
+from fleet.record import RunState
 from fleet.record_file import SINGLE, sealers
 from fleet.seal import check_seal
 from fleet.verify_fast import fast_check

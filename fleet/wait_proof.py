@@ -21,14 +21,24 @@ The tracker is incremental, so the ledger keeps one per run instead of re-walkin
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Protocol
 
 import msgspec
 
-from fleet.kernel import Calls
-
-__all__ = ["Blocked", "Malformed", "NonBlocking", "Unproved", "Verdict", "WaitTracker",
+__all__ = ["Blocked", "Calls", "Malformed", "NonBlocking", "Unproved", "Verdict", "WaitTracker",
            "verdict_json"]
+
+
+class Calls(Protocol):
+    """A call account as any decoder holds it."""
+
+    @property
+    def dispatched(self) -> Sequence[str]: ...
+
+    @property
+    def resolved(self) -> Sequence[str]: ...
 
 
 class NonBlocking(msgspec.Struct, frozen=True):
