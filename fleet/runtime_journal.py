@@ -42,9 +42,21 @@ from fleet.runtime_errors import JournalTampered
 
 __all__ = [
     "COMMANDS",
+    "DISPATCH",
+    "END",
+    "FIRED",
     "KINDS",
+    "NOW",
+    "PATCH",
+    "RANDOM",
     "RESOLUTIONS",
+    "RESOLVE",
     "RETRY",
+    "SIGNAL",
+    "START",
+    "TIMEOUT",
+    "TIMER",
+    "WAIT",
     "args_hash",
     "blob_address",
     "canon",
@@ -63,11 +75,16 @@ __all__ = [
     "value_addresses",
 ]
 
-# Commands (issued by workflow code, matched in order on replay) and resolutions (results,
-# matched by call id); a run's journal opens with ``start``.
-COMMANDS = frozenset({"dispatch", "now", "random", "wait", "timer", "patch", "end"})
-RESOLUTIONS = frozenset({"resolve", "signal", "timeout", "fired"})
-KINDS = frozenset({"start"}) | COMMANDS | RESOLUTIONS
+# The entry kinds, each named once here. Commands (issued by workflow code, matched in
+# order on replay) and resolutions (results, matched by call id); a run's journal opens
+# with ``start``.
+START = "start"
+DISPATCH, NOW, RANDOM, WAIT, TIMER, PATCH, END = (
+    "dispatch", "now", "random", "wait", "timer", "patch", "end")
+RESOLVE, SIGNAL, TIMEOUT, FIRED = "resolve", "signal", "timeout", "fired"
+COMMANDS = frozenset({DISPATCH, NOW, RANDOM, WAIT, TIMER, PATCH, END})
+RESOLUTIONS = frozenset({RESOLVE, SIGNAL, TIMEOUT, FIRED})
+KINDS = frozenset({START}) | COMMANDS | RESOLUTIONS
 # The account id of a step re-run in a later interval than the one that dispatched it.
 RETRY = "/retry"
 
@@ -165,16 +182,16 @@ def interval_account(entries: Sequence[tuple[str, str, str]], first: int, end: i
     """
     earlier: dict[str, bool] = {}
     for kind, call, body in entries[:first]:
-        if kind == "dispatch":
+        if kind == DISPATCH:
             earlier[call] = handed_off(body)
     dispatched: list[str] = []
     resolved: list[str] = []
     own: set[str] = set()
     for kind, call, _body in entries[first:end]:
-        if kind == "dispatch":
+        if kind == DISPATCH:
             dispatched.append(call)
             own.add(call)
-        elif kind == "resolve":
+        elif kind == RESOLVE:
             if call in own or earlier.get(call, True):
                 resolved.append(call)
             else:

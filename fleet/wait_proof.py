@@ -28,7 +28,7 @@ import msgspec
 from fleet.kernel import Calls
 
 __all__ = ["Blocked", "Malformed", "NonBlocking", "Unproved", "Verdict", "WaitTracker",
-           "verdict_json"]
+           "verdict_json", "waited_inside"]
 
 
 class NonBlocking(msgspec.Struct, frozen=True):
@@ -50,6 +50,13 @@ class Unproved(msgspec.Struct, frozen=True):
 
 
 Verdict = NonBlocking | Blocked | Malformed | Unproved
+
+
+def waited_inside(calls: Calls) -> list[str]:
+    """The Blocked rule: the calls a segment resolved that it dispatched itself (it waited
+    for them inside its own receipt), in the order it resolved them."""
+    own = set(calls.dispatched)
+    return [call_id for call_id in calls.resolved if call_id in own]
 
 
 @dataclass(slots=True)
@@ -75,15 +82,14 @@ class WaitTracker:
                 malformed = True
             own.add(call_id)
         seen: set[str] = set()
-        blocked = False
         for call_id in calls.resolved:
             if call_id in self.resolved or call_id in seen:
                 malformed = True
             seen.add(call_id)
-            if call_id in own:
-                blocked = True
-            elif call_id not in self.dispatched and self.unaccounted == 0:
+            if (call_id not in own and call_id not in self.dispatched
+                    and self.unaccounted == 0):
                 malformed = True
+        blocked = bool(waited_inside(calls))
         if malformed and self.first_malformed is None:
             self.first_malformed = segment
         if blocked and self.first_blocked is None:

@@ -24,7 +24,23 @@ from agents.runtime.journal import Entry, Journal
 from agents.runtime.projection import Projection
 from fleet.address import format_address
 from fleet.runtime_errors import ReplayDiverged, SignalTimeout
-from fleet.runtime_journal import COMMANDS, RESOLUTIONS, args_hash, projection_hash
+from fleet.runtime_journal import (
+    COMMANDS,
+    DISPATCH,
+    END,
+    FIRED,
+    NOW,
+    PATCH,
+    RANDOM,
+    RESOLUTIONS,
+    RESOLVE,
+    SIGNAL,
+    TIMEOUT,
+    TIMER,
+    WAIT,
+    args_hash,
+    projection_hash,
+)
 
 _HERE = os.path.dirname(__file__)
 
@@ -79,7 +95,7 @@ class Context:
         self._entries = list(entries)
         self._commands = [e for e in entries if e.kind in COMMANDS]
         self._resolved = {e.call: e for e in entries if e.kind in RESOLUTIONS}
-        self._delivered = {e.data().get("id") for e in entries if e.kind == "signal"}
+        self._delivered = {e.data().get("id") for e in entries if e.kind == SIGNAL}
         self._inbox = inbox
         self._cursor = 0
         self._inline = inline_wait_s
@@ -156,7 +172,7 @@ class Context:
         step and before its result was journaled). Arguments and results are JSON."""
         site = _site()
         ask = {"name": name, "args": format_address(args_hash(list(args), kwargs))}
-        entry = self._command("dispatch", ask, dict, site)
+        entry = self._command(DISPATCH, ask, dict, site)
         task = asyncio.ensure_future(self._run_step(entry.call, fn, args, kwargs))
         self._tasks.append(task)
         return task
@@ -172,9 +188,9 @@ class Context:
                 if inspect.isawaitable(result):
                     result = await result
             except Exception as exc:
-                done = self._resolve("resolve", call, {"error": f"{type(exc).__name__}: {exc}"})
+                done = self._resolve(RESOLVE, call, {"error": f"{type(exc).__name__}: {exc}"})
             else:
-                done = self._resolve("resolve", call, {}, result, with_value=True)
+                done = self._resolve(RESOLVE, call, {}, result, with_value=True)
         error = done.data().get("error")
         if error is not None:
             raise StepFailed(error)
@@ -192,7 +208,7 @@ class Context:
         view = projection(self.history(seq))
         ask = {"name": name, "projection": projection.name,
                "args": format_address(projection_hash(projection.name, view))}
-        entry = self._command("dispatch", ask, dict, site)
+        entry = self._command(DISPATCH, ask, dict, site)
         task = asyncio.ensure_future(self._run_step(entry.call, fn, (view,), {}))
         self._tasks.append(task)
         return task
@@ -200,12 +216,12 @@ class Context:
     def history(self, before: int) -> list[dict[str, Any]]:
         """Every step result and delivered signal journaled before entry ``before``."""
         entries = self._entries[:before]
-        names = {e.call: e.data()["ask"].get("name") for e in entries if e.kind == "dispatch"}
+        names = {e.call: e.data()["ask"].get("name") for e in entries if e.kind == DISPATCH}
         out = []
         for e in entries:
-            if e.kind == "resolve" and "value" in e.data():
+            if e.kind == RESOLVE and "value" in e.data():
                 out.append({"call": e.call, "step": names.get(e.call), "value": self._value(e)})
-            elif e.kind == "signal":
+            elif e.kind == SIGNAL:
                 out.append({"call": e.call, "signal": e.data()["name"],
                             "value": self._value(e)})
         return out
@@ -216,12 +232,12 @@ class Context:
 
     def now(self) -> float:
         """Wall-clock seconds, journaled: a replay sees the time the first run saw."""
-        entry = self._command("now", {}, lambda: {"now": self._clock()}, _site())
+        entry = self._command(NOW, {}, lambda: {"now": self._clock()}, _site())
         return float(entry.data()["now"])
 
     def random(self) -> float:
         """A float in [0, 1), journaled."""
-        entry = self._command("random", {}, lambda: {"random": _random()}, _site())
+        entry = self._command(RANDOM, {}, lambda: {"random": _random()}, _site())
         return float(entry.data()["random"])
 
     def patched(self, name: str) -> bool:
@@ -230,15 +246,15 @@ class Context:
         before the patch existed. Branch on it to change code under running workflows."""
         if self._cursor < len(self._commands):
             entry = self._commands[self._cursor]
-            if entry.kind != "patch" or entry.data().get("ask") != {"patch": name}:
+            if entry.kind != PATCH or entry.data().get("ask") != {"patch": name}:
                 return False
-        self._command("patch", {"patch": name}, dict, _site())
+        self._command(PATCH, {"patch": name}, dict, _site())
         return True
 
     async def sleep(self, seconds: float) -> None:
         """Sleep durably: short sleeps (up to ``inline_wait_s``) inside the interval, longer
         ones by parking the run until a worker sees the timer due."""
-        entry = self._command("timer", {"seconds": seconds},
+        entry = self._command(TIMER, {"seconds": seconds},
                               lambda: {"due": self._clock() + seconds}, _site())
         if entry.call in self._resolved:
             return
@@ -246,14 +262,14 @@ class Context:
         if remaining > self._inline:
             raise Park({"timer": entry.call, "due": float(entry.data()["due"])})
         await asyncio.sleep(max(0.0, remaining))
-        self._resolve("fired", entry.call, {})
+        self._resolve(FIRED, entry.call, {})
 
     async def signal(self, name: str, timeout: float | None = None) -> Any:
         """The data of the next signal ``name`` sent to this run (sent before or after this
         wait); parks the run until one arrives. With ``timeout`` (seconds), raises
         SignalTimeout once the deadline passes without one."""
         entry = self._command(
-            "wait", {"signal": name, "timeout": timeout},
+            WAIT, {"signal": name, "timeout": timeout},
             lambda: {"deadline": None if timeout is None else self._clock() + timeout},
             _site())
         return self._await_signal(entry, name)
@@ -265,10 +281,10 @@ class Context:
         if done is None:
             deadline = entry.data().get("deadline")
             if deadline is not None and self._clock() >= deadline:
-                done = self._resolve("timeout", entry.call, {})
+                done = self._resolve(TIMEOUT, entry.call, {})
             else:
                 raise Park({"signal": name, "wait": entry.call, "deadline": deadline})
-        if done.kind == "timeout":
+        if done.kind == TIMEOUT:
             raise SignalTimeout(f"no signal {name!r} before the deadline of {entry.call}")
         return self._value(done)
 
@@ -279,7 +295,7 @@ class Context:
             if signal_id in self._delivered:
                 continue  # one signal id is delivered once
             self._delivered.add(signal_id)
-            return self._resolve("signal", call, {"name": name, "id": signal_id}, data,
+            return self._resolve(SIGNAL, call, {"name": name, "id": signal_id}, data,
                                  with_value=True)
         return None
 
@@ -290,13 +306,13 @@ class Context:
         site = _site()
         ask = {"name": name, "args": format_address(args_hash(list(args), {})),
                "handoff": True}
-        entry = self._command("dispatch", ask, lambda: {"request": list(args)}, site)
+        entry = self._command(DISPATCH, ask, lambda: {"request": list(args)}, site)
         done = self._resolved.get(entry.call)
         if done is None:
             queue = self._inbox.pending.get(f"result:{entry.call}", [])
             if queue:
                 _id, data = queue.pop(0)
-                done = self._resolve("resolve", entry.call, {"id": _id}, data,
+                done = self._resolve(RESOLVE, entry.call, {"id": _id}, data,
                                      with_value=True)
             else:
                 raise Park({"result": entry.call, "name": name})
@@ -309,7 +325,7 @@ class Context:
 
     def finish(self, value: Any, failed: str | None) -> Entry:
         got = {"error": failed} if failed is not None else {"value": value}
-        return self._command("end", {}, lambda: got, "end")
+        return self._command(END, {}, lambda: got, "end")
 
 
 def _takes_key(fn: Callable[..., Any]) -> bool:
