@@ -11,20 +11,32 @@ by call id, so concurrent steps (``ctx.gather``) may finish in any order.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
 import os
 import struct
 import sys
+import threading
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from agents.runtime.effects import (
+    NO_RETRY,
+    UNKNOWN,
+    Invalid,
+    Policy,
+    StepFailed,
+    check_effect,
+    failure,
+)
 from agents.runtime.journal import Entry, Journal
 from agents.runtime.projection import Projection
 from fleet.address import format_address
 from fleet.runtime_errors import ReplayDiverged, SignalTimeout
 from fleet.runtime_journal import (
+    ATTEMPT,
     COMMANDS,
     DISPATCH,
     END,
@@ -43,10 +55,6 @@ from fleet.runtime_journal import (
 )
 
 _HERE = os.path.dirname(__file__)
-
-
-class StepFailed(Exception):
-    """A step's function raised; the error is journaled, so replay raises it again."""
 
 
 class Park(BaseException):
@@ -93,6 +101,7 @@ class Context:
         # The run's journal as this interval knows it: what it started from and each entry
         # it appends (only the interval's context appends while it runs).
         self._entries = list(entries)
+        self._start = len(entries)  # entries before this one are from earlier intervals
         self._commands = [e for e in entries if e.kind in COMMANDS]
         self._resolved = {e.call: e for e in entries if e.kind in RESOLUTIONS}
         self._delivered = {e.data().get("id") for e in entries if e.kind == SIGNAL}
@@ -162,39 +171,112 @@ class Context:
 
     # -- the public API -----------------------------------------------------------------------
 
-    def step(self, name: str, fn: Callable[..., Any], *args: Any, **kwargs: Any
+    def step(self, name: str, fn: Callable[..., Any], *args: Any, effect: str | None = None,
+             retry: Policy | None = None, timeout: float | None = None, **kwargs: Any
              ) -> asyncio.Future[Any]:
         """Run ``fn(*args, **kwargs)`` once, durably: its result is journaled, and a replay
         returns the journaled result instead of calling ``fn`` again. The call id is
         assigned now (at dispatch), so ``gather`` order never depends on completion order.
         A ``fn`` with an ``idempotency_key`` parameter receives a key that is the same on
         every retry of this step (a retry happens when a process died after dispatching the
-        step and before its result was journaled). Arguments and results are JSON."""
+        step and before its result was journaled). Arguments and results are JSON.
+
+        ``effect`` (``"pure"``, ``"idempotent"``, ``"effectful"``) is journaled in the
+        dispatch's ask with whether ``fn`` takes a key; ``retry`` retries failed attempts
+        with backoff, each failure journaled; past ``timeout`` seconds an attempt ends as
+        :class:`StepTimeout` (agents.runtime.effects says what each outcome does)."""
         site = _site()
-        ask = {"name": name, "args": format_address(args_hash(list(args), kwargs))}
-        entry = self._command(DISPATCH, ask, dict, site)
-        task = asyncio.ensure_future(self._run_step(entry.call, fn, args, kwargs))
+        ask: dict[str, Any] = {"name": name,
+                               "args": format_address(args_hash(list(args), kwargs))}
+        keyed = _takes_key(fn)
+        if effect is not None:
+            ask.update(effect=effect, keyed=keyed)
+        if not self.replaying:
+            check_effect(effect, name, keyed)
+        extra: dict[str, Any] = {}
+        if retry is not None:
+            extra["retry"] = retry.json()
+        if timeout is not None:
+            extra["timeout"] = timeout
+        entry = self._command(DISPATCH, ask, lambda: dict(extra), site)
+        task = asyncio.ensure_future(self._run_step(entry, fn, args, kwargs, effect, retry,
+                                                    timeout))
         self._tasks.append(task)
         return task
 
-    async def _run_step(self, call: str, fn: Callable[..., Any], args: tuple[Any, ...],
-                        kwargs: dict[str, Any]) -> Any:
-        done = self._resolved.get(call)
+    async def _run_step(self, entry: Entry, fn: Callable[..., Any], args: tuple[Any, ...],
+                        kwargs: dict[str, Any], effect: str | None = None,
+                        retry: Policy | None = None, timeout: float | None = None) -> Any:
+        done = self._resolved.get(entry.call)
         if done is None:
-            if _takes_key(fn):
-                kwargs = {**kwargs, "idempotency_key": f"{self.run}/{call}"}
-            try:
-                result = fn(*args, **kwargs)
-                if inspect.isawaitable(result):
-                    result = await result
-            except Exception as exc:
-                done = self._resolve(RESOLVE, call, {"error": f"{type(exc).__name__}: {exc}"})
-            else:
-                done = self._resolve(RESOLVE, call, {}, result, with_value=True)
-        error = done.data().get("error")
-        if error is not None:
-            raise StepFailed(error)
+            done = await self._attempts(entry, fn, args, kwargs, effect, retry, timeout)
+        data = done.data()
+        if data.get("error") is not None:
+            raise failure(data["error"], data.get("outcome"))
         return self._value(done)
+
+    async def _attempts(self, entry: Entry, fn: Callable[..., Any], args: tuple[Any, ...],
+                        kwargs: dict[str, Any], effect: str | None, retry: Policy | None,
+                        timeout: float | None) -> Entry:
+        """Run the step's attempts until one answers or the policy gives up; each failed
+        attempt journaled (``attempt``), the last one's outcome in the resolve."""
+        call, name = entry.call, entry.data()["ask"].get("name")
+        keyed = _takes_key(fn)
+        if keyed:
+            kwargs = {**kwargs, "idempotency_key": f"{self.run}/{call}"}
+        policy = retry or NO_RETRY
+        past = [e.data() for e in self._entries if e.kind == ATTEMPT and e.call == call]
+        n = len(past)
+        unknown = sum(1 for a in past if a.get("outcome") in UNKNOWN)
+        if entry.seq < self._start:
+            # Dispatched by an earlier interval that ended before its result was journaled:
+            # that attempt's outcome is unknown (a death during a backoff counts too).
+            n, unknown = n + 1, unknown + 1
+            self._note(call, {"attempt": n, "outcome": "lost"})
+            if policy.on_unknown == "raise" or (retry is not None and n >= policy.max_attempts):
+                return self._resolve(RESOLVE, call, {
+                    "error": f"OutcomeUnknown: step {name} attempt {n} ended with an unknown"
+                             " outcome (its process died in it)", "outcome": "lost",
+                    "attempts": n})
+        body: dict[str, Any] = {}
+        while True:
+            n += 1
+            if unknown and effect == "effectful" and not keyed:
+                body["duplicate"] = True  # run again after an unknown outcome, no key
+            try:
+                result = await _call(fn, args, kwargs, timeout)
+            except TimeoutError:
+                outcome, error = "timeout", (f"StepTimeout: step {name} ran past its timeout"
+                                             f" of {timeout}s (attempt {n})")
+            except Invalid as exc:
+                outcome, error = "invalid", f"Invalid: {exc}"
+            except Exception as exc:
+                outcome, error = "error", f"{type(exc).__name__}: {exc}"
+            else:
+                if n > 1:
+                    body["attempts"] = n
+                if unknown:
+                    body["unknown"] = unknown
+                return self._resolve(RESOLVE, call, body, result, with_value=True)
+            unknown += outcome in UNKNOWN
+            if (outcome == "invalid" or n >= policy.max_attempts
+                    or (outcome in UNKNOWN and policy.on_unknown == "raise")):
+                body["error"] = error
+                if outcome != "error":  # a plain error's body is as it always was
+                    body["outcome"] = outcome
+                if n > 1:
+                    body["attempts"] = n
+                return self._resolve(RESOLVE, call, body)
+            delay = policy.delay(n)
+            self._note(call, {"attempt": n, "outcome": outcome, "error": error,
+                              "retry_in": delay})
+            await asyncio.sleep(delay)
+
+    def _note(self, call: str, body: dict[str, Any]) -> None:
+        """Journal a failed attempt of step ``call`` (not a resolution: replay skips it)."""
+        self._going_live()
+        self._entries.append(self._journal.append(self.run, self._workflow, ATTEMPT, call,
+                                                  body))
 
     def model(self, name: str, fn: Callable[[Any], Any], projection: Projection
               ) -> asyncio.Future[Any]:
@@ -209,7 +291,7 @@ class Context:
         ask = {"name": name, "projection": projection.name,
                "args": format_address(projection_hash(projection.name, view))}
         entry = self._command(DISPATCH, ask, dict, site)
-        task = asyncio.ensure_future(self._run_step(entry.call, fn, (view,), {}))
+        task = asyncio.ensure_future(self._run_step(entry, fn, (view,), {}))
         self._tasks.append(task)
         return task
 
@@ -335,8 +417,44 @@ def _takes_key(fn: Callable[..., Any]) -> bool:
         return False
 
 
+async def _call(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any],
+                timeout: float | None) -> Any:
+    """One attempt of a step; TimeoutError past ``timeout``. A plain function with a
+    timeout runs in a daemon thread that is abandoned, not stopped, when the timeout
+    passes (Python cannot stop a thread): its effect may still happen (outcome unknown)."""
+    if timeout is None or inspect.iscoroutinefunction(fn):
+        result = fn(*args, **kwargs)
+    else:
+        loop = asyncio.get_running_loop()
+        done: asyncio.Future[Any] = loop.create_future()
+
+        def work() -> None:
+            out: Any = None
+            err: BaseException | None = None
+            try:
+                out = fn(*args, **kwargs)
+            except BaseException as exc:  # handed to the waiting step, whatever it is
+                err = exc
+            with contextlib.suppress(RuntimeError):  # the loop ended: nobody waits any more
+                loop.call_soon_threadsafe(_settle, done, out, err)
+        threading.Thread(target=work, daemon=True, name="fleet-step").start()
+        result = done
+    if inspect.isawaitable(result):
+        result = await (result if timeout is None else asyncio.wait_for(result, timeout))
+    return result
+
+
+def _settle(done: asyncio.Future[Any], value: Any, exc: BaseException | None) -> None:
+    if done.done():  # the step timed out: nobody waits for it any more
+        return
+    if exc is not None:
+        done.set_exception(exc)
+    else:
+        done.set_result(value)
+
+
 def _random() -> float:
     return (struct.unpack(">Q", os.urandom(8))[0] >> 11) / float(1 << 53)
 
 
-__all__ = ["Context", "Inbox", "Park", "StepFailed"]
+__all__ = ["Context", "Inbox", "Invalid", "Park", "Policy", "StepFailed"]
