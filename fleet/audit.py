@@ -23,6 +23,9 @@ energy split, its parks decoded from the folded segments, when each was folded) 
 - **suspicious**: hosts whose parks of one form cost less than ``cheap_factor`` of the
   idle energy per hour the *other* hosts' parks of that form cost, and hosts whose parks
   (or executed intervals) are all estimated, never measured;
+- **effects**: runtime steps declared effectful that take no idempotency key, and those of
+  them run again after an unknown outcome (possible duplicate effects), read off the call
+  account ids' marks (docs/spec/runtime.md);
 - **grant refusals**: the ledger's refusals by a grant rule (:mod:`fleet.grant_errors`):
   segments a run's grant did not allow, and grant events not taken, by rule.
 
@@ -40,9 +43,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from fleet import grant_errors
+from fleet.runtime_journal import account_marks
 
-__all__ = ["FORMS", "GRANT_RULES", "VERDICTS", "AuditPark", "AuditRun", "audit", "format_uj",
-           "format_when", "grant_refusals", "park_form"]
+__all__ = ["FORMS", "GRANT_RULES", "VERDICTS", "AuditPark", "AuditRun", "audit", "effect_flags",
+           "format_uj", "format_when", "grant_refusals", "park_form"]
 
 VERDICTS = ("NonBlocking", "Blocked", "Malformed", "Unproved")
 FORMS = ("image", "image+memory", "transcript")
@@ -112,6 +116,9 @@ class AuditRun:
     claim_uj: dict[str, int] = field(default_factory=dict)  # warm slot claimed, by provenance
     overhead_uj: dict[str, int] = field(default_factory=dict)  # slots evicted (a pool's run)
     slots: Sequence[tuple[str, str, int]] = ()  # (slot, "claimed"|"evicted", segment)
+    # (segment, call id) of the runtime's call-account ids with an effect mark
+    # (fleet.runtime_journal.account_marks): effectful steps without an idempotency key.
+    effects: Sequence[tuple[int, str]] = ()
 
 
 def _active_since(run: AuditRun, since: float | None) -> bool:
@@ -207,7 +214,30 @@ def audit(runs: Iterable[AuditRun], now: float, since: float | None = None,
         "suspicious_hosts": _suspicious(runs, closed, cheap_factor, reused, unpriced),
         "cheap_factor": cheap_factor,
         "grant_refusals": grant_refusals(refusals, since),
+        "effects": effect_flags(runs),
     }
+
+
+def effect_flags(runs: Iterable[AuditRun]) -> dict[str, list[dict[str, Any]]]:
+    """Effectful steps without an idempotency key (``unkeyed``: at least once, a loud
+    warning) and those of them run again after an unknown outcome (``possible_duplicates``:
+    the effect may have happened twice), each as run, host, segment and call id. A call
+    appears once per segment that names it."""
+    unkeyed: list[dict[str, Any]] = []
+    duplicates: list[dict[str, Any]] = []
+    for r in runs:
+        seen: set[tuple[int, str]] = set()
+        for segment, call in r.effects:
+            if (segment, call) in seen:
+                continue
+            seen.add((segment, call))
+            no_key, duplicate = account_marks(call)
+            row = {"run": r.run, "host": r.host, "segment": segment, "call": call}
+            if duplicate:
+                duplicates.append(row)
+            elif no_key:
+                unkeyed.append(row)
+    return {"unkeyed": unkeyed, "possible_duplicates": duplicates}
 
 
 def _sums(parks: Iterable[AuditPark]) -> tuple[int, int, float, int, int]:

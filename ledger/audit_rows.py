@@ -11,11 +11,13 @@ import msgspec
 
 from fleet.audit import GRANT_RULES, AuditPark, AuditRun, audit, park_form
 from fleet.run_codec import state_from_json
+from fleet.runtime_journal import UNKEYED, account_marks
 from fleet.wait_proof import verdict_json
 from fleet.wire import (
     ClaimedWire,
     ClosedWire,
     EvictedWire,
+    ExecutedWire,
     ResumedWire,
     SuspendedWire,
     envelope_wire,
@@ -42,6 +44,27 @@ def _parks(rows: list[tuple[int, str, float | None, bytes]]) -> list[AuditPark]:
     return parks
 
 
+def effect_calls(store: LedgerStore, run: str | None = None
+                 ) -> dict[str, list[tuple[int, str]]]:
+    """Per run (or of ``run``), ``(segment, call id)`` of every executed segment's account id
+    that carries an effect mark (fleet.runtime_journal: ``!unkeyed``); only segments whose
+    bytes hold the mark are decoded."""
+    sql = ("SELECT run, idx, payload FROM segments WHERE kind = 'executed'"
+           " AND instr(payload, CAST(? AS BLOB)) > 0")
+    args: tuple[Any, ...] = (UNKEYED,)
+    if run is not None:
+        sql, args = sql + " AND run = ?", (UNKEYED, run)
+    out: dict[str, list[tuple[int, str]]] = {}
+    for r, idx, payload in store.conn.execute(sql + " ORDER BY run, idx", args):
+        wire = envelope_wire(bytes(payload))
+        seg = None if wire is None else wire.segment
+        if isinstance(seg, ExecutedWire) and seg.calls is not None:
+            out.setdefault(r, []).extend(
+                (idx, c) for c in [*seg.calls.dispatched, *seg.calls.resolved]
+                if any(account_marks(c)))
+    return out
+
+
 def audit_runs(store: LedgerStore) -> list[AuditRun]:
     """Every run of the store as an :class:`AuditRun`."""
     conn = store.conn
@@ -61,6 +84,7 @@ def audit_runs(store: LedgerStore) -> list[AuditRun]:
         wire = envelope_wire(bytes(payload))
         if wire is not None and isinstance(wire.segment, ClaimedWire | EvictedWire):
             slots.setdefault(run, []).append((wire.segment.slot, kind, idx))
+    effects = effect_calls(store)
     out = []
     for run, host, phase, state_blob in conn.execute(
             "SELECT run, host, phase, state FROM runs ORDER BY first_seq"):
@@ -72,7 +96,7 @@ def audit_runs(store: LedgerStore) -> list[AuditRun]:
                             dict(state.energy.receipts), dict(state.energy.idle), first, last,
                             tuple(_parks(park_rows.get(run, []))),
                             dict(state.energy.claim), dict(state.energy.overhead),
-                            tuple(slots.get(run, ()))))
+                            tuple(slots.get(run, ())), tuple(effects.get(run, ()))))
     return out
 
 

@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 import runtime_effect_flows as ef
 import runtime_flows as flows
+from test_moving_runs import fleet as fleet  # three enrolled hosts and a ledger
 from test_runtime_kill import proc, segments
 
 from agents.host import Host
@@ -187,3 +188,41 @@ def test_journals_without_effect_classes_keep_their_accounts():
            ("attempt", "c0", '{"attempt":1,"outcome":"timeout"}'),
            ("resolve", "c0", '{"duplicate":true,"value":"v"}')]
     assert interval_account(new, 0, 4) == (("c0!unkeyed!dup",), ("c0!unkeyed!dup",))
+
+
+@pytest.mark.timeout(240)
+def test_audit_and_run_show_report_a_possible_duplicate_effect(
+        fleet, tmp_path: Path):  # type: ignore[no-untyped-def]
+    """`fleet runtime start` SIGKILLed inside an effectful step without a key, continued by
+    a worker (an orphan): `fleet audit` lists the possible duplicate effect and the step
+    without a key, `fleet run show` names both; a keyed run is in neither list."""
+    from test_runtime_evidence import TESTS, fleet_json, worker
+
+    from agents.runtime import run_address
+
+    from pipeline_helpers import api, cli, wait_folded
+
+    url, led, base = fleet
+    env = {"RUNTIME_EFFECTS": str(tmp_path / "effects.db"),
+           "RUNTIME_CRASH": str(tmp_path / "crashed"), "PYTHONPATH": TESTS}
+    started = cli("runtime", "start", "runtime_effect_flows:pay_unkeyed", "fx-1", "--input",
+                  '{"what": "fx-1"}', "--path", TESTS, "--data", str(base / "A"), "--name",
+                  "A", "--nats", url, env=env, check=False)
+    assert started.returncode == -signal.SIGKILL, started.stderr[-2000:]
+    again = worker(url, base, led, "A", env)
+    assert again.returncode == 0, again.stderr[-2000:]
+    fleet_json("runtime", "start", "runtime_effect_flows:pay_keyed", "fx-2", "--input",
+               '{"what": "fx-2"}', "--path", TESTS, "--data", str(base / "A"), "--name",
+               "A", "--nats", url, env={**env, "RUNTIME_CRASH": ""})
+    wait_folded(url, led)
+    run = run_address("fx-1", workflow_name(ef.pay_unkeyed))
+    audit = fleet_json("audit", "--nats", url)[0]["effects"]
+    assert [(r["run"], r["call"]) for r in audit["possible_duplicates"]] == [
+        (run, "c0!unkeyed!dup/retry")]
+    assert [(r["run"], r["call"]) for r in audit["unkeyed"]] == [(run, "c0!unkeyed")]
+    shown = api(url, "run", {"run": run})["effects"]
+    assert [(e["call"], e["possible_duplicate"]) for e in shown] == [
+        ("c0!unkeyed", False), ("c0!unkeyed!dup/retry", True)]
+    text = cli("run", "show", run, "--nats", url).stdout
+    assert "possible duplicate effect: segment" in text
+    assert "possible duplicate effect" in cli("audit", "--nats", url).stdout
