@@ -204,9 +204,9 @@ def interval_account(entries: Sequence[tuple[str, str, str]], first: int, end: i
 
     Effect marks: the id of a call whose dispatch declares an effectful step without an
     idempotency key carries ``!unkeyed`` (``CALL!unkeyed``); where this interval's
-    ``resolve`` of it says ``"duplicate": true`` (it ran again after an unknown outcome),
-    the interval's ids of it carry ``!dup`` too (``CALL!unkeyed!dup``, before any
-    ``/retry``). Journals without effect classes have no marks.
+    ``resolve`` of such a call says ``"duplicate": true`` (it ran again after an unknown
+    outcome), the interval's ids of it carry ``!dup`` too (``CALL!unkeyed!dup``, before
+    any ``/retry``). Journals without effect classes have no marks.
     """
     earlier: dict[str, bool] = {}
     unkeyed: set[str] = set()
@@ -224,8 +224,9 @@ def interval_account(entries: Sequence[tuple[str, str, str]], first: int, end: i
             dup.add(call)
 
     def mark(call: str) -> str:
-        return (call + (UNKEYED if call in unkeyed else "")
-                + (DUPLICATE if call in dup else ""))
+        if call not in unkeyed:  # a "duplicate" flag counts only on such a step
+            return call
+        return call + UNKEYED + (DUPLICATE if call in dup else "")
 
     dispatched: list[str] = []
     resolved: list[str] = []
