@@ -12,7 +12,7 @@
 from agents.runtime.context import Context
 from agents.runtime.effects import Invalid, OutcomeUnknown, Policy, StepFailed, StepTimeout
 from agents.runtime.journal import Journal
-from agents.runtime.projection import Projection, head_tail, tail
+from agents.runtime.projection import Projected, Projection, head_tail, tail
 from agents.runtime.runtime import Outcome, Runtime, run_address, workflow_name
 from fleet.runtime_errors import (
     CodeChanged,
@@ -27,7 +27,7 @@ from fleet.runtime_errors import (
 )
 
 __all__ = ["CodeChanged", "Context", "EnvironmentChanged", "Invalid", "Journal",
-           "JournalTampered", "Outcome", "OutcomeUnknown", "Policy", "Projection",
+           "JournalTampered", "Outcome", "OutcomeUnknown", "Policy", "Projected", "Projection",
            "ReplayDiverged", "RunBusy", "Runtime", "SignalConflict", "SignalTimeout",
            "StepFailed", "StepTimeout", "ValueShredded", "WorkflowUnknown", "head_tail",
            "run_address", "tail", "workflow_name"]

@@ -32,7 +32,7 @@ from agents.runtime.effects import (
     failure,
 )
 from agents.runtime.journal import Entry, Journal
-from agents.runtime.projection import Projection
+from agents.runtime.projection import History, Projected, Projection, summarized_view
 from fleet.address import format_address
 from fleet.runtime_errors import ReplayDiverged, SignalTimeout
 from fleet.runtime_journal import (
@@ -110,6 +110,9 @@ class Context:
         self._inline = inline_wait_s
         self._clock = clock
         self._tasks: list[asyncio.Future[Any]] = []
+        # ctx.projection's summaries so far, per (name, head, tail): how many middle items
+        # the last summary covers and its value (rebuilt by replay like any step result).
+        self._summaries: dict[tuple[str, int, int], tuple[int, Any]] = {}
         # Called once, before the first entry this interval appends: the runtime seals the
         # resume there, so a replay that diverges before going live seals nothing either.
         self._before = before_append
@@ -278,16 +281,18 @@ class Context:
         self._entries.append(self._journal.append(self.run, self._workflow, ATTEMPT, call,
                                                   body))
 
-    def model(self, name: str, fn: Callable[[Any], Any], projection: Projection
+    def model(self, name: str, fn: Callable[[Any], Any], projection: Projection | Projected
               ) -> asyncio.Future[Any]:
         """A model call whose input is ``projection`` of the run's history so far (step
-        results and delivered signals before this call, in journal order): ``fn`` gets the
-        projected value, and the journal records the projection's hash as the argument
-        hash. Otherwise a step (journaled, run once, retried with its key)."""
+        results and delivered signals before this call, in journal order), or a view
+        ``ctx.projection`` computed: ``fn`` gets the projected value, and the journal
+        records the projection's hash as the argument hash. Otherwise a step (journaled,
+        run once, retried with its key)."""
         site = _site()
-        seq = (self._commands[self._cursor].seq if self.replaying
-               else self._journal.head(self.run, self._workflow)[0])
-        view = projection(self.history(seq))
+        if isinstance(projection, Projected):
+            view = projection.view
+        else:
+            view = projection(self.history(self._next_seq()))
         ask = {"name": name, "projection": projection.name,
                "args": format_address(projection_hash(projection.name, view))}
         entry = self._command(DISPATCH, ask, dict, site)
@@ -295,12 +300,46 @@ class Context:
         self._tasks.append(task)
         return task
 
+    def _next_seq(self) -> int:
+        """The journal position of the next command (its entry when replaying)."""
+        return (self._commands[self._cursor].seq if self.replaying
+                else self._journal.head(self.run, self._workflow)[0])
+
+    async def projection(self, head: int, tail: int,
+                         summarize: Callable[[Any, History], Any],
+                         name: str = "summarize") -> Projected:
+        """What a model sees of a long run: the first ``head`` history items (the task,
+        pinned state), the last ``tail`` verbatim, and the middle compacted by
+        ``summarize(previous_summary, new_items)``, a journaled step (its output replayed,
+        never re-run) that runs only when the middle has grown. Pass the result to
+        ``ctx.model``: the view's hash is the model call's argument hash. Summaries are not
+        history items themselves."""
+        if head < 0 or tail < 0:
+            raise ValueError("a projection's head and tail are counts of items, not negative")
+        site = _site()
+        history = self.history(self._next_seq())
+        cut = max(head, len(history) - tail)
+        key = (name, head, tail)
+        covered, summary = self._summaries.get(key, (0, None))
+        if cut - head > covered:
+            new = history[head + covered:cut]
+            ask = {"name": name, "args": format_address(args_hash([summary, new], {})),
+                   "summary": True}
+            entry = self._command(DISPATCH, ask, dict, site)
+            summary = await self._run_step(entry, summarize, (summary, new), {})
+            self._summaries[key] = (cut - head, summary)
+        return Projected(f"summary/{head}/{tail}/{name}",
+                         summarized_view(history, head, tail, summary))
+
     def history(self, before: int) -> list[dict[str, Any]]:
         """Every step result and delivered signal journaled before entry ``before``."""
         entries = self._entries[:before]
-        names = {e.call: e.data()["ask"].get("name") for e in entries if e.kind == DISPATCH}
+        asks = {e.call: e.data()["ask"] for e in entries if e.kind == DISPATCH}
+        names = {call: ask.get("name") for call, ask in asks.items()}
         out = []
         for e in entries:
+            if e.kind == RESOLVE and asks.get(e.call, {}).get("summary") is True:
+                continue  # ctx.projection's own summaries are not history
             if e.kind == RESOLVE and "value" in e.data():
                 out.append({"call": e.call, "step": names.get(e.call), "value": self._value(e)})
             elif e.kind == SIGNAL:
