@@ -29,7 +29,9 @@ from fleet.checkpoint import parse_checkpoint
 from fleet.merkle import leaf_hash
 from fleet.note import parse_note
 from fleet.run_codec import state_from_json
-from fleet.wait_proof import verdict_json
+from fleet.runtime_journal import account_marks
+from fleet.segment import CallAccount
+from fleet.wait_proof import verdict_json, waited_inside, why
 from fleet.wire import (
     ClaimedWire,
     ClosedWire,
@@ -168,6 +170,8 @@ class Explorer:
         verdict = verdict_json(state.wait_proof())
         energy = state.energy.as_json()
         items, host = [], None
+        intervals: list[tuple[str, ...]] = []
+        accounts: list[tuple[int, CallAccount | None]] = []
         segs = store.conn.execute("SELECT idx, kind, at, payload, leaf_index FROM segments"
                                   " WHERE run = ? ORDER BY idx", (run,)).fetchall()
         for idx, kind, at, payload, leaf_index in segs:
@@ -178,6 +182,10 @@ class Explorer:
             if isinstance(seg, ExecutedWire):
                 rec = seg.attestation_object.receipt
                 detail = f"{_uj(rec.uj)} {rec.provenance}"
+                calls = None if seg.calls is None else CallAccount(
+                    tuple(seg.calls.dispatched), tuple(seg.calls.resolved))
+                accounts.append((idx, calls))
+                intervals.append(_interval_row(idx, seg_host, seg, calls))
             elif isinstance(seg, SuspendedWire):
                 detail = park_form(seg.snapshot)
             elif isinstance(seg, ResumedWire):
@@ -200,8 +208,13 @@ class Explorer:
             + (f" (segment {verdict['segment']})" if "segment" in verdict else ""),
             f"{_uj(energy['total_uj'])} (measured {_uj(energy['by_provenance_uj']['measured'])})",
             _uj(sum(energy["idle_uj"].values())))], "summary")
-        body = (f"<h1>Run <code>{_e(run)}</code></h1>{summary}<h2>Timeline</h2>"
-                f"<ol class=timeline id=timeline>{''.join(items)}</ol>")
+        reason = why(state.wait_proof(), accounts)
+        body = (f"<h1>Run <code>{_e(run)}</code></h1>{summary}"
+                f"<p id=why>{_e(verdict['verdict'])}: {_e(reason)}</p><h2>Timeline</h2>"
+                f"<ol class=timeline id=timeline>{''.join(items)}</ol>"
+                "<h2>Executed intervals</h2>"
+                + _table(("segment", "host", "outcome", "journal root", "dispatched",
+                          "resolved", "waited inside", "effects"), intervals, "intervals"))
         return _page(f"run {run}", body)
 
     async def proof(self, request: web.Request) -> web.Response:
@@ -242,6 +255,24 @@ class Explorer:
 
     async def redirect(self, request: web.Request) -> web.Response:
         raise web.HTTPFound("/ui/?" + urlencode(request.query) if request.query else "/ui/")
+
+
+def _interval_row(idx: int, host: str | None, seg: ExecutedWire,
+                  calls: CallAccount | None) -> tuple[str, ...]:
+    """One executed segment as the run page's intervals table shows it: its attestation's
+    outcome and journal root, its call account, the calls it waited inside (the wait
+    proof's Blocked rule) and its effect marks (a runtime step without a key, a possible
+    duplicate effect)."""
+    att = seg.attestation_object
+    if calls is None:
+        return (str(idx), _e(host), _e(att.outcome), f"<code>{_e(att.journal_root)}</code>",
+                "no account", "", "", "")
+    ids = dict.fromkeys([*calls.dispatched, *calls.resolved])
+    flags = [("possible duplicate effect " if account_marks(c)[1] else "no idempotency key ")
+             + c for c in ids if any(account_marks(c))]
+    return (str(idx), _e(host), _e(att.outcome), f"<code>{_e(att.journal_root)}</code>",
+            _e(" ".join(calls.dispatched)), _e(" ".join(calls.resolved)),
+            _e(" ".join(waited_inside(calls))), _e("; ".join(flags)))
 
 
 def add_explorer(app: web.Application, reader: LogReader) -> None:
