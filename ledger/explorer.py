@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import base64
 import html
-from collections.abc import Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 from urllib.parse import quote, urlencode
 
@@ -116,11 +116,17 @@ def _table(headers: Iterable[str], rows: Iterable[Iterable[str]], ident: str) ->
     return f"<table id={ident}><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
 
-class Explorer:
-    """The explorer's handlers over a :class:`LogReader`."""
+# A runtime run's journal as JetStream holds it (ledger.runtime_journals), if wired.
+JournalSource = Callable[[str], Awaitable[dict[str, Any] | None]]
 
-    def __init__(self, reader: LogReader) -> None:
+
+class Explorer:
+    """The explorer's handlers over a :class:`LogReader` (and, for runtime runs, where
+    their journals are published)."""
+
+    def __init__(self, reader: LogReader, journals: JournalSource | None = None) -> None:
         self.reader = reader
+        self.journals = journals
 
     def _runs(self) -> list[dict[str, Any]]:
         rows = self.reader.store.conn.execute(
@@ -214,8 +220,30 @@ class Explorer:
                 f"<ol class=timeline id=timeline>{''.join(items)}</ol>"
                 "<h2>Executed intervals</h2>"
                 + _table(("segment", "host", "outcome", "journal root", "dispatched",
-                          "resolved", "waited inside", "effects"), intervals, "intervals"))
+                          "resolved", "waited inside", "effects"), intervals, "intervals")
+                + await self._journal(run))
         return _page(f"run {run}", body)
+
+    async def _journal(self, run: str) -> str:
+        """The runtime journal section of a run's page: its entries with their values
+        (``shredded`` where the key is gone), or why there is none."""
+        if self.journals is None:
+            return ""
+        try:
+            doc = await self.journals(run)
+        except Exception as exc:  # JetStream unreachable: the page still shows the record
+            return f"<h2>Runtime journal</h2><p id=journal-note>not read: {_e(exc)}</p>"
+        if doc is None:
+            return ""
+        head = f"<h2>Runtime journal</h2><p>status {_e(doc['status'])}, head <code>" \
+               f"{_e(doc['head'])}</code></p>"
+        if doc["entries"] is None:
+            return head + f"<p id=journal-note>{_e(doc['note'])}</p>"
+        rows = [(str(e["seq"]), _e(e["kind"]), _e(e["call"]), f"<code>{_e(e['body'])}</code>",
+                 "<br>".join(f"<code>{_e(a)}</code> = <span class=value>{_e(v)}</span>"
+                             for a, v in e["values"].items()))
+                for e in doc["entries"]]
+        return head + _table(("seq", "kind", "call", "body", "values"), rows, "journal")
 
     async def proof(self, request: web.Request) -> web.Response:
         run, index_text = request.match_info["run"], request.match_info["index"]
@@ -275,9 +303,11 @@ def _interval_row(idx: int, host: str | None, seg: ExecutedWire,
             _e(" ".join(waited_inside(calls))), _e("; ".join(flags)))
 
 
-def add_explorer(app: web.Application, reader: LogReader) -> None:
-    """Mount the explorer at ``/ui/`` on ``app``."""
-    explorer = Explorer(reader)
+def add_explorer(app: web.Application, reader: LogReader,
+                 journals: JournalSource | None = None) -> None:
+    """Mount the explorer at ``/ui/`` on ``app`` (``journals``: where a runtime run's
+    journal is read from, for its page)."""
+    explorer = Explorer(reader, journals)
     app.router.add_get("/ui", explorer.redirect)
     app.router.add_get("/ui/", explorer.index)
     app.router.add_get("/ui/run/{run}", explorer.run)

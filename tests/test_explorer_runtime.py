@@ -4,6 +4,7 @@ proof says what it says (read off the record: the ledger never imports the runti
 
 from __future__ import annotations
 
+import asyncio
 from urllib.parse import quote
 
 from http_helpers import enroll_h1, http_get, publish, serving
@@ -50,3 +51,73 @@ def test_the_run_page_shows_intervals_accounts_effects_and_why(nats_server, tmp_
         other = wait_for(lambda: page(ids[1]), 60, "the calm run folded")
         assert other.by_id("why")["text"].startswith("NonBlocking: every executed interval")
         assert [c for c in other.cells("intervals")][6::8] == ["", ""]
+
+
+def test_the_run_page_shows_a_parked_runtime_journal_with_values_unless_shredded(
+        nats_server, tmp_path):
+    """A runtime run parks (its journal and keys published to JetStream); the ledger's
+    run page shows each journal entry with its values read from there (the input, the
+    step's result); after `fleet runtime shred` of the step's value the page says
+    "shredded" for it and still shows the rest. A journal object rewritten in JetStream
+    (the step's name changed) no longer chains to the run's head and is not shown."""
+    import json
+    import os
+    from pathlib import Path
+
+    from pipeline_helpers import cli, host_keys, wait_folded
+
+    tests = str(Path(__file__).resolve().parent)
+    data, base = tmp_path / "ledger", tmp_path / "hosts"
+    (key,) = host_keys(base, ["A"]).values()
+    env = {**os.environ, "RUNTIME_EFFECTS": str(tmp_path / "effects.db"), "PYTHONPATH": tests}
+    with serving(nats_server.url, data) as served:
+        cli("host", "enroll", "A", "--pubkey", key, "--data", str(data))
+        out = cli("runtime", "start", "runtime_flows:approval", "j-1", "--input",
+                  '{"ticket": 7}', "--path", tests, "--data", str(base / "A"), "--name", "A",
+                  "--nats", nats_server.url, "--json", env=env).stdout
+        run = json.loads(out.strip().splitlines()[-1])["run"]
+        wait_folded(nats_server.url, data)
+
+        def journal() -> Dom | None:
+            status, _h, body = http_get(f"{served.log_url}/ui/run/{quote(run)}")
+            dom = Dom(body.decode()) if status == 200 else None
+            return dom if dom and any(e.get("id") == "journal" for e in dom.elements) else None
+
+        dom = wait_for(journal, 60, "the run page with its journal")
+        cells = dom.cells("journal")
+        kinds = cells[1::5]
+        assert kinds == ["start", "dispatch", "resolve", "wait"], cells
+        values = [v.get("text") for v in dom.by_class("value")]
+        assert values == ['{"ticket":7}', '"done:classify:7"']
+        address = cells[5 * 2 + 4].split(" = ")[0]
+        cli("runtime", "shred", address, "--data", str(base / "A"), "--nats",
+            nats_server.url)
+        after = [v.get("text") for v in wait_for(journal, 60, "the page").by_class("value")]
+        assert after == ['{"ticket":7}', "shredded"]
+        asyncio.run(_forge_journal(nats_server.url, run))
+        status, _h, body = http_get(f"{served.log_url}/ui/run/{quote(run)}")
+        note = Dom(body.decode()).by_id("journal-note")["text"]
+        assert status == 200 and note.startswith("the stored journal is not shown"), note
+
+
+async def _forge_journal(url: str, run: str) -> None:
+    """Rewrite the run's published journal object: the first step renamed."""
+    import json
+
+    import nats
+
+    from fleet.subjects import fleet_names, run_token
+
+    names = fleet_names()
+    nc = await nats.connect(url)
+    try:
+        js = nc.jetstream()
+        doc = json.loads((await (await js.key_value(names.runtime_runs)).get(
+            run_token(run))).value)
+        store = await js.object_store(names.runtime_journals)
+        got = await store.get(run_token(doc["head"]))
+        forged = got.data.replace(b'\\"name\\":\\"classify\\"', b'\\"name\\":\\"approve\\"')
+        assert forged != got.data
+        await store.put(run_token(doc["head"]), forged)
+    finally:
+        await nc.close()
