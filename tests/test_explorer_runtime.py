@@ -35,8 +35,10 @@ def test_the_run_page_shows_intervals_accounts_effects_and_why(nats_server, tmp_
         base = served.log_url
 
         def page(run: str) -> Dom | None:
+            """The run's page once both its executed intervals are folded."""
             status, _h, body = http_get(f"{base}/ui/run/{quote(run)}")
-            return Dom(body.decode()) if status == 200 else None
+            dom = Dom(body.decode()) if status == 200 else None
+            return dom if dom is not None and len(dom.cells("intervals")) == 16 else None
 
         dom = wait_for(lambda: page(ids[0]), 60, "the blocked run folded")
         why = dom.by_id("why")["text"]
