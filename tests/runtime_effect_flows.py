@@ -113,3 +113,12 @@ async def slow(ctx: Context, inp: dict[str, Any]) -> Any:
             out.append(f"StepTimeout: {exc}")
     await ctx.signal("go")
     return out
+
+
+async def always_fails(ctx: Context, inp: dict[str, Any]) -> Any:
+    """A step that always fails, under three attempts."""
+    try:
+        return await ctx.step("flaky", flaky, inp["what"], 99, effect="idempotent",
+                              retry=Policy(max_attempts=3, backoff_s=0.01))
+    except StepFailed as exc:
+        return f"failed: {exc}"

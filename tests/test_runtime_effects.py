@@ -226,3 +226,25 @@ def test_audit_and_run_show_report_a_possible_duplicate_effect(
     text = cli("run", "show", run, "--nats", url).stdout
     assert "possible duplicate effect: segment" in text
     assert "possible duplicate effect" in cli("audit", "--nats", url).stdout
+
+
+def test_killed_between_attempts_the_maximum_holds_across_processes(
+        tmp_path: Path, effects: Path):
+    """SIGKILL right after the first failed attempt was journaled: the restart journals the
+    cut-off attempt as lost (2) and runs only the third, whose failure ends the step
+    (three attempts in all, across two processes)."""
+    data = tmp_path / "h"
+    args = ("--module", "runtime_effect_flows", "--workflow", "always_fails")
+    code, _ = proc(data, effects, "m1", *args, "--kill", "after", "3", inp='{"what": "m1"}')
+    assert code == -signal.SIGKILL
+    _, out = proc(data, effects, "m1", *args, inp='{"what": "m1"}')
+    assert out is not None and out["result"] == "failed: ConnectionError: attempt 1 of m1 failed"
+    rt = Runtime(data)
+    try:
+        run = rt.journal.runs()[0][0]
+        assert [(a["attempt"], a["outcome"]) for a in attempts(rt, run)] == [
+            (1, "error"), (2, "lost")]
+        resolve = next(e.data() for e in rt.journal.entries(run) if e.kind == "resolve")
+        assert resolve["attempts"] == 3 and resolve["error"].startswith("ConnectionError")
+    finally:
+        rt.close()
