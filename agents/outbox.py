@@ -2,7 +2,8 @@
 
 Why: nothing sealed may be lost (ARCHITECTURE, principle 4). A host writes a segment here in
 one fsync'd transaction, the publisher sends it to JetStream with its content address as
-``Nats-Msg-Id``, and only JetStream's acknowledgement moves it to ``acked``. A crash at
+``Nats-Msg-Id`` (:func:`fleet.wire.segment_id`: BLAKE3 of the whole envelope), and only
+JetStream's acknowledgement moves it to ``acked``. A crash at
 any point leaves the segment either still pending (it is sent again; the broker or the
 publisher's fork check recognises it) or acked with its stream sequence.
 
@@ -222,17 +223,19 @@ class Outbox:
     def put(self, run: str, idx: int, kind: Kind, subject: str, msg_id: str, payload: bytes) -> int:
         """Store a sealed segment durably (fsync'd) and return its row id.
 
-        Putting the same (run, idx, msg_id) again returns the existing id. Raises
-        :class:`OutboxFull`, :class:`RunStopped` or :class:`OutboxConflict`.
+        Putting the same (run, idx, msg_id), or the same bytes, again returns the existing
+        id. Raises :class:`OutboxFull`, :class:`RunStopped` or :class:`OutboxConflict`.
         """
         if kind not in KINDS:
             raise ValueError(f"kind is one of {KINDS}, got {kind!r}")
         with self._tx() as db:
             held = db.execute(
-                "SELECT id, msg_id FROM segments WHERE run = ? AND idx = ?", (run, idx)
+                "SELECT id, msg_id, payload FROM segments WHERE run = ? AND idx = ?", (run, idx)
             ).fetchone()
             if held is not None:
-                if held[1] != msg_id:
+                # The same bytes under another id form (a row written before ids named the
+                # whole envelope, fleet.wire.segment_id) are the same segment.
+                if held[1] != msg_id and bytes(held[2]) != payload:
                     raise OutboxConflict(run, idx, held[1], msg_id)
                 return int(held[0])
             stopped = db.execute(
