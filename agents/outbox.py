@@ -76,6 +76,10 @@ CREATE TABLE IF NOT EXISTS runs (
     stopped INTEGER NOT NULL DEFAULT 0,
     stop_reason TEXT
 );
+CREATE TABLE IF NOT EXISTS refusals (
+    stream_seq INTEGER PRIMARY KEY,
+    run TEXT NOT NULL
+);
 """
 
 
@@ -282,15 +286,31 @@ class Outbox:
         if due and self._acked_bytes > self.keep_acked_bytes:
             self.prune(self.keep_acked_bytes)
 
-    def stop_run(self, run: str, reason: str) -> None:
-        """Stop a run (a fork): its pending rows are kept as ``stopped`` and never sent."""
+    def stop_run(self, run: str, reason: str, refusal_seq: int | None = None) -> bool:
+        """Stop a run (a fork, a refusal): its pending rows are kept as ``stopped`` and
+        never sent; the first reason stays. With ``refusal_seq`` (the stream sequence of the
+        ledger's refusal that stops it), a refusal acted on before stops nothing again (a run
+        that came back to this host is not stopped by its old refusal); False then."""
         with self._tx() as db:
+            if refusal_seq is not None and db.execute(
+                    "INSERT OR IGNORE INTO refusals (stream_seq, run) VALUES (?, ?)",
+                    (refusal_seq, run)).rowcount == 0:
+                return False
             db.execute("INSERT OR IGNORE INTO runs (run) VALUES (?)", (run,))
-            db.execute("UPDATE runs SET stopped = 1, stop_reason = ? WHERE run = ?", (reason, run))
+            db.execute("UPDATE runs SET stop_reason = ? WHERE run = ? AND NOT stopped",
+                       (reason, run))
+            db.execute("UPDATE runs SET stopped = 1 WHERE run = ?", (run,))
             db.execute(
                 "UPDATE segments SET state = 'stopped' WHERE run = ? AND state = 'pending'",
                 (run,),
             )
+        return True
+
+    def holds_run(self, run: str) -> bool:
+        """Whether this outbox ever took a segment of ``run``."""
+        with self._lock:
+            return self._db.execute("SELECT 1 FROM runs WHERE run = ?", (run,)
+                                    ).fetchone() is not None
 
     def restart_run(self, run: str) -> None:
         """Lift a run's stop (it came back to this host under a verified record): new

@@ -24,6 +24,7 @@ __all__ = [
     "message_id",
     "parse_address",
     "parse_addresses",
+    "retry_id",
 ]
 
 
@@ -45,6 +46,12 @@ def message_id(kind: str, data: bytes) -> str:
     of the whole message as sent. Every byte counts, the sender's name and signature too, so
     two senders' messages never share an id (``docs/spec/ledger.md``, "Message ids")."""
     return f"{kind}-{digest(data)[:16].hex()}"
+
+
+def retry_id(msg_id: str, nonce: bytes) -> str:
+    """The id of a deliberate retry of a message the ledger refused: its id, ``.`` and the
+    hex of a fresh nonce, so the broker stores the copy and the ledger decides it again."""
+    return f"{msg_id}.{nonce.hex()}"
 
 
 def format_address(raw: bytes) -> str:

@@ -28,7 +28,7 @@ from plumbing.files import write_key_file
 from plumbing.natsd import NatsServer
 
 import grant_helpers as gh
-from fault_helpers import MANIFEST, host_key, running_ledger, store_summary
+from fault_helpers import MANIFEST, fleet, host_key, running_ledger, store_summary
 
 HOUR = 3_600_000
 
@@ -61,6 +61,7 @@ def test_a_resume_byte_identical_to_a_refused_one_from_another_host_is_folded(
     dropped by the broker as a duplicate and counted as acked."""
     from agents.host import HostRun
     from agents.publisher import Publisher
+    from agents.refusals import RefusalWatcher
 
     async def scenario() -> tuple[Any, Any, Any]:
         async with running_ledger(nats_server.url, tmp_path / "ledger", _hosts(), name="ids",
@@ -93,6 +94,19 @@ def test_a_resume_byte_identical_to_a_refused_one_from_another_host_is_folded(
                 assert sealed_a.head == sealed_b.head  # one head, two hosts' seals
                 report = await Publisher(a.outbox, js).drain(timeout=20)
                 await _folded(ledger, js)
+                shown = await asyncio.to_thread(fleet, "run", "show", run_a.run, "--nats",
+                                                nats_server.url)
+                assert "refused: h2 segment 3 HostNotGranted at stream sequence" in (
+                    shown.stdout), shown.stdout
+                # h2 was not listening when it was refused: it asks, and learns it.
+                watcher = RefusalWatcher(ledger.nc, "h2", b.outbox)
+                assert await watcher.catch_up() == 1
+                told = b.outbox.stopped_runs()
+                assert list(told) == [run_a.run] and told[run_a.run].startswith(
+                    "HostNotGranted at segment 3 (stream sequence"), told
+                b.outbox.restart_run(run_a.run)  # the run came back to h2 (an adoption)
+                again = RefusalWatcher(ledger.nc, "h2", b.outbox)  # e.g. after a restart
+                assert await again.catch_up() == 0 and b.outbox.stopped_runs() == {}
                 return report, run_a.run, a.outbox.stopped_runs()
             finally:
                 a.close()
