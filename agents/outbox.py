@@ -11,8 +11,10 @@ Storage: one SQLite file per host, WAL journal, ``synchronous=FULL`` (every comm
 fsync'd). Table ``segments`` holds (id, run, idx, kind, subject, msg_id, payload,
 acked_seq, state) with state ``pending`` -> ``acked`` (or ``stopped``); table ``runs``
 holds per run the stream sequence of its last acknowledged segment (the next segment's
-``Nats-Expected-Last-Subject-Sequence``) and a ``stopped`` flag with its reason (a fork:
-the stream holds something else for that run).
+``Nats-Expected-Last-Subject-Sequence``) and a ``stopped`` flag with its first reason (a
+fork: the stream holds something else for that run; a duplicate of another message; a
+refusal by the ledger); table ``refusals`` holds the stream sequence of every ledger
+refusal acted on, so none stops a run twice (:mod:`agents.refusals`).
 
 Acked rows are kept as a record of what was sent, up to ``keep_acked_bytes`` of payload
 (default 256 MiB): past it, every ``PRUNE_EVERY`` acks, the oldest acked rows are deleted
