@@ -182,8 +182,9 @@ def _kill_cycle(cluster: NatsCluster, rng: random.Random, budget: int) -> int:
 
 
 def _soak_run(cluster: NatsCluster, base: Path, rng: random.Random, kills: int,
-              note: str) -> tuple[int, int]:
-    """One cluster's share of the soak: (kills made, leaves compared)."""
+              note: str) -> tuple[int, int, int]:
+    """One cluster's share of the soak: (kills made, leaves compared, holes the fold saw in
+    its consumer's deliveries and folded again from its watermark)."""
     url = cluster.url
     data = base / "ledger"
     done = 0
@@ -201,7 +202,8 @@ def _soak_run(cluster: NatsCluster, base: Path, rng: random.Random, kills: int,
         wait_until(lambda: store_summary(data).watermark >= last, 120,
                    "the ledger to catch up")
         assert ledger.stop() == 0
-    return done, _check_fault_free(cluster, data, traffic, base, note)
+        holes = ledger.log_text().count("was next: folding again")
+    return done, _check_fault_free(cluster, data, traffic, base, note), holes
 
 
 @pytest.mark.soak
@@ -222,11 +224,12 @@ def test_r3_soak_leader_and_follower_kills(tmp_path: Path) -> None:
             note = f"soak seed {seed}, cluster run {run}, after {kills} kills"
             started = time.monotonic()
             with running_cluster(base / "nats") as cluster:
-                done, leaves = _soak_run(cluster, base, rng, min(SOAK_KILLS_PER_RUN,
-                                                                 SOAK_KILLS - kills), note)
+                done, leaves, holes = _soak_run(cluster, base, rng, min(
+                    SOAK_KILLS_PER_RUN, SOAK_KILLS - kills), note)
             kills += done
             line = {"seed": seed, "run": run, "kills": done, "total_kills": kills,
-                    "leaves": leaves, "seconds": round(time.monotonic() - started, 1)}
+                    "leaves": leaves, "holes": holes,
+                    "seconds": round(time.monotonic() - started, 1)}
             with report.open("a") as out:
                 out.write(json.dumps(line) + "\n")
             print(json.dumps(line), flush=True)
