@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import typing
 from typing import Any
 
 import pytest
@@ -12,6 +13,7 @@ from fleet.address import format_address, parse_address
 from fleet.errors import FleetError
 from fleet.kinds import KINDS, MAX_INDEX, TABLE, index_in_range
 from fleet.phases import PARKED, RAN
+from fleet.segment import Segment
 from fleet.verify_fast import segment_addresses, step
 from fleet.wire import (
     WIRE_KIND,
@@ -90,6 +92,16 @@ def test_wire_structs_hold_the_tables_fields_and_names():
         assert cls.__struct_config__.tag == kind
         fields = tuple(f for f in cls.__struct_fields__ if f not in _SEALING)
         assert fields == TABLE[kind].fields, kind
+
+
+def test_segment_objects_hold_the_tables_fields_and_names():
+    """Each segment object's fields and kind are its table row's (its attestation object
+    travels beside it, in the sealed segment)."""
+    classes = typing.get_args(Segment)
+    assert sorted(c.kind for c in classes) == sorted(KINDS)
+    for cls in classes:
+        fields = tuple(f for f in cls.__struct_fields__ if not f.startswith("_"))
+        assert fields == tuple(f for f in TABLE[cls.kind].fields if f != "attestation_object")
 
 
 @pytest.mark.parametrize("wire", _samples(), ids=lambda w: WIRE_KIND[type(w)])
