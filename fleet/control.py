@@ -22,10 +22,9 @@ import struct
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from nacl.exceptions import BadSignatureError
 from nacl.signing import SigningKey, VerifyKey
 
-from fleet.address import digest
+from fleet import signed_event
 from fleet.control_errors import (
     BadControlSignature,
     ControlConflict,
@@ -34,6 +33,7 @@ from fleet.control_errors import (
     UnknownOperator,
 )
 from fleet.errors import FleetError
+from fleet.event_overlay import EventOverlay
 from fleet.fold import HostEntry, Refused
 from fleet.subjects import HOST_NAME
 
@@ -49,6 +49,7 @@ __all__ = [
     "ControlEvent",
     "ControlState",
     "apply",
+    "check_control",
     "decide_control",
     "decode_event",
     "encode_event",
@@ -61,9 +62,11 @@ CONTROL_DOMAIN = b"fleet.ctl/1"
 ENROLL, REVOKE, REKEY, OPERATOR = 1, 2, 3, 4
 KINDS: dict[int, str] = {ENROLL: "enroll", REVOKE: "revoke", REKEY: "rekey",
                          OPERATOR: "operator"}
+# The envelope's kind and signer (the operator), then the body's seq and host length.
 _HEAD = struct.Struct(">B32sQB")
+_BODY = struct.Struct(">QB")
 _NO_KEY = bytes(32)
-_SIGNATURE = 64
+_SIGNATURE = signed_event.SIGNATURE
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,13 +83,14 @@ class ControlEvent:
 
     @property
     def kind_name(self) -> str:
-        return KINDS[self.kind]
+        return signed_event.kind_name(KINDS, self.kind)
 
 
 def signed_bytes(ev: ControlEvent) -> bytes:
     """The bytes the operator signs (everything but the signature)."""
     host = ev.host.encode("ascii")
-    return CONTROL_DOMAIN + _HEAD.pack(ev.kind, ev.operator, ev.seq, len(host)) + host + ev.key
+    return signed_event.signed_part(CONTROL_DOMAIN, ev.kind, ev.operator,
+                                    _BODY.pack(ev.seq, len(host)) + host + ev.key)
 
 
 def encode_event(ev: ControlEvent) -> bytes:
@@ -106,7 +110,7 @@ def sign_event(key: SigningKey, kind: int, seq: int, host: str, subject_key: byt
 def event_id(data: bytes) -> str:
     """The event's id (the broker's ``Nats-Msg-Id``): hex of 16 bytes of BLAKE3 of the
     message."""
-    return "ctl-" + digest(data)[:16].hex()
+    return signed_event.event_id("ctl", data)
 
 
 def decode_event(data: bytes) -> ControlEvent:
@@ -169,27 +173,31 @@ class ControlAccepted:
 
 def decide_control(state: ControlState, stream_seq: int, data: bytes
                    ) -> ControlAccepted | Refused:
-    """Decide one control event (changes nothing). Order: it decodes
-    (``MalformedControl``), its operator is trusted (``UnknownOperator``), the signature
-    verifies (``BadControlSignature``), its seq is above the operator's last
-    (``ReplayedControl``), the host table can take it (``ControlConflict``)."""
-    host: str | None = None
+    """Decide one control event (changes nothing): :func:`check_control`'s acceptance, or
+    its first refusal as a value (``MalformedControl`` if the bytes do not decode)."""
     try:
         ev = decode_event(data)
-        host = ev.host or None
-        last = state.operators.get(ev.operator)
-        if last is None:
-            raise UnknownOperator("the event's operator key is not trusted here")
-        try:
-            VerifyKey(ev.operator).verify(signed_bytes(ev), ev.signature)
-        except (BadSignatureError, ValueError, TypeError):
-            raise BadControlSignature("the signature does not verify under the operator key"
-                                      ) from None
-        if ev.seq <= last:
-            raise ReplayedControl(f"seq {ev.seq} is not above this operator's last, {last}")
-        return ControlAccepted(ev, stream_seq, _host_after(state.hosts, ev, stream_seq))
     except FleetError as exc:
-        return Refused(exc.rule, str(exc), host, None, None)
+        return Refused(exc.rule, str(exc), None, None, None)
+    try:
+        return check_control(state, stream_seq, ev)
+    except FleetError as exc:
+        return Refused(exc.rule, str(exc), ev.host or None, None, None)
+
+
+def check_control(state: ControlState, stream_seq: int, ev: ControlEvent) -> ControlAccepted:
+    """Accept one decoded control event or raise the first rule it breaks, in this order:
+    its operator is trusted (``UnknownOperator``), the signature verifies
+    (``BadControlSignature``), its seq is above the operator's last (``ReplayedControl``),
+    the host table can take it (``ControlConflict``)."""
+    last = state.operators.get(ev.operator)
+    if last is None:
+        raise UnknownOperator("the event's operator key is not trusted here")
+    if not signed_event.signature_valid(ev.operator, signed_bytes(ev), ev.signature):
+        raise BadControlSignature("the signature does not verify under the operator key")
+    if ev.seq <= last:
+        raise ReplayedControl(f"seq {ev.seq} is not above this operator's last, {last}")
+    return ControlAccepted(ev, stream_seq, _host_after(state.hosts, ev, stream_seq))
 
 
 def _host_after(hosts: Mapping[str, HostEntry], ev: ControlEvent, stream_seq: int
@@ -225,7 +233,7 @@ def apply(state: ControlState, d: ControlAccepted) -> None:
         state.hosts[ev.host] = d.entry
 
 
-class BatchControl:
+class BatchControl(EventOverlay[ControlAccepted]):
     """The control state as one batch sees it: copies of the committed operators and
     hosts, changed by the batch's accepted events (:attr:`changed`: any were)."""
 
@@ -240,13 +248,8 @@ class BatchControl:
     def hosts(self) -> dict[str, HostEntry]:
         return self.state.hosts
 
-    @property
-    def changed(self) -> bool:
-        return bool(self.accepted)
+    def make(self, d: ControlAccepted) -> None:
+        apply(self.state, d)
 
     def fold(self, stream_seq: int, data: bytes) -> ControlAccepted | Refused:
-        d = decide_control(self.state, stream_seq, data)
-        if isinstance(d, ControlAccepted):
-            apply(self.state, d)
-            self.accepted.append(d)
-        return d
+        return self.take(decide_control(self.state, stream_seq, data))
