@@ -19,8 +19,9 @@ order), and a revoke refuses the host's later segments.
 from __future__ import annotations
 
 import struct
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 from nacl.signing import SigningKey, VerifyKey
 
@@ -50,10 +51,13 @@ __all__ = [
     "ControlState",
     "apply",
     "check_control",
+    "decide_bootstrap",
     "decide_control",
     "decode_event",
     "encode_event",
     "event_id",
+    "host_after",
+    "keys_at",
     "sign_event",
     "signed_bytes",
 ]
@@ -66,6 +70,7 @@ KINDS: dict[int, str] = {ENROLL: "enroll", REVOKE: "revoke", REKEY: "rekey",
 _HEAD = struct.Struct(">B32sQB")
 _BODY = struct.Struct(">QB")
 _NO_KEY = bytes(32)
+K = TypeVar("K")  # a key as its holder keeps it (its bytes, its text)
 _SIGNATURE = signed_event.SIGNATURE
 
 
@@ -197,25 +202,59 @@ def check_control(state: ControlState, stream_seq: int, ev: ControlEvent) -> Con
         raise BadControlSignature("the signature does not verify under the operator key")
     if ev.seq <= last:
         raise ReplayedControl(f"seq {ev.seq} is not above this operator's last, {last}")
-    return ControlAccepted(ev, stream_seq, _host_after(state.hosts, ev, stream_seq))
+    entry = None if ev.kind == OPERATOR else host_after(state.hosts, ev.kind, ev.host, ev.key,
+                                                        stream_seq)
+    return ControlAccepted(ev, stream_seq, entry)
 
 
-def _host_after(hosts: Mapping[str, HostEntry], ev: ControlEvent, stream_seq: int
-                ) -> HostEntry | None:
-    if ev.kind == OPERATOR:
-        return None
-    entry = hosts.get(ev.host)
-    if ev.kind == ENROLL:
+def host_after(hosts: Mapping[str, HostEntry], kind: int, host: str, key: bytes,
+               position: int) -> HostEntry:
+    """The host table's one rule: the entry ``host`` has after an event of ``kind``
+    (ENROLL, REVOKE, REKEY) with ``key`` at stream ``position``, or ``ControlConflict``.
+    An enrolment is valid for segments after its position; a re-key replaces the key for
+    segments decided after it (the enrolment's position stays); a revoke refuses the
+    host's later segments. A known host is never enrolled again, a revoked one never
+    changes. Both the stream's control events and the offline bootstrap events of a
+    ledger's store (:func:`decide_bootstrap`) are decided by it."""
+    entry = hosts.get(host)
+    if kind == ENROLL:
         if entry is not None:
-            raise ControlConflict(f"host {ev.host!r} is already enrolled"
+            raise ControlConflict(f"host {host!r} is already enrolled"
                                   + (" (revoked)" if entry.revoked_after is not None else ""))
-        return HostEntry(ev.host, VerifyKey(ev.key), stream_seq)
+        return HostEntry(host, VerifyKey(key), position)
     if entry is None or entry.revoked_after is not None:
-        raise ControlConflict(f"host {ev.host!r} is not enrolled"
+        raise ControlConflict(f"host {host!r} is not enrolled"
                               + ("" if entry is None else " (revoked)"))
-    if ev.kind == REVOKE:
-        return HostEntry(ev.host, entry.verify_key, entry.enrolled_after, stream_seq)
-    return HostEntry(ev.host, VerifyKey(ev.key), entry.enrolled_after)
+    if kind == REVOKE:
+        return HostEntry(host, entry.verify_key, entry.enrolled_after, position)
+    return HostEntry(host, VerifyKey(key), entry.enrolled_after)
+
+
+def decide_bootstrap(hosts: Mapping[str, HostEntry], host: str, key: bytes | None,
+                     position: int) -> HostEntry | Refused:
+    """An offline (bootstrap) control event: what ``fleet host enroll/revoke --data``
+    writes into a ledger's store, authorised by write access to it instead of an operator's
+    signature, at the store's watermark (``position``). ``key``: the host's key (an
+    enrolment of an unknown host, a re-key of a known one), ``None`` for a revoke; decided
+    by :func:`host_after`, so the host table has one rule."""
+    kind = REVOKE if key is None else REKEY if host in hosts else ENROLL
+    try:
+        _check_shape(ControlEvent(kind, _NO_KEY, 0, host, _NO_KEY if key is None else key))
+        return host_after(hosts, kind, host, _NO_KEY if key is None else key, position)
+    except FleetError as exc:
+        return Refused(exc.rule, str(exc), host, None, None)
+
+
+def keys_at(current: Mapping[str, K], history: Iterable[tuple[int, int, str, K]],
+            position: int) -> dict[str, K]:
+    """Each host's key for a segment decided at stream ``position``: the key of the last
+    enrolment or re-key before it in ``history`` (the folded control events: stream
+    position, kind, host, key, in stream order), else its current key."""
+    keys = dict(current)
+    for at, kind, host, key in history:
+        if at < position and kind in (ENROLL, REKEY):
+            keys[host] = key
+    return keys
 
 
 def apply(state: ControlState, d: ControlAccepted) -> None:

@@ -41,8 +41,8 @@ from typing import Any
 import msgspec
 
 from fleet.address import format_address, id_text, parse_address
-from fleet.control import ControlAccepted, ControlState
-from fleet.fold import Accepted, HostEntry, RunSlot
+from fleet.control import KINDS, ControlAccepted, ControlState, decide_bootstrap, keys_at
+from fleet.fold import Accepted, HostEntry, Refused, RunSlot
 from fleet.fold.batch import Incoming
 from fleet.grant_events import GrantAccepted, GrantBook, apply, decode_event, event_ref
 from fleet.merkle import leaf_hash
@@ -173,29 +173,31 @@ class LedgerStore(StoreReads):
     # -- hosts ----------------------------------------------------------------------------
 
     def enroll(self, name: str, public_key: str) -> None:
-        """Enroll (or re-key) a host; it is valid for stream positions after the watermark."""
+        """Enroll a host (valid for stream positions after the watermark), or re-key a known
+        one: an offline control event (:func:`fleet.control.decide_bootstrap`)."""
         try:
             check_host_name(name)
-            decode_key(public_key)
+            key = bytes(decode_key(public_key))
         except ValueError as exc:
             raise StoreError(str(exc)) from None
-        with self.transaction():
-            self._upsert_host(name, public_key, self.watermark(), None)
-            self._write_hosts_file()
+        self._bootstrap(name, key)
 
     def revoke(self, name: str) -> None:
-        """Refuse the host's segments after the current watermark; earlier ones stay."""
+        """Refuse the host's segments after the current watermark; earlier ones stay (an
+        offline control event, :func:`fleet.control.decide_bootstrap`)."""
+        self._bootstrap(name, None)
+
+    def _bootstrap(self, name: str, key: bytes | None) -> None:
+        """Decide an offline control event at the watermark by the host table's one rule
+        and write the entry it leaves (and ``hosts.json``) in one transaction."""
         with self.transaction():
-            cur = self.conn.execute(
-                "UPDATE hosts SET revoked_after = ? WHERE name = ? AND revoked_after IS NULL",
-                (self.watermark(), name),
-            )
-            if cur.rowcount == 0:
-                known = self.conn.execute("SELECT 1 FROM hosts WHERE name = ?", (name,))
-                if known.fetchone() is None:
+            d = decide_bootstrap(self.hosts(), name, key, self.watermark())
+            if isinstance(d, Refused):
+                if key is None and d.detail.endswith("is not enrolled"):
                     raise StoreError(f"no enrolled host named {name!r}")
-            else:
-                self._bump_hosts_version()
+                raise StoreError(f"{d.rule}: {d.detail}")
+            self._upsert_host(d.name, encode_key(d.public_key), d.enrolled_after,
+                              d.revoked_after)
             self._write_hosts_file()
 
     def _upsert_host(self, name: str, public_key: str, enrolled_after: int,
@@ -293,11 +295,10 @@ class LedgerStore(StoreReads):
         row = self.conn.execute("SELECT last_seq FROM runs WHERE run = ?", (run,)).fetchone()
         if row is None:
             return keys
-        for host, key in self.conn.execute(
-                "SELECT host, key FROM control_events WHERE kind IN ('enroll', 'rekey')"
-                " AND stream_seq < ? ORDER BY stream_seq", (row[0],)):
-            keys[host] = key
-        return keys
+        kinds = {name: kind for kind, name in KINDS.items()}
+        history = [(r["stream_seq"], kinds[r["kind"]], r["host"], r["key"])
+                   for r in self.control_rows() if r["host"] is not None]
+        return keys_at(keys, history, row[0])
 
     def control_rows(self, host: str | None = None) -> list[dict[str, Any]]:
         """The folded control events (a host's key history), in stream order."""
