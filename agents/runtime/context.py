@@ -85,6 +85,8 @@ class Context:
         self._inline = inline_wait_s
         self._clock = clock
         self._tasks: list[asyncio.Future[Any]] = []
+        # The journaled values a replay returns, read in one batch (each handed out once).
+        self._replayed: dict[str, Any] | None = None
         # Called once, before the first entry this interval appends: the runtime seals the
         # resume there, so a replay that diverges before going live seals nothing either.
         self._before = before_append
@@ -142,7 +144,14 @@ class Context:
 
     def _value(self, entry: Entry) -> Any:
         address = entry.data().get("value")
-        return None if address is None else self._journal.value(address)
+        if address is None:
+            return None
+        if self._replayed is None:  # the first value a replay needs: read them all at once
+            self._replayed = self._journal.values(
+                [a for e in self._resolved.values() if (a := e.data().get("value"))])
+        if address in self._replayed:
+            return self._replayed.pop(address)
+        return self._journal.value(address)
 
     # -- the public API -----------------------------------------------------------------------
 
@@ -157,9 +166,23 @@ class Context:
         site = _site()
         ask = {"name": name, "args": format_address(args_hash(list(args), kwargs))}
         entry = self._command("dispatch", ask, dict, site)
+        done = self._resolved.get(entry.call)
+        if done is not None:  # replayed: no task, no turn of the event loop
+            return self._replay(done)
         task = asyncio.ensure_future(self._run_step(entry.call, fn, args, kwargs))
         self._tasks.append(task)
         return task
+
+    def _replay(self, done: Entry) -> asyncio.Future[Any]:
+        """A finished future holding a journaled step's result (or its StepFailed)."""
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        error = done.data().get("error")
+        if error is not None:
+            future.set_exception(StepFailed(error))
+            self._tasks.append(future)  # settle() retrieves it if the workflow does not
+        else:
+            future.set_result(self._value(done))
+        return future
 
     async def _run_step(self, call: str, fn: Callable[..., Any], args: tuple[Any, ...],
                         kwargs: dict[str, Any]) -> Any:

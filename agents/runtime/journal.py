@@ -106,9 +106,10 @@ class Journal:
 
     # -- entries -----------------------------------------------------------------------
 
-    def entries(self, run: str) -> list[Entry]:
+    def entries(self, run: str, start: int = 0) -> list[Entry]:
+        """The run's entries from seq ``start`` on."""
         rows = self.db.execute("SELECT seq, kind, call, body, hash FROM entries WHERE run = ?"
-                               " ORDER BY seq", (run,)).fetchall()
+                               " AND seq >= ? ORDER BY seq", (run, start)).fetchall()
         return [Entry(*row) for row in rows]
 
     def head(self, run: str, workflow: str) -> tuple[int, bytes]:
@@ -150,6 +151,23 @@ class Journal:
                                 " here (a worker's host holds keys only during an interval)")
         box, key, salt = held
         return json.loads(open_blob(address, box, key, salt))
+
+    def values(self, addresses: list[str]) -> dict[str, Any]:
+        """The JSON values at ``addresses`` read in a few queries (a replay's batch), each
+        checked to open to its address; one whose key or ciphertext is gone is left out."""
+        out: dict[str, Any] = {}
+        raw = {parse_address(a): a for a in addresses}
+        keys = list(raw)
+        for i in range(0, len(keys), 500):
+            chunk = keys[i:i + 500]
+            marks = ",".join("?" * len(chunk))
+            rows = self.db.execute(
+                "SELECT b.address, b.box, k.key, k.salt FROM blobs b JOIN blob_keys k ON"
+                f" k.address = b.address WHERE b.address IN ({marks})", chunk).fetchall()
+            for raw_address, box, key, salt in rows:
+                out[raw[raw_address]] = json.loads(
+                    open_blob_raw(raw_address, box, key, salt))
+        return out
 
     def _blob(self, raw_address: bytes) -> tuple[bytes, bytes, bytes] | None:
         """A blob's ciphertext, key and salt; None when its key or ciphertext is gone."""
@@ -267,12 +285,17 @@ def open_blob(address: str, box: bytes, key: bytes, salt: bytes) -> bytes:
     return open_blob_raw(parse_address(address), box, key, salt)
 
 
-def verify_chain(run: str, workflow: str, entries: list[Entry]) -> bytes:
+def verify_chain(run: str, workflow: str, entries: list[Entry], trusted: int = 0) -> bytes:
     """The head of ``entries`` after recomputing every hash; JournalTampered at the first
-    entry whose stored hash is not its own."""
-    prev = genesis(run, workflow)
-    for i, (entry, prev) in enumerate(zip(entries, chain_hashes(
-            run, workflow, ((e.seq, e.kind, e.call, e.body) for e in entries)), strict=True)):
+    entry whose stored hash is not its own. With ``trusted`` = k, entries 0 .. k-1 are
+    taken as verified (a replay checkpoint vouches for them) and the chain is recomputed
+    from entry k on, from entry k-1's stored hash."""
+    prev = genesis(run, workflow) if trusted == 0 else entries[trusted - 1].hash
+    for i in range(trusted, len(entries)):
+        entry = entries[i]
+        if entry.seq != i:
+            raise JournalTampered(f"journal entry {i} is numbered {entry.seq}")
+        prev = entry_hash(prev, entry.seq, entry.kind, entry.call, entry.body)
         if prev != entry.hash:
             raise JournalTampered(f"journal entry {i} ({entry.kind} {entry.call}) does not"
                                   " hash to its stored hash")
