@@ -130,14 +130,15 @@ class Context:
         return entry
 
     def _resolve(self, kind: str, call: str, body: dict[str, Any], value: Any = None,
-                 with_value: bool = False) -> Entry:
+                 with_value: bool = False, defer: bool = False) -> Entry:
         self._going_live()
         values = ()
         if with_value:
             sealed = Journal.seal_value(value)
             body = {**body, "value": sealed[0].address}
             values = (sealed,)
-        entry = self._journal.append(self.run, self._workflow, kind, call, body, values)
+        entry = self._journal.append(self.run, self._workflow, kind, call, body, values,
+                                     defer=defer)
         self._entries.append(entry)
         self._resolved[call] = entry
         return entry
@@ -195,13 +196,22 @@ class Context:
                 if inspect.isawaitable(result):
                     result = await result
             except Exception as exc:
-                done = self._resolve("resolve", call, {"error": f"{type(exc).__name__}: {exc}"})
+                done = self._resolve("resolve", call, {"error": f"{type(exc).__name__}: {exc}"},
+                                     defer=self._alone())
             else:
-                done = self._resolve("resolve", call, {}, result, with_value=True)
+                done = self._resolve("resolve", call, {}, result, with_value=True,
+                                     defer=self._alone())
         error = done.data().get("error")
         if error is not None:
             raise StepFailed(error)
         return self._value(done)
+
+    def _alone(self) -> bool:
+        """Group commit: a step's result may ride the next entry's commit when no other
+        step is running (nothing outside can have seen the result before that commit; a
+        crash before it shows the call outstanding, as a crash before its own commit would).
+        With steps in flight it is written now, so a long sibling does not hold it back."""
+        return sum(not t.done() for t in self._tasks) <= 1
 
     def model(self, name: str, fn: Callable[[Any], Any], projection: Projection
               ) -> asyncio.Future[Any]:
