@@ -13,7 +13,10 @@ One run measures, in a fresh folder:
   running it, reach the wait it is parked on), and the same from zero (the checkpoint
   deleted: every entry read and verified from genesis); ``resume_by_entries`` does both for
   each of ``--resume-sizes``. The journal is built with fsync off (how it was written does
-  not change how it replays).
+  not change how it replays);
+* **signal_to_step_p50_ms / p99**: ``--signals`` rounds of a signal sent (as ``fleet
+  signal`` does) to a run parked on it, with a worker waiting (passes every ``--poll`` s,
+  a real nats-server), until the step after the wait runs (``cli/_bench_runtime_signal``).
 """
 
 from __future__ import annotations
@@ -115,13 +118,18 @@ def _resume(folder: Path, entries: int) -> tuple[float, float, int, float, float
               help="Journal entries in the run whose resume is timed.")
 @click.option("--resume-sizes", default="1000,10000,100000", show_default=True,
               help="Journal sizes whose resume is also timed (comma-separated).")
+@click.option("--signals", type=int, default=20, show_default=True,
+              help="Signal -> resumed step rounds with a worker waiting (a real nats-server;"
+              " 0: skip).")
+@click.option("--poll", type=float, default=0.05, show_default=True,
+              help="The waiting worker's seconds between passes.")
 @click.option("--rounds", type=int, default=3, show_default=True,
               help="Rounds of step and baseline, interleaved; medians are reported.")
 @click.option("--dir", "where", type=click.Path(file_okay=False, path_type=Path),
               help="Where to put the files (default: a temporary folder).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON line.")
-def bench_runtime(steps: int, resume_entries: int, resume_sizes: str, rounds: int,
-                  where: Path | None, as_json: bool) -> None:
+def bench_runtime(steps: int, resume_entries: int, resume_sizes: str, signals: int,
+                  poll: float, rounds: int, where: Path | None, as_json: bool) -> None:
     """µs per durable ctx.step vs one SQLite insert + fsync per step; resume latency."""
     if steps < 1 or resume_entries < 4 or rounds < 1:
         raise UserError("--steps and --rounds must be at least 1, --resume-entries 4")
@@ -130,6 +138,8 @@ def bench_runtime(steps: int, resume_entries: int, resume_sizes: str, rounds: in
     except ValueError:
         raise UserError(f"--resume-sizes takes numbers separated by commas, not"
                         f" {resume_sizes!r}") from None
+    if signals < 0 or poll <= 0:
+        raise UserError("--signals must be at least 0 and --poll positive")
     if any(n < 4 for n in sizes):
         raise UserError("each of --resume-sizes must be at least 4")
     with tempfile.TemporaryDirectory(dir=where) as tmp:
@@ -146,6 +156,11 @@ def bench_runtime(steps: int, resume_entries: int, resume_sizes: str, rounds: in
             scale[str(got)] = {"checkpoint_ms": round(cp, 1), "from_zero_ms": round(zero, 1),
                                "checkpoint_cpu_ms": round(cp_cpu, 1),
                                "from_zero_cpu_ms": round(zero_cpu, 1)}
+        latency: dict[str, Any] = {}
+        if signals:
+            from cli._bench_runtime_signal import signal_latency
+
+            latency = signal_latency(base / "signal", signals, poll)
     step, baseline = statistics.median(step_us), statistics.median(base_us)
     emit_result({
         "steps": steps, "rounds": rounds,
@@ -155,4 +170,5 @@ def bench_runtime(steps: int, resume_entries: int, resume_sizes: str, rounds: in
         "resume_us_per_entry": round(resume_ms * 1000 / held, 2),
         "resume_from_zero_ms": round(zero_ms, 1), "resume_cpu_ms": round(cpu_ms, 1),
         "resume_from_zero_cpu_ms": round(zero_cpu_ms, 1), "resume_by_entries": scale,
+        **latency,
     }, as_json)
