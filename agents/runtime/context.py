@@ -91,6 +91,11 @@ class Context:
         # resume there, so a replay that diverges before going live seals nothing either.
         self._before = before_append
 
+    def journal(self) -> list[Entry]:
+        """The run's journal as this interval knows it: what it was replayed from and
+        every entry it appended."""
+        return list(self._entries)
+
     def _going_live(self) -> None:
         if self._before is not None:
             before, self._before = self._before, None

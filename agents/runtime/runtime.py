@@ -314,7 +314,8 @@ class Runtime:
             ctx.finish(result, error)
         if resume is not None:
             ctx._going_live()  # an interval with nothing new still resumed the run
-        after = self.journal.entries(run)
+        self.journal.flush(run)
+        after = ctx.journal()  # what was read plus what this interval wrote: no re-read
         end, head = len(after), (after[-1].hash if after else b"")
         calls = account(after, first, end)
         status = "waiting" if wait is not None else ("failed" if error else "done")
