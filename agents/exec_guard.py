@@ -50,6 +50,10 @@ Evidence. Every denial, and in allow-listed mode the first allow of each content
 per access kind and interval, goes to the exec journal with the bytes' and the policy's
 addresses (:mod:`agents.exec_journal_store`, :mod:`fleet.exec_journal`).
 
+This module is the shell: it reads events, hashes, leases and answers. The verdict for
+the bytes under the policy and the lease's outcome, and what of it is journaled, are the
+core's (:func:`fleet.exec_decision.judge`, :class:`fleet.exec_decision.JournalBook`).
+
 The hosting process opens files through the host's mounts, so it raises no events and
 cannot wait on itself.
 """
@@ -81,9 +85,20 @@ from agents.unit_caps import CapabilityDrop
 from agents.unit_cgroup import CgroupUnavailable, UnitGroup, Watchdog
 from agents.unit_ns import NamespaceUnavailable, UnitNamespace, unshare_cgroup
 from fleet.address import format_address
+from fleet.exec_decision import (
+    EXEC,
+    LEASE_HELD,
+    LEASE_NONE,
+    LEASE_UNSUPPORTED,
+    LEASE_WRITER,
+    OPEN,
+    UNPINNED,
+    Verdict,
+    is_exec_syscall,
+    judge,
+)
 from fleet.exec_errors import ExecGuardUnavailable
-from fleet.exec_journal import DEFAULT_LABEL
-from fleet.exec_policy import ALLOW, DENY, ExecPolicy
+from fleet.exec_policy import ExecPolicy
 
 __all__ = ["ExecGuard", "GuardStats", "reachable_filesystems"]
 
@@ -448,7 +463,7 @@ class ExecGuard:
     def _decide(self, ev: fanotify.Event, st: os.stat_result | None = None) -> None:
         fd = ev.fd
         exec_ = ev.mask & fanotify.FAN_OPEN_EXEC_PERM or _in_exec(ev.pid)
-        access = "exec" if exec_ else "open"
+        access = EXEC if exec_ else OPEN
         self.stats.unit += 1
         self.stats.by_access[access] += 1
         if st is None:
@@ -457,26 +472,24 @@ class ExecGuard:
             self._answer(fd, True)
             os.close(fd)
             return
-        pinned, leased, old_exe = True, False, None
-        if access == "exec":
+        lease, old_exe = LEASE_NONE, None
+        if access == EXEC:
             old_exe = _exe_of(ev.pid)
-            leased, pinned = _take_lease(fd)
-            self.stats.leases += leased
+            lease = _take_lease(fd)
+            self.stats.leases += lease == LEASE_HELD
             st = os.fstat(fd)
         content, stable = self._content(fd, st)
-        pinned = pinned and stable
         with self._lock:
             policy = self._policy
-        decision = policy.decide(content)
-        allow = decision.allowed and pinned
-        self._answer(fd, allow)
-        if allow:
+        verdict = judge(policy, access, content, lease=lease, stable=stable)
+        self._answer(fd, verdict.allow)
+        if verdict.allow:
             self.stats.allowed += 1
         else:
             self.stats.denied += 1
-            self.stats.unpinned += not pinned
-        self._record(access, allow, pinned, content, policy, decision.label, fd)
-        if leased and allow:
+            self.stats.unpinned += verdict.cause == UNPINNED
+        self._record(verdict, fd)
+        if lease == LEASE_HELD and verdict.allow:
             self._holds.put((fd, ev.pid, (st.st_dev, st.st_ino), old_exe))
         else:
             os.close(fd)
@@ -504,21 +517,15 @@ class ExecGuard:
             key = now
         return content, False
 
-    def _record(self, access: str, allow: bool, pinned: bool, content: bytes,
-                policy: ExecPolicy, label: str | None, fd: int) -> None:
-        if self.journal is None:
-            return
-        if allow and (policy.default != DENY or self.journal.journaled(
-                content=content, access=access, verdict=ALLOW, policy=policy.address)):
+    def _record(self, verdict: Verdict, fd: int) -> None:
+        # The core decides what is journaled; the path is looked up only for that.
+        if self.journal is None or not self.journal.wants(verdict):
             return
         try:  # bytes, so a name that is not UTF-8 is journaled as \xNN escapes
             path = os.readlink(b"/proc/self/fd/%d" % fd).decode("utf-8", "backslashreplace")
         except OSError:
             path = ""
-        append = self.journal.append_once if allow else self.journal.append
-        append(access=access, verdict=ALLOW if allow else DENY,
-               cause="policy" if pinned else "unpinned", content=content,
-               policy=policy.address, label=label or DEFAULT_LABEL, path=path)
+        self.journal.record(verdict, path)
 
     def _lease_loop(self) -> None:
         holds: list[tuple[int, int, tuple[int, int], tuple[int, int] | None, float]] = []
@@ -562,20 +569,18 @@ def _key(st: os.stat_result) -> tuple[int, ...]:
     return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
 
 
-# execve and execveat: an open made inside one is the exec's (the program's, its loader's or
-# a script's interpreter's), before the kernel denies writers the file.
-EXEC_SYSCALLS = {"x86_64": (b"59", b"322"), "aarch64": (b"221", b"281")}.get(
-    os.uname().machine, ())
+_MACHINE = os.uname().machine
 
 
 def _in_exec(tid: int) -> bool:
-    """Whether thread ``tid`` (blocked in the open being judged) is inside an exec."""
+    """Whether thread ``tid`` (blocked in the open being judged) is inside an exec (then
+    the open is the exec's, before the kernel denies writers the file)."""
     try:
         fd = os.open(f"/proc/{tid}/syscall", os.O_RDONLY)
     except OSError:
         return False  # gone: its answer no longer matters
     try:
-        return os.read(fd, 64).split(b" ", 1)[0] in EXEC_SYSCALLS
+        return is_exec_syscall(os.read(fd, 64), _MACHINE)
     except OSError:
         return False
     finally:
@@ -590,10 +595,10 @@ def _exe_of(pid: int) -> tuple[int, int] | None:
     return (s.st_dev, s.st_ino)
 
 
-def _take_lease(fd: int) -> tuple[bool, bool]:
-    """(leased, pinned): a read lease on the event's file, so no writer can get in before
-    the kernel denies writes for the exec. A file open for writing cannot be leased, and
-    is not pinned; a filesystem without leases leaves it unleased but pinned as before."""
+def _take_lease(fd: int) -> str:
+    """A read lease on the event's file, so no writer can get in before the kernel denies
+    writes for the exec: :data:`~fleet.exec_decision.LEASE_HELD`, or why not (a writer
+    holds the file open, or the filesystem has no leases); :func:`judge` weighs it."""
     try:
         # A lease break signals the file's owner: make that SIGURG (ignored by default)
         # and then no one, so a writer's knock never kills the supervisor.
@@ -602,8 +607,6 @@ def _take_lease(fd: int) -> tuple[bool, bool]:
         fcntl.fcntl(fd, fcntl.F_SETOWN, 0)
     except OSError as exc:
         if exc.errno in (errno.EAGAIN, errno.EBUSY):
-            return False, False
-        return False, True
-    return True, True
-
-
+            return LEASE_WRITER
+        return LEASE_UNSUPPORTED
+    return LEASE_HELD

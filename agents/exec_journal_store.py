@@ -3,13 +3,14 @@
 Tables: ``meta`` (the run it belongs to, when given), ``entries`` (interval, seq, an
 entry's fields, and ``body``, its canonical bytes of :mod:`fleet.exec_journal`, kept in
 the file's format for outside readers) and ``intervals`` (each sealed interval's root and
-entry count). The chain is computed in memory as entries arrive (so
-:meth:`ExecJournal.root` is exact at once); rows are written by one writer thread in
-batches, so a decision never waits for an fsync. Resuming and reading rebuild each entry
-from its fields and chain it with the core's :class:`~fleet.exec_journal.JournalChain`;
-reading also checks that ``body`` is exactly the canonical bytes of those fields, so every
-stored byte of an entry is checked: its fields by the interval's root, its body against
-its fields (:func:`read_journal` lists the entries that fail, by seq).
+entry count). What is journaled, each entry's numbering, bytes and chain are the core's
+(:class:`~fleet.exec_decision.JournalBook`), kept in memory as entries arrive (so
+:meth:`ExecJournal.root` is exact at once); this shell adds the lock, the clock and the
+file: rows are written by one writer thread in batches, so a decision never waits for an
+fsync. Resuming and reading rebuild each entry from its fields; reading checks every
+stored byte of an entry with the core (:func:`~fleet.exec_journal.check_body`: its body
+against its fields; :func:`~fleet.exec_journal.interval_report`: its fields by the
+interval's root), and :func:`read_journal` lists the entries that fail, by seq.
 """
 
 from __future__ import annotations
@@ -23,13 +24,9 @@ from typing import Any
 
 from fleet.address import format_address, parse_address
 from fleet.errors import FleetError
-from fleet.exec_journal import (
-    JournalChain,
-    JournalEntry,
-    clip_path,
-    entry_bytes,
-    journal_root,
-)
+from fleet.exec_decision import JOURNAL_ALWAYS, JOURNAL_FIRST, JournalBook, Verdict
+from fleet.exec_journal import JournalEntry, check_body, interval_report
+from fleet.exec_policy import ALLOW, VERDICTS, code_of
 from plumbing import sqlite
 from plumbing.transactions import immediate
 
@@ -56,13 +53,10 @@ class ExecJournal:
         if run is not None:
             self._db.execute("INSERT OR REPLACE INTO meta VALUES ('run', ?)", (run,))
         row = self._db.execute("SELECT max(seq) FROM entries").fetchone()
-        self._seq = row[0] or 0
+        seq = row[0] or 0
         row = self._db.execute("SELECT max(interval) FROM intervals").fetchone()
-        self.interval = (row[0] or 0) + 1
-        self._chain = JournalChain()
-        for e in _entries(self._db, self.interval):
-            self._chain.add(e)
-        self._once: set[tuple[bytes, str, str, bytes]] = set()
+        interval = (row[0] or 0) + 1
+        self._book = JournalBook(seq, interval, _entries(self._db, interval))
         self._lock = threading.Lock()
         self.error: Exception | None = None
         self._rows: queue.Queue[Any] = queue.Queue()
@@ -70,11 +64,34 @@ class ExecJournal:
                                         daemon=True)
         self._writer.start()
 
+    @property
+    def interval(self) -> int:
+        """The number of the interval entries now go to."""
+        return self._book.interval
+
+    def wants(self, verdict: Verdict) -> bool:
+        """Whether :meth:`record` would journal ``verdict`` now (so the guard need not
+        look up the path of what it will not journal)."""
+        with self._lock:
+            return self._book.wants(verdict)
+
+    def record(self, verdict: Verdict, path: str) -> JournalEntry | None:
+        """Journal the guard's ``verdict`` in the current interval if the core's rule keeps
+        it (:meth:`fleet.exec_decision.JournalBook.admit`); ``None`` if not."""
+        with self._lock:
+            got = self._book.admit(verdict, time.time_ns(), path)
+            if got is None:
+                return None
+            self._rows.put((self._book.interval, *got))
+            return got[0]
+
     def append(self, *, access: str, verdict: str, cause: str, content: bytes, policy: bytes,
                label: str, path: str) -> JournalEntry:
         """Journal one decision in the current interval."""
-        with self._lock:
-            return self._append(access, verdict, cause, content, policy, label, path)
+        got = self.record(_verdict(access, verdict, cause, content, policy, label,
+                                   JOURNAL_ALWAYS), path)
+        assert got is not None
+        return got
 
     def append_once(self, *, access: str, verdict: str, cause: str, content: bytes,
                     policy: bytes, label: str, path: str) -> JournalEntry | None:
@@ -82,39 +99,19 @@ class ExecJournal:
         (content, access, verdict, policy) from this method yet (``None`` then): the
         allow-listed mode's first allow of each address per interval, however the
         interval is sealed."""
-        key = (content, access, verdict, policy)
-        with self._lock:
-            if key in self._once:
-                return None
-            self._once.add(key)
-            return self._append(access, verdict, cause, content, policy, label, path)
-
-    def _append(self, access: str, verdict: str, cause: str, content: bytes, policy: bytes,
-                label: str, path: str) -> JournalEntry:
-        self._seq += 1
-        entry = JournalEntry(self._seq, time.time_ns(), access, verdict, cause, content,
-                             policy, label, clip_path(path))
-        body = self._chain.add(entry)
-        self._rows.put((self.interval, entry, body))
-        return entry
-
-    def journaled(self, *, content: bytes, access: str, verdict: str, policy: bytes) -> bool:
-        """Whether :meth:`append_once` with these fields would journal nothing now."""
-        return (content, access, verdict, policy) in self._once
+        return self.record(_verdict(access, verdict, cause, content, policy, label,
+                                    JOURNAL_FIRST), path)
 
     def root(self) -> bytes:
         """The root of the current interval's entries so far."""
         with self._lock:
-            return self._chain.root
+            return self._book.root
 
     def seal_interval(self) -> tuple[int, bytes, int]:
         """Close the current interval: (its number, root, entry count); a new one begins."""
         with self._lock:
-            sealed = (self.interval, self._chain.root, self._chain.count)
+            sealed = self._book.seal()
             self._rows.put(("seal", *sealed))
-            self.interval += 1
-            self._chain = JournalChain()
-            self._once.clear()
         self.flush()
         return sealed
 
@@ -168,6 +165,13 @@ class ExecJournal:
                      body))
 
 
+def _verdict(access: str, verdict: str, cause: str, content: bytes, policy: bytes,
+             label: str, journal: str) -> Verdict:
+    """A decision given by its fields (``verdict`` by name, checked) as the core's Verdict."""
+    code_of(VERDICTS, verdict, "verdict")
+    return Verdict(access, verdict == ALLOW, cause, content, policy, label, journal)
+
+
 def read_journal(path: Path | str) -> dict[str, Any]:
     """The journal file as JSON: its run, sealed intervals (root, count) and entries,
     each interval's root recomputed from the stored fields and compared, and
@@ -187,26 +191,15 @@ def read_journal(path: Path | str) -> dict[str, Any]:
             n, seq, body = row[0], row[1], row[10]
             try:
                 e = _entry(row[1:10])
-                if entry_bytes(e) != body:
-                    raise ValueError("the stored body is not the canonical bytes of the "
-                                     "entry's fields")
+                check_body(e, body)
             except (FleetError, ValueError, TypeError) as exc:
                 bad.append({"seq": seq, "interval": n, "error": str(exc)})
                 continue
             by_interval.setdefault(n, []).append(e)
     finally:
         db.close()
-    intervals = []
-    for n in sorted(set(stored) | set(by_interval)):
-        entries = by_interval.get(n, [])
-        root = format_address(journal_root(entries))
-        item: dict[str, Any] = {
-            "interval": n, "sealed": n in stored, "root": root, "entries": len(entries),
-            "denied": sum(1 for e in entries if e.verdict == "deny"),
-            "decisions": [e.to_json() for e in entries]}
-        if n in stored:
-            item["root_matches"] = stored[n][0] == root and stored[n][1] == len(entries)
-        intervals.append(item)
+    intervals = [interval_report(n, by_interval.get(n, []), stored.get(n))
+                 for n in sorted(set(stored) | set(by_interval))]
     return {"run": meta.get("run"), "intervals": intervals, "bad_entries": bad}
 
 

@@ -22,7 +22,8 @@ second, different segment there (which the ledger would refuse as a fork).
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import msgspec
@@ -53,6 +54,7 @@ from fleet.verify import fold_sealed, verify_state
 from fleet.wire import SealedSegment, decode_envelope, decode_record, encode_envelope
 from plumbing import sqlite
 from plumbing.files import read_key_file, write_atomically, write_key_file
+from plumbing.transactions import immediate
 
 KEY_FILE = "host.key"
 PUB_FILE = "host.pub"
@@ -114,6 +116,16 @@ class Host:
         hr = HostRun(self, builder)
         hr._catch_up()
         return hr
+
+    @contextmanager
+    def starting_run(self, unit_id: bytes, grants_id: bytes) -> Iterator[HostRun]:
+        """:meth:`open_run` for a first step that may still be refused (a warm slot evicted
+        since it was checked): the block runs in one ``runs.db`` transaction, so if it raises,
+        or the process dies inside it, ``runs.db`` is as it was and a refused start leaves no
+        run row. A segment the block sealed is in the outbox (the commit point) and is folded
+        in by the next :meth:`open_run` as after any crash."""
+        with immediate(self._db):
+            yield self.open_run(unit_id, grants_id)
 
     def adopt_run(self, run: str, source: RecordSource, ledger_keys: Iterable[Verifier]
                   ) -> HostRun:

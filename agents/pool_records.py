@@ -8,6 +8,9 @@ run's first segment, ``claimed``, carries the slot's image park, manifest and ac
 (warm-up plus idle, each at least 1 µJ), sealed and put in the host's outbox like any
 segment. If the host dies between the two, claiming the same slot for the same run again
 seals the segment from the figures the pool stored (another run is refused, ``SlotClaimed``).
+A refused claim leaves nothing on the host: it is asked before the run is opened, and a slot
+ended in between (evicted, or claimed by another run) is refused inside the one ``runs.db``
+transaction that opened the run (:meth:`agents.host.Host.starting_run`), which rolls back.
 
 An **eviction** ends the slot unclaimed, then appends an ``evicted`` segment to the pool's
 own run, whose unit is ``BLAKE3("fleet.warmpool/1" || text(host) || text(pool))`` and whose
@@ -65,16 +68,18 @@ def start_from_slot(host: Host, pool: WarmPool, sid: str, unit_id: bytes, grants
     # A slot that cannot be claimed is refused before the run is opened: nothing is left
     # on the host for a run that never started.
     pool.check_claim(sid, format_address(RunState.open(unit_id, grants_id).run))
-    run = host.open_run(unit_id, grants_id)
-    # The kernel's phase rule, asked before the slot is touched (a claim cannot be undone).
-    kernel.next_phase(run.state.phase, kernel.CLAIMED, run.state.index + 1)
-    try:
-        got = pool.claim(sid, run.run)
-    except SlotClaimed:
-        if pool.slot(sid).run != run.run:
-            raise
-        got = pool.accrued(sid)  # this run's claim whose segment was never sealed
-    run.claim(claimed_segment(pool.slot(sid), got))
+    # The slot may still be evicted or claimed between that check and the claim: the run is
+    # opened in one transaction with its claim, so a refusal there leaves no run row either.
+    with host.starting_run(unit_id, grants_id) as run:
+        # The kernel's phase rule, asked before the slot is touched (a claim cannot be undone).
+        kernel.next_phase(run.state.phase, kernel.CLAIMED, run.state.index + 1)
+        try:
+            got = pool.claim(sid, run.run)
+        except SlotClaimed:
+            if pool.slot(sid).run != run.run:
+                raise
+            got = pool.accrued(sid)  # this run's claim whose segment was never sealed
+        run.claim(claimed_segment(pool.slot(sid), got))
     return run, got
 
 

@@ -10,6 +10,10 @@ Each mark is checked to land on a mount of this namespace (the mount id the kern
 for the opened mount point must be the one listed), so a symlink or a mount that vanished in
 between can never make the guard mark a host mount; such a mount point is skipped and logged.
 
+In that namespace the kernel's knobs (:data:`KERNEL_FILES`: ``/proc/sys``, sysfs, ...) are
+read-only mounts: a root unit without capabilities could otherwise still write them by file
+mode alone (and so have the kernel run a program of its choosing as full root).
+
 Every process of the unit enters the namespace between fork and exec (:meth:`join`, a
 ``setns``), with its working directory carried over by name. A process inside it reaches
 files only through marked mounts (or pseudo filesystems that hold no programs).
@@ -32,8 +36,17 @@ __all__ = ["NamespaceUnavailable", "UnitNamespace"]
 
 CLONE_NEWNS = 0x00020000
 CLONE_NEWCGROUP = 0x02000000
+MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
+MS_REMOUNT, MS_BIND = 32, 4096
 MS_REC = 0x4000
 MS_PRIVATE = 1 << 18
+# The kernel's own knobs: uid 0 may write them by file mode alone, no capability needed, and
+# some make the kernel run a program as full root outside the unit (kernel.modprobe,
+# kernel.core_pattern, uevent_helper), reboot the host (sysrq-trigger) or turn off the
+# guard's leases (fs.leases-enable, fs.lease-break-time). Read-only in the unit's namespace,
+# as container runtimes keep them.
+KERNEL_FILES = ("/proc/sys", "/proc/sysrq-trigger", "/proc/bus", "/proc/fs", "/proc/irq",
+                "/sys")
 PR_SET_PDEATHSIG = 1
 log = logging.getLogger("fleet.exec_guard")
 
@@ -76,10 +89,11 @@ class UnitNamespace:
     def __init__(self) -> None:
         ready_r, ready_w = os.pipe()
         stop_r, self._stop_w = os.pipe()
+        plan = kernel_files_plan(mounts())  # read here: the holder makes os calls only
         pid = os.fork()
         if pid == 0:  # the holder
             try:
-                _hold(ready_w, stop_r)
+                _hold(ready_w, stop_r, plan)
             finally:
                 os._exit(0)
         os.close(ready_w)
@@ -167,7 +181,37 @@ class UnitNamespace:
             self.fd = -1
 
 
-def _hold(ready_w: int, stop_r: int) -> None:
+def kernel_files_plan(table: list[Mount]) -> tuple[list[bytes], list[bytes]]:
+    """From the host's mount table (the new namespace starts as its copy): the paths of
+    :data:`KERNEL_FILES` to bind onto themselves (those inside a mount, so they alone can be
+    made read-only), then every mount point to make read-only (those paths, and each mount
+    at or below one of them)."""
+    points = [m.mount_point for m in table]
+    binds = [p for p in KERNEL_FILES if p not in points]
+    below = [m for m in points
+             if any(m == p or m.startswith(p + "/") for p in KERNEL_FILES)]
+    ordered = list(dict.fromkeys(binds + below))
+    return [p.encode() for p in binds], [p.encode() for p in ordered]
+
+
+def _read_only_kernel_files(binds: list[bytes], read_only: list[bytes]) -> int:
+    """In the holder's new namespace: carry out :func:`kernel_files_plan` (the host's mounts
+    are other objects and keep their flags); 0, or the errno that stops it (the guard then
+    refuses to start rather than leave them writable). A path the host lacks is skipped."""
+    for path in binds:
+        if os.path.lexists(path) and _mount(path, path, None, MS_BIND | MS_REC, None) != 0:
+            return ctypes.get_errno()
+    for path in read_only:
+        try:
+            keep = os.statvfs(path).f_flag & (MS_NOSUID | MS_NODEV | MS_NOEXEC)
+        except OSError:
+            continue  # not on this host, or gone meanwhile: nothing to reach there
+        if _mount(None, path, None, MS_REMOUNT | MS_BIND | MS_RDONLY | keep, None) != 0:
+            return ctypes.get_errno()
+    return 0
+
+
+def _hold(ready_w: int, stop_r: int, plan: tuple[list[bytes], list[bytes]]) -> None:
     # A forked copy of a threaded process: os calls and the libc pointers loaded above only.
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT):
         signal.signal(sig, signal.SIG_IGN)
@@ -179,6 +223,10 @@ def _hold(ready_w: int, stop_r: int) -> None:
     if _unshare(CLONE_NEWNS) != 0 or _mount(None, b"/", None, MS_REC | MS_PRIVATE,
                                             None) != 0:
         os.write(ready_w, str(ctypes.get_errno()).encode())
+        return
+    code = _read_only_kernel_files(*plan)
+    if code:
+        os.write(ready_w, str(code).encode())
         return
     os.write(ready_w, b"ok")
     os.close(ready_w)

@@ -25,6 +25,7 @@ from cli._common import emit_json
 from fleet.address import format_address, parse_address
 from fleet.errors import MalformedAddress
 from fleet.exec_errors import ExecError, ExecGuardUnavailable
+from fleet.exec_journal import UNPINNED
 from fleet.exec_policy import (
     ALLOW,
     DENY,
@@ -329,7 +330,7 @@ def exec_journal(journal_file: Path, record_file: Path | None, show_all: bool,
                 if show_all or d["verdict"] == DENY:
                     click.echo(f"    {d['verdict']:<5} {d['access']:<4} {d['bytes']} "
                                f"{d['label']}  {d['path']}"
-                               + ("  (unpinned)" if d["cause"] == "unpinned" else ""))
+                               + ("  (unpinned)" if d["cause"] == UNPINNED else ""))
         for m in doc.get("record", []):
             where = (f"interval {m['interval']} ({m['denied']} denied)" if m["interval"]
                      else "no interval of this journal")

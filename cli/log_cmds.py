@@ -110,11 +110,17 @@ def note_verify(file: str, vkeys: tuple[str, ...]) -> None:
 @cli.group(invoke_without_command=True)
 @nats_options
 @click.option("--json", "as_json", is_flag=True, help="Print {size, root, checkpoint} as JSON.")
+@click.option("--min-size", type=click.IntRange(min=0), default=None, metavar="N",
+              help="Fail (exit 1) unless the ledger has a checkpoint of at least N leaves "
+                   "(it waits up to 2 s for one).")
 @click.pass_context
-def checkpoint(ctx: click.Context, url: str, nkey: Path | None, as_json: bool) -> None:
-    """Signed checkpoints of the fleet log (bare: fetch the latest from a ledger)."""
+def checkpoint(ctx: click.Context, url: str, nkey: Path | None, as_json: bool,
+               min_size: int | None) -> None:
+    """Signed checkpoints of the fleet log (bare: fetch the newest from a ledger; any
+    replica answers with the newest any of them published)."""
     if ctx.invoked_subcommand is None:
-        doc = api(url, "checkpoint", nkey=nkey)
+        body = None if min_size is None else {"min_size": min_size}
+        doc = api(url, "checkpoint", body, nkey=nkey)
         if as_json:
             click.echo(json.dumps({key: doc[key] for key in ("size", "root", "checkpoint")}))
         else:

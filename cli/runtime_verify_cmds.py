@@ -4,8 +4,10 @@ The commands only load files (or ask the ledger for the record); the core decide
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -17,10 +19,29 @@ from cli.record_cmds import describe_failure, read_input
 from cli.runtime_cmds import runtime
 
 
-def journal_file(run: str, host_dir: Path) -> dict[str, Any]:
+def bucket_keys(url: str, nkey: Path | None, addresses: list[str]) -> dict[str, list[str]]:
+    """The keys the fleet's key bucket holds for ``addresses``: a worker's host keeps a
+    value's key only while an interval needs it, the bucket is the one place it lives
+    (docs/runtime.md, "Shredding"), so an export asks it for the keys the host gave up."""
+    from cli.runtime_cmds import _store
+
+    async def go() -> dict[str, list[str]]:
+        nc, store = await _store(url, nkey, "fleet-runtime-export")
+        try:
+            return await store.blob_keys(addresses)  # type: ignore[no-any-return]
+        finally:
+            await nc.close()
+
+    return asyncio.run(go()) if addresses else {}
+
+
+def journal_file(run: str, host_dir: Path,
+                 fetch: Callable[[list[str]], dict[str, list[str]]] | None = None
+                 ) -> dict[str, Any]:
     """The export file (:func:`fleet.runtime_verify.journal_json`) of ``run`` as the host
     folder's ``runtime.db`` holds it: every entry with its hash, each ciphertext, and the
-    key and salt of each value not shredded."""
+    key and salt of each value not shredded (keys the host no longer holds from ``fetch``,
+    the fleet's key bucket; without it such values read as shredded)."""
     from agents.runtime.journal import DB_NAME, Journal
     from fleet.runtime_verify import journal_json
 
@@ -31,6 +52,9 @@ def journal_file(run: str, host_dir: Path) -> dict[str, Any]:
         if journal.run_row(run) is None:
             raise UserError(f"no run {run} in {host_dir}")
         exported, keys = journal.export(run)
+        missing = journal.missing_keys(run)
+        if fetch is not None and missing:
+            keys = {**fetch(missing), **keys}
         entries = [(e.seq, e.kind, e.call, e.body, e.hash) for e in journal.entries(run)]
     finally:
         journal.close()
@@ -48,11 +72,18 @@ def journal_file(run: str, host_dir: Path) -> dict[str, Any]:
               help="Where to write the journal file.")
 @click.option("--no-keys", is_flag=True, help="Leave the values' keys out: the file then "
               "shows every value as shredded (it cannot open them).")
-def runtime_export(run_id: str, host_dir: Path, out: Path, no_keys: bool) -> None:
+@click.option("--offline", is_flag=True, help="Ask no one: keys the host no longer holds "
+              "(given back to the fleet's key bucket after their interval) are left out.")
+@nats_options
+def runtime_export(run_id: str, host_dir: Path, out: Path, no_keys: bool, offline: bool,
+                   url: str, nkey: Path | None) -> None:
     """Write RUN's journal (entries, hashes, encrypted values and their keys) to a file for
-    ``fleet runtime verify --journal``. The keys open the values: keep the file as you keep
-    the host's folder, or pass --no-keys."""
-    doc = journal_file(run_id, host_dir)
+    ``fleet runtime verify --journal``. A value's key lives in the fleet's key bucket (the
+    host holds it only during an interval), so the keys are asked of it unless --offline
+    or --no-keys. The keys open the values: keep the file as you keep the host's folder,
+    or pass --no-keys."""
+    fetch = None if offline or no_keys else (lambda a: bucket_keys(url, nkey, a))
+    doc = journal_file(run_id, host_dir, fetch)
     if no_keys:
         doc["keys"] = {}
     out.write_text(json.dumps(doc, indent=1, ensure_ascii=False) + "\n")
@@ -68,11 +99,13 @@ def runtime_export(run_id: str, host_dir: Path, out: Path, no_keys: bool) -> Non
 @click.option("--data", "host_dir", type=click.Path(file_okay=False, path_type=Path),
               help="Read the journal from this host folder's runtime.db instead.")
 @click.option("--host-key", help="Base64 Ed25519 key the record must be sealed with.")
+@click.option("--offline", is_flag=True, help="With --data: ask no one for the keys the "
+              "host gave back to the fleet's key bucket (those values read as shredded).")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 @nats_options
 def runtime_verify(run_id: str, record_file: str | None, journal_path: str | None,
-                   host_dir: Path | None, host_key: str | None, as_json: bool, url: str,
-                   nkey: Path | None) -> None:
+                   host_dir: Path | None, host_key: str | None, offline: bool,
+                   as_json: bool, url: str, nkey: Path | None) -> None:
     """Check RUN's journal against its record: every entry chains from the run's genesis,
     each executed segment's journal root and call account are its interval's, each park's
     transcript is the journal's head there, the seals verify, and every value with a key
@@ -89,7 +122,8 @@ def runtime_verify(run_id: str, record_file: str | None, journal_path: str | Non
         journal_bytes = read_input(journal_path)
     else:
         assert host_dir is not None
-        journal_bytes = json.dumps(journal_file(run_id, host_dir)).encode()
+        fetch = None if offline else (lambda a: bucket_keys(url, nkey, a))
+        journal_bytes = json.dumps(journal_file(run_id, host_dir, fetch)).encode()
     if record_file is not None:
         record_bytes = read_input(record_file)
     else:

@@ -12,6 +12,7 @@ from fleet.errors import FleetError
 __all__ = [
     "ExecError",
     "ExecGuardUnavailable",
+    "JournalEntryMismatch",
     "MalformedPolicy",
     "PolicyMismatch",
 ]
@@ -32,3 +33,7 @@ class PolicyMismatch(ExecError):
 class ExecGuardUnavailable(ExecError):
     """The host cannot enforce an exec policy (no fanotify permission events, no cgroup v2,
     no seccomp filter), so it refuses to start the unit rather than run it unprotected."""
+
+
+class JournalEntryMismatch(ExecError):
+    """An exec-journal entry whose stored canonical bytes are not those of its fields."""

@@ -35,26 +35,37 @@ from typing import Any, Final
 
 from fleet.address import digest, format_address
 from fleet.errors import ValueOutOfRange
-from fleet.exec_policy import VERDICTS, code_of
+from fleet.exec_errors import JournalEntryMismatch
+from fleet.exec_policy import DENY, VERDICTS, code_of
 from fleet.kernel import check_digest, check_u64, encode_text
 
 __all__ = [
     "ACCESSES",
     "CAUSES",
     "DEFAULT_LABEL",
+    "EXEC",
     "JOURNAL_DOMAIN",
     "MAX_PATH",
+    "OPEN",
+    "POLICY",
     "ROOTS_DOMAIN",
+    "UNPINNED",
     "JournalChain",
     "JournalEntry",
+    "check_body",
     "clip_path",
     "entry_bytes",
     "fold_roots",
+    "interval_report",
     "journal_root",
 ]
 
-ACCESSES: Final = {"exec": 0x01, "open": 0x02}
-CAUSES: Final = {"policy": 0x01, "unpinned": 0x02}
+EXEC: Final = "exec"
+OPEN: Final = "open"
+POLICY: Final = "policy"
+UNPINNED: Final = "unpinned"
+ACCESSES: Final = {EXEC: 0x01, OPEN: 0x02}
+CAUSES: Final = {POLICY: 0x01, UNPINNED: 0x02}
 DEFAULT_LABEL: Final = "default"
 JOURNAL_DOMAIN: Final = b"fleet.execjournal/1"
 ROOTS_DOMAIN: Final = b"fleet.journalroots/1"
@@ -110,6 +121,15 @@ def entry_bytes(e: JournalEntry) -> bytes:
             + encode_text(e.label, "label") + _U16.pack(len(path)) + path)
 
 
+def check_body(e: JournalEntry, body: object) -> None:
+    """Refuse an entry whose stored ``body`` is not exactly its canonical bytes
+    (:class:`~fleet.exec_errors.JournalEntryMismatch`): with the interval's root over the
+    fields, every stored byte of an entry is checked."""
+    if entry_bytes(e) != body:
+        raise JournalEntryMismatch("the stored body is not the canonical bytes of the "
+                                   "entry's fields")
+
+
 class JournalChain:
     """The running root of one interval's entries."""
 
@@ -131,6 +151,21 @@ def journal_root(entries: list[JournalEntry]) -> bytes:
     for e in entries:
         chain.add(e)
     return chain.root
+
+
+def interval_report(number: int, entries: list[JournalEntry],
+                    stored: tuple[str, int] | None) -> dict[str, Any]:
+    """One interval of a journal as JSON: its root recomputed from ``entries`` (in order),
+    its counts and decisions, and, for a sealed interval (``stored``: the root address and
+    entry count stored when it was sealed), whether both match (``root_matches``)."""
+    root = format_address(journal_root(entries))
+    item: dict[str, Any] = {
+        "interval": number, "sealed": stored is not None, "root": root,
+        "entries": len(entries), "denied": sum(1 for e in entries if e.verdict == DENY),
+        "decisions": [e.to_json() for e in entries]}
+    if stored is not None:
+        item["root_matches"] = stored == (root, len(entries))
+    return item
 
 
 def fold_roots(replay_root: bytes, exec_root: bytes) -> bytes:

@@ -3,7 +3,7 @@ replicas share the load. Requests and replies are JSON; a failure replies with a
 error header (code and one-line description) that the CLI prints as is.
 
     fleet.api.status       {}                          -> status JSON
-    fleet.api.checkpoint   {}                          -> {"size", "root", "checkpoint"}
+    fleet.api.checkpoint   {"min_size"?}               -> {"size", "root", "checkpoint"}
     fleet.api.prove        {"run", "index"?}           -> proof bundle
     fleet.api.consistency  {"old", "new"?}             -> {"old", "new", "proof", ...}
     fleet.api.run          {"run"}                     -> run status (with its "grant")
@@ -17,6 +17,11 @@ error header (code and one-line description) that the CLI prints as is.
 
 Every request may carry ``"min_seq"``: a replica answers only once it has folded the
 stream up to that sequence (waiting up to 2 s), else replies 503 saying how far it is.
+
+A checkpoint request gets the newest checkpoint this replica knows: its own last one or the
+largest the lease holder published (ledger.replica), whichever is larger. With
+``"min_size"`` it answers one of at least that size, signing its own tree if that has grown
+so far, else waiting up to 2 s for one, else 503.
 """
 
 from __future__ import annotations
@@ -44,8 +49,16 @@ if TYPE_CHECKING:
 Handler = Callable[[dict[str, Any]], Awaitable[Any]]
 
 
+# Endpoints that take the store lock themselves (or need none): they wait or ask NATS first.
+_UNLOCKED = ("status", "audit", "checkpoint")
+
+
 class BadRequest(Exception):
     pass
+
+
+class Behind(Exception):
+    """This replica has nothing as new as the request asks (503: another may have)."""
 
 
 def _field(body: dict[str, Any], name: str, kind: type, required: bool = True) -> Any:
@@ -81,7 +94,7 @@ class LedgerApi:
         for name, handler in endpoints.items():
             await self.service.add_endpoint(name=name, subject=names.api_subject(name),
                                             handler=self._wrap(handler,
-                                                               name not in ("status", "audit")))
+                                                               name not in _UNLOCKED))
 
     async def stop(self) -> None:
         if self.service is not None:
@@ -107,6 +120,9 @@ class LedgerApi:
                     result = await handler(body)
             except (BadRequest, json.JSONDecodeError) as exc:
                 await req.respond_error("400", f"bad request: {exc}")
+                return
+            except Behind as exc:
+                await req.respond_error("503", str(exc))
                 return
             except (views.NotFound, GrantNotFound) as exc:
                 await req.respond_error("404", str(exc))
@@ -153,10 +169,30 @@ class LedgerApi:
         return doc
 
     async def checkpoint(self, body: dict[str, Any]) -> Any:
+        min_size = _field(body, "min_size", int, required=False) or 0
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + 2.0
+        while True:
+            found = await self._newest_checkpoint(min_size)
+            if found[0] >= min_size:
+                return views.checkpoint_json(found)
+            if loop.time() > deadline:
+                raise Behind(f"behind: the newest checkpoint here has size {found[0]}, "
+                             f"asked min_size {min_size}")
+            await asyncio.sleep(0.05)
+
+    async def _newest_checkpoint(self, min_size: int) -> tuple[int, bytes, str]:
+        """The larger of this replica's last checkpoint and the newest one published;
+        signing this replica's tree when neither reaches ``min_size`` and the tree does."""
         led = self.ledger
-        if led.store.last_checkpoint() is None:
-            led.sign_checkpoint()
-        return views.checkpoint_json(led.store.last_checkpoint())
+        async with led.store_lock:
+            own = led.store.last_checkpoint()
+            if own is None or (own[0] < min_size <= led.store.tree.size()):
+                led.sign_checkpoint()
+                own = led.store.last_checkpoint()
+        assert own is not None
+        published = led.replica.newest if led.replica is not None else None
+        return published if published is not None and published[0] > own[0] else own
 
     async def prove(self, body: dict[str, Any]) -> Any:
         run = _field(body, "run", str)

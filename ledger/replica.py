@@ -24,6 +24,11 @@ enroll --data``) is in one replica's store and not the others', so the replicas 
 that host's segments differently and fork under one key. A replica whose store holds hosts
 enrolled offline refuses to start (:class:`OfflineHosts`); enroll hosts with control events
 (``fleet host enroll --nats``) instead.
+
+A replica that does not lead has signed only what it was asked for, so its own last
+checkpoint may be old. It keeps the largest checkpoint published on ``<fleet>.checkpoint``
+under the log's key (:meth:`Replica.newest`), and the API answers a checkpoint request with
+whichever is larger.
 """
 
 from __future__ import annotations
@@ -40,6 +45,8 @@ from nats.js.api import KeyValueConfig
 from nats.js.errors import BucketNotFoundError
 from nats.js.kv import KeyValue
 
+from fleet.checkpoint import parse_checkpoint
+from fleet.note import open_note
 from fleet.subjects import DEFAULT_FLEET, FleetNames
 from plumbing.nats_connect import bucket_keys
 
@@ -92,6 +99,7 @@ class Replica:
         self.lease: KeyValue | None = None
         self.js: JetStreamContext | None = None
         self.beats: KeyValue | None = None
+        self.newest: tuple[int, bytes, str] | None = None  # (size, root, note) published
 
     @property
     def holds(self) -> bool:
@@ -102,8 +110,23 @@ class Replica:
         """Open (or create) the buckets; replicas starting together may time out on a busy
         cluster, so a failure here is retried by each :meth:`tick` instead."""
         self.js = js
+        if self.ledger.nc is not None:
+            await self.ledger.nc.subscribe(self.names.checkpoints, cb=self._published)
         with contextlib.suppress(Exception):
             await self._open()
+
+    async def _published(self, msg: Any) -> None:
+        """Keep the largest checkpoint published under this log's key (another replica's, or
+        this one's own); anything else on the subject is ignored."""
+        try:
+            note = msg.data.decode()
+            opened = open_note(note, [self.ledger.signer.verifier()])
+            cp = parse_checkpoint(opened.text)
+        except Exception:  # not ours, or not a checkpoint: nothing to keep
+            return
+        if opened.verified and cp.origin == self.ledger.origin and (
+                self.newest is None or cp.size > self.newest[0]):
+            self.newest = (cp.size, cp.root, note)
 
     async def _open(self) -> None:
         replicas = self.ledger.config.replicas

@@ -22,6 +22,7 @@ from agents.unit_cgroup import cgroup2_mount
 from cli import cli as fleet_cli
 from fleet.address import digest, format_address, parse_address
 from fleet.errors import FleetError
+from fleet.exec_decision import LEASE_HELD, judge
 from fleet.exec_journal import JournalEntry, entry_bytes, fold_roots, journal_root
 from fleet.exec_policy import build_policy, decode_policy, policy_from_json, policy_to_json
 
@@ -222,7 +223,8 @@ def test_the_first_allow_is_journaled_again_in_each_interval_however_it_is_seale
     guard = ExecGuard(policy, marks=[], journal=j)
     with open(tmp_path / "exec.db", "rb") as f:
         def allow() -> None:
-            guard._record("exec", True, True, ok, guard.policy, "ok", f.fileno())
+            guard._record(judge(guard.policy, "exec", ok, lease=LEASE_HELD, stable=True),
+                          f.fileno())
         allow()
         allow()
         assert j.seal_interval()[2] == 1

@@ -25,8 +25,20 @@ CHROMIUM = shutil.which("chromium")
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
          "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 
-if CHROMIUM is None and os.geteuid() != 0:  # .ci/run installs it wherever it can (as root)
-    pytest.skip("chromium is not installed and cannot be without root", allow_module_level=True)
+# .ci/run installs Chromium (as root) and sets FLEET_REQUIRE_CHROMIUM=1, so CI cannot pass by
+# skipping; the README's plain pytest command installs no browser, so there the test skips.
+REQUIRE = os.environ.get("FLEET_REQUIRE_CHROMIUM") == "1"
+
+
+@pytest.fixture(autouse=True)
+def _needs_chromium() -> None:
+    """Skip (or, where required, fail) the browser tests when Chromium is missing."""
+    if CHROMIUM is not None:
+        return
+    why = "chromium is not installed (.ci/run installs it as root: apt-get install chromium)"
+    if REQUIRE:
+        pytest.fail(f"FLEET_REQUIRE_CHROMIUM=1 but {why}")
+    pytest.skip(why)
 
 
 def chromium(tmp: Path, *args: str) -> str:

@@ -172,23 +172,26 @@ def test_committed_compose_configs_pass_server_check() -> None:
 
 
 def test_compose_mounts_exist_in_repo() -> None:
-    """Every file compose.yaml mounts or builds from is in the repo, seeds aside."""
+    """Every file compose.yaml mounts or builds from is in the repo, seeds and keys aside."""
     mounts = compose_mounts(COMPOSE)
     assert any(p.name == "n1.conf" for p in mounts)
     for path in mounts:
-        if path.parent.name != "creds":
+        if path.parent.name not in ("creds", "keys"):
             assert path.exists(), path
 
 
 def test_readme_command_provides_every_mount(tmp_path: Path) -> None:
-    """After the README's `fleet nats-config` command, every mount exists and configs match."""
+    """After the README's `compose/setup.sh`, every mount exists and configs match."""
     copy = tmp_path / "compose"
-    shutil.copytree(COMPOSE, copy, ignore=shutil.ignore_patterns("*.nk"))
-    written = write_config(copy / "nats", HOSTS, cluster=3)
-    assert written.kept_seeds == []
+    shutil.copytree(COMPOSE, copy, ignore=shutil.ignore_patterns("*.nk", "keys"))
+    bin_dir = str(Path(sys.executable).parent)  # the venv's `fleet`
+    subprocess.run([str(copy / "setup.sh")], check=True, timeout=120, capture_output=True,
+                   env={**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}",
+                        "PYTHON": sys.executable})
     for path in compose_mounts(copy):
         assert path.exists(), path
-    for conf in written.configs:
+    assert stat.S_IMODE((copy / "keys" / "ledger.key").stat().st_mode) == 0o600
+    for conf in sorted((copy / "nats").glob("*.conf")):
         committed = (COMPOSE / "nats" / conf.name).read_text()
         assert NKEY.sub("U…", conf.read_text()) == NKEY.sub("U…", committed), conf.name
 

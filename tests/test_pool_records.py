@@ -151,25 +151,70 @@ def test_a_refused_claim_leaves_nothing_on_the_host(site, tmp_path):
     evicted, claimed = _warm(pool), _warm(pool)
     evict_to_record(host, pool, evicted)
     start_from_slot(host, pool, claimed, digest(b"u-first"), GRANTS)
-    db_files = sorted((tmp_path / "h1").glob("*.db"))
-
-    def rows() -> set[str]:
-        out: set[str] = set()
-        for f in db_files:
-            db = sqlite3.connect(f)
-            if db.execute("SELECT 1 FROM sqlite_master WHERE name = 'runs'").fetchone():
-                out |= {r[0] for r in db.execute("SELECT run FROM runs")}
-            db.close()
-        return out
-
-    before = rows()
+    before = _run_rows(tmp_path / "h1")
     with pytest.raises(SlotEvicted):
         start_from_slot(host, pool, evicted, digest(b"u-late"), GRANTS)
     with pytest.raises(SlotClaimed):
         start_from_slot(host, pool, claimed, digest(b"u-other"), GRANTS)
-    assert rows() == before and before
+    assert _run_rows(tmp_path / "h1") == before and before
     late = format_address(RunState.open(digest(b"u-late"), GRANTS).run)
     assert host.outbox.payloads_after(late, 0) == []
+
+
+def _run_rows(host_dir: Path) -> set[str]:
+    """Every run named in a ``runs`` table of any SQLite file in ``host_dir``."""
+    out: set[str] = set()
+    for f in sorted(host_dir.glob("*.db")):
+        db = sqlite3.connect(f)
+        if db.execute("SELECT 1 FROM sqlite_master WHERE name = 'runs'").fetchone():
+            out |= {r[0] for r in db.execute("SELECT run FROM runs")}
+        db.close()
+    return out
+
+
+class EvictedInTheGap(WarmPool):
+    """A pool whose slot another connection to its file evicts (or another run claims) right
+    after ``check_claim`` passes: the gap before ``claim``, hit every time, not by timing."""
+
+    def __init__(self, path: Path, name: str, end: str) -> None:
+        super().__init__(path, name)
+        self._path, self._end_by = path, end
+
+    def check_claim(self, sid: str, run: str) -> None:
+        super().check_claim(sid, run)
+        other = WarmPool(self._path, self.name)  # its own connection, as another process
+        try:
+            if self._end_by == "evict":
+                other.evict(sid)
+            else:
+                other.claim(sid, format_address(digest(b"pool-records/another-run")))
+        finally:
+            other.close()
+
+
+@pytest.mark.parametrize(("end", "refusal"), [("evict", SlotEvicted), ("claim", SlotClaimed)])
+def test_a_slot_ended_between_the_check_and_the_claim_leaves_no_run_row(tmp_path, end,
+                                                                         refusal):
+    """A slot evicted (or claimed by another run) after check_claim passed and before claim
+    is refused, and the run opened for it leaves no row in runs.db and nothing in the outbox."""
+    host = Host("h1", tmp_path / "h1")
+    pool = EvictedInTheGap(tmp_path / "h1" / "pool.db", "py311", end)
+    try:
+        sid = _warm(pool)
+        before = _run_rows(tmp_path / "h1")
+        with pytest.raises(refusal):
+            start_from_slot(host, pool, sid, digest(b"u-gap"), GRANTS)
+        assert pool.slot(sid).state == ("evicted" if end == "evict" else "claimed")
+        assert _run_rows(tmp_path / "h1") == before
+        gap = format_address(RunState.open(digest(b"u-gap"), GRANTS).run)
+        assert host.outbox.payloads_after(gap, 0) == []
+        # The host still opens and records other runs (the transaction was let go).
+        run = host.open_run(digest(b"u-after"), GRANTS)
+        run.execute(uj=5, provenance="measured", meter="m", journal_root=digest(b"j"))
+        assert run.run in _run_rows(tmp_path / "h1")
+    finally:
+        pool.close()
+        host.close()
 
 
 def test_a_run_with_segments_cannot_claim_and_the_slot_stays_warm(site):

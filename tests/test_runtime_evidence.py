@@ -87,7 +87,8 @@ def check_offline(url: str, base: Path, run: str, record: Path, tmp_path: Path) 
     the same verdict; with a value shredded, still valid and the value listed; with the
     last entry dropped, exit 1 naming the rule and segment."""
     journal = tmp_path / "g-1.journal.json"
-    cli("runtime", "export", run, "--data", str(base / "A"), "--out", str(journal))
+    cli("runtime", "export", run, "--data", str(base / "A"), "--out", str(journal), "--nats",
+        url)
     (ok,) = fleet_json("runtime", "verify", run, "--record", str(record), "--journal",
                        str(journal))
     assert ok["wait_proof"] == {"verdict": "Blocked", "segment": 5} and ok["shredded"] == []
@@ -100,7 +101,7 @@ def check_offline(url: str, base: Path, run: str, record: Path, tmp_path: Path) 
     address = json.loads(value)["value"]
     cli("runtime", "shred", address, "--data", str(base / "A"), "--nats", url)
     (shredded,) = fleet_json("runtime", "verify", run, "--record", str(record), "--data",
-                             str(base / "A"))
+                             str(base / "A"), "--nats", url)
     assert shredded["shredded"] == [address] and shredded["values"] == ok["values"] - 1
     cut = json.loads(journal.read_text())
     cut["entries"].pop()
@@ -156,7 +157,7 @@ def test_cancel_of_a_parked_run_closes_it_with_its_park_idle_energy(
     verified = fleet_json("verify", str(record))[0]
     assert verified["energy"]["idle_uj"] == {"measured": 0, "estimated": close["idle_uj"]}
     (offline,) = fleet_json("runtime", "verify", run, "--record", str(record), "--data",
-                            str(base / "A"))
+                            str(base / "A"), "--nats", url)
     assert offline["phase"] == "closed" and offline["unsealed"] == 0
     audit = fleet_json("audit", "--nats", url)[0]
     assert audit["closed_without_idle"] == [] and audit["parked"] == []
