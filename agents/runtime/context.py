@@ -87,6 +87,7 @@ class Context:
         self._tasks: list[asyncio.Future[Any]] = []
         # The journaled values a replay returns, read in one batch (each handed out once).
         self._replayed: dict[str, Any] | None = None
+        self._live = 0  # step tasks not done yet (group commit defers only when alone)
         # Called once, before the first entry this interval appends: the runtime seals the
         # resume there, so a replay that diverges before going live seals nothing either.
         self._before = before_append
@@ -175,9 +176,7 @@ class Context:
         done = self._resolved.get(entry.call)
         if done is not None:  # replayed: no task, no turn of the event loop
             return self._replay(done)
-        task = asyncio.ensure_future(self._run_step(entry.call, fn, args, kwargs))
-        self._tasks.append(task)
-        return task
+        return self._track(asyncio.ensure_future(self._run_step(entry.call, fn, args, kwargs)))
 
     def _replay(self, done: Entry) -> asyncio.Future[Any]:
         """A finished future holding a journaled step's result (or its StepFailed)."""
@@ -216,7 +215,18 @@ class Context:
         step is running (nothing outside can have seen the result before that commit; a
         crash before it shows the call outstanding, as a crash before its own commit would).
         With steps in flight it is written now, so a long sibling does not hold it back."""
-        return sum(not t.done() for t in self._tasks) <= 1
+        return self._live <= 1
+
+    def _track(self, task: asyncio.Future[Any]) -> asyncio.Future[Any]:
+        """Count a live step's task until it is done (a counter, not a scan of every task:
+        an interval of n steps stays O(n))."""
+        self._live += 1
+        task.add_done_callback(self._untrack)
+        self._tasks.append(task)
+        return task
+
+    def _untrack(self, _task: asyncio.Future[Any]) -> None:
+        self._live -= 1
 
     def model(self, name: str, fn: Callable[[Any], Any], projection: Projection
               ) -> asyncio.Future[Any]:
@@ -231,9 +241,7 @@ class Context:
         ask = {"name": name, "projection": projection.name,
                "args": format_address(projection_hash(projection.name, view))}
         entry = self._command("dispatch", ask, dict, site)
-        task = asyncio.ensure_future(self._run_step(entry.call, fn, (view,), {}))
-        self._tasks.append(task)
-        return task
+        return self._track(asyncio.ensure_future(self._run_step(entry.call, fn, (view,), {})))
 
     def history(self, before: int) -> list[dict[str, Any]]:
         """Every step result and delivered signal journaled before entry ``before``."""
