@@ -51,7 +51,13 @@ from fleet.seal import encode_key
 from fleet.segment import CallAccount, Claimed, Evicted, Snapshot
 from fleet.subjects import check_host_name, fleet_names, run_token
 from fleet.verify import fold_sealed, verify_state
-from fleet.wire import SealedSegment, decode_envelope, decode_record, encode_envelope
+from fleet.wire import (
+    SealedSegment,
+    decode_envelope,
+    decode_record,
+    encode_envelope,
+    segment_id,
+)
 from plumbing import sqlite
 from plumbing.files import read_key_file, write_atomically, write_key_file
 from plumbing.transactions import immediate
@@ -228,7 +234,7 @@ class HostRun:
             payload = encode_envelope(self.host.name, b.run, b.state.unit_id,
                                       b.state.grants_id, sealed)
             self.host.outbox.put(self.run, sealed.index, sealed.segment.kind, self.subject,
-                                 format_address(sealed.head), payload)
+                                 segment_id(payload), payload)
         except BaseException:
             b.state = state_from_json(before)
             b.sealed.pop()

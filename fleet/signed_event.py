@@ -17,7 +17,7 @@ from typing import Final
 from nacl.exceptions import BadSignatureError
 from nacl.signing import SigningKey, VerifyKey
 
-from fleet.address import digest
+from fleet.address import message_id
 
 __all__ = ["KEY", "SIGNATURE", "event_id", "kind_name", "sign", "signature_valid", "signed_part",
            "split"]
@@ -55,8 +55,9 @@ def signature_valid(signer: bytes, signed: bytes, signature: bytes) -> bool:
 
 
 def event_id(prefix: str, data: bytes) -> str:
-    """An event's id: ``prefix``, ``-`` and hex of 16 bytes of BLAKE3 of its bytes."""
-    return prefix + "-" + digest(data)[:16].hex()
+    """An event's id (the broker's ``Nats-Msg-Id``): :func:`fleet.address.message_id` of
+    its whole bytes, signer and signature included."""
+    return message_id(prefix, data)
 
 
 def kind_name(kinds: Mapping[int, str], kind: int) -> str:
