@@ -15,7 +15,7 @@ from nacl.signing import SigningKey
 from fleet import signed_event
 from fleet.grant import GRANT_DOMAIN, Reader, Terms, decode_terms, terms_bytes
 from fleet.grant_errors import BadGrantSignature, MalformedGrant
-from fleet.text import encode_text, text_at
+from fleet.text import check_text, encode_text, text_at
 
 __all__ = ["AMEND", "CHECKPOINT", "EVENT_DOMAIN", "ISSUE", "KINDS", "MAX_NAME", "MINT",
            "NO_AMENDMENT", "TRIGGER", "Amend", "Body", "Checkpoint", "GrantEvent", "Issue",
@@ -194,7 +194,7 @@ def signature_items(data: bytes) -> list[tuple[bytes, bytes, bytes]] | None:
 
 def _name(r: Reader, what: str) -> str:
     value = r.text(what)
-    _text(value, what)
+    check_text(value, what, MalformedGrant, MAX_NAME)  # what the encoder would have written
     return value
 
 

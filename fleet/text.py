@@ -8,17 +8,15 @@ the same everywhere, so a text one decoder accepts the encoder would have writte
 from __future__ import annotations
 
 import struct
-from typing import Final
 
 from fleet.errors import FleetError
 
-__all__ = ["MAX_TEXT", "check_text", "encode_text", "text_at"]
+__all__ = ["check_text", "encode_text", "text_at"]
 
-MAX_TEXT: Final = 128
 _U16 = struct.Struct(">H")
 
 
-def check_text(value: object, what: str, error: type[FleetError], limit: int = MAX_TEXT
+def check_text(value: object, what: str, error: type[FleetError], limit: int
                ) -> bytes:
     """The UTF-8 of ``value``, or ``error`` unless it is non-empty printable text of at most
     ``limit`` bytes."""
@@ -30,7 +28,7 @@ def check_text(value: object, what: str, error: type[FleetError], limit: int = M
     return raw
 
 
-def encode_text(value: object, what: str, error: type[FleetError], limit: int = MAX_TEXT
+def encode_text(value: object, what: str, error: type[FleetError], limit: int
                 ) -> bytes:
     """``len:u16 || utf8`` of ``value``, checked (:func:`check_text`)."""
     raw = check_text(value, what, error, limit)

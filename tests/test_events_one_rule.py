@@ -61,10 +61,11 @@ def test_one_text_codec_writes_the_kernels_layout_and_refuses_by_layout() -> Non
     """The text codec gives the kernel's ``len:u16 || utf8`` bytes and refuses what the
     kernel refuses, with the refusal each layout names."""
     for text in ("a", "µJ meter", "x" * 128):
-        assert encode_text(text, "t", MalformedGrant) == kernel.encode_text(text, "t")
+        got = encode_text(text, "t", MalformedGrant, kernel.MAX_TEXT)
+        assert got == kernel.encode_text(text, "t")
     for bad in ("", "tab\there", "x" * 129, 7):
         with pytest.raises(MalformedGrant):
-            encode_text(bad, "t", MalformedGrant)
+            encode_text(bad, "t", MalformedGrant, kernel.MAX_TEXT)
         with pytest.raises(ValueOutOfRange):
             kernel.encode_text(bad, "t")
 
