@@ -80,6 +80,11 @@ _SCHEMA = (
     "CREATE TABLE IF NOT EXISTS control_events (stream_seq INTEGER PRIMARY KEY,"
     " kind TEXT NOT NULL, operator TEXT NOT NULL, seq INTEGER NOT NULL, host TEXT,"
     " key TEXT NOT NULL, payload BLOB NOT NULL)",
+    # Offline (bootstrap) control events, decided at the watermark ``position``
+    # (fleet.control.decide_bootstrap): with control_events, a host's key history.
+    "CREATE TABLE IF NOT EXISTS bootstrap_events (id INTEGER PRIMARY KEY,"
+    " position INTEGER NOT NULL, kind TEXT NOT NULL, host TEXT NOT NULL, key TEXT NOT NULL,"
+    " at REAL NOT NULL)",
     "CREATE TABLE IF NOT EXISTS operators (key TEXT PRIMARY KEY, last_seq INTEGER NOT NULL,"
     " retired INTEGER NOT NULL DEFAULT 0)",
     "CREATE TABLE IF NOT EXISTS checkpoints (size INTEGER PRIMARY KEY, root BLOB NOT NULL,"
@@ -191,11 +196,16 @@ class LedgerStore(StoreReads):
         """Decide an offline control event at the watermark by the host table's one rule
         and write the entry it leaves (and ``hosts.json``) in one transaction."""
         with self.transaction():
-            d = decide_bootstrap(self.hosts(), name, key, self.watermark())
+            hosts, position = self.hosts(), self.watermark()
+            d = decide_bootstrap(hosts, name, key, position)
             if isinstance(d, Refused):
                 if key is None and d.detail.endswith("is not enrolled"):
                     raise StoreError(f"no enrolled host named {name!r}")
                 raise StoreError(f"{d.rule}: {d.detail}")
+            kind = "revoke" if key is None else "rekey" if name in hosts else "enroll"
+            self.conn.execute("INSERT INTO bootstrap_events (position, kind, host, key, at)"
+                              " VALUES (?, ?, ?, ?, ?)",
+                              (position, kind, name, encode_key(d.public_key), time.time()))
             self._upsert_host(d.name, encode_key(d.public_key), d.enrolled_after,
                               d.revoked_after)
             self._write_hosts_file()
@@ -295,10 +305,18 @@ class LedgerStore(StoreReads):
         row = self.conn.execute("SELECT last_seq FROM runs WHERE run = ?", (run,)).fetchone()
         if row is None:
             return keys
+        return keys_at(keys, self.key_history(), row[0])
+
+    def key_history(self) -> list[tuple[int, int, str, str]]:
+        """The host table's history, in the order it was decided: (position, kind, host,
+        key) of every folded control event naming a host and every offline one (decided at
+        the watermark, so after a stream event at the same position)."""
         kinds = {name: kind for kind, name in KINDS.items()}
-        history = [(r["stream_seq"], kinds[r["kind"]], r["host"], r["key"])
-                   for r in self.control_rows() if r["host"] is not None]
-        return keys_at(keys, history, row[0])
+        rows = self.conn.execute(
+            "SELECT stream_seq, 0, stream_seq, kind, host, key FROM control_events"
+            " WHERE host IS NOT NULL UNION ALL"
+            " SELECT position, 1, id, kind, host, key FROM bootstrap_events ORDER BY 1, 2, 3")
+        return [(at, kinds[kind], host, key) for at, _, _, kind, host, key in rows]
 
     def control_rows(self, host: str | None = None) -> list[dict[str, Any]]:
         """The folded control events (a host's key history), in stream order."""

@@ -126,7 +126,8 @@ def test_offline_reenrolment_cannot_bring_back_a_revoked_host(tmp_path: Path) ->
 
 
 def test_offline_rekey_keeps_the_enrolment_position(tmp_path: Path) -> None:
-    """Enrolling a held host again replaces its key and keeps ``enrolled_after``."""
+    """Enrolling a held host again replaces its key, keeps ``enrolled_after`` and is kept
+    in the host's key history."""
     store = LedgerStore(tmp_path)
     try:
         store.enroll("h", encode_key(_key(1)))
@@ -135,6 +136,11 @@ def test_offline_rekey_keeps_the_enrolment_position(tmp_path: Path) -> None:
         store.enroll("h", encode_key(_key(2)))
         (row,) = store.host_rows()
         assert (row["public_key"], row["enrolled_after"]) == (encode_key(_key(2)), 0)
+        history = store.key_history()
+        assert history == [(0, ENROLL, "h", encode_key(_key(1))),
+                           (5, REKEY, "h", encode_key(_key(2)))]
+        # A segment decided before the offline re-key exports under the key it was sealed with.
+        assert keys_at({"h": row["public_key"]}, history, 3) == {"h": encode_key(_key(1))}
     finally:
         store.close()
 
