@@ -7,6 +7,9 @@ An event's canonical bytes are::
               || key[32]
     message = signed || signature[64]       (Ed25519 by ``operator`` over ``signed``)
 
+(the envelope every signed event shares, :mod:`fleet.signed_event`, with the operator as
+signer and ``seq || host_len || host || key`` as body).
+
 The fold decides each event against a :class:`ControlState` (the trusted operator keys with
 the last sequence number each used, and the host table) and returns a value
 (:class:`ControlAccepted` or :class:`fleet.fold.Refused`); :func:`apply` makes the change.
