@@ -149,4 +149,15 @@ async def start_ledger_http(ledger: Ledger, log: tuple[str, int] | None,
                                readiness=readiness,
                                throttle=None if busy_rate is None else Throttle(
                                    busy_rate, lambda: ledger.backlogged),
-                               extra_routes=lambda app: add_explorer(app, reader))
+                               extra_routes=lambda app: add_explorer(
+                                   app, reader, lambda run: _runtime_journal(ledger, run)))
+
+
+async def _runtime_journal(ledger: Ledger, run: str) -> dict[str, Any] | None:
+    """A runtime run's journal from the JetStream the ledger is connected to (None while
+    it is not)."""
+    from ledger.runtime_journals import runtime_journal
+
+    if ledger.nc is None or not ledger.nc.is_connected:
+        return None
+    return await runtime_journal(ledger.nc.jetstream(), ledger.names, run)

@@ -92,6 +92,15 @@ def show(doc: dict[str, Any]) -> None:
                    f"{g['events']} grant events)")
         for rule, count in g["by_rule"].items():
             click.echo(f"  {rule:<20} {count:>6}")
+    fx = doc.get("effects") or {}
+    if fx.get("unkeyed") or fx.get("possible_duplicates"):
+        click.echo(f"\neffectful steps without an idempotency key: {len(fx['unkeyed'])};"
+                   f" possible duplicate effects: {len(fx['possible_duplicates'])}")
+        for label, key in (("possible duplicate effect", "possible_duplicates"),
+                           ("no idempotency key", "unkeyed")):
+            for r in fx[key]:
+                click.echo(f"  {label}: {r['run']}  host {r['host']}  segment"
+                           f" {r['segment']}  call {r['call']}")
 
 
 @cli.command("audit")

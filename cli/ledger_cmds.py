@@ -389,6 +389,10 @@ def run_show(run_id: str, exec_journal: Path | None, as_json: bool, url: str,
              else f"{h['host']} {h['first']}" for h in doc.get("holders", [])]
     if spans:
         click.echo("  held by " + ", ".join(spans))
+    for fx in doc.get("effects", []):
+        what = ("possible duplicate effect" if fx["possible_duplicate"]
+                else "effectful step without an idempotency key")
+        click.echo(f"  {what}: segment {fx['segment']} call {fx['call']}")
     from cli.grant_cmds import show_run_grant
 
     show_run_grant(doc)

@@ -23,6 +23,9 @@ slots decoded from its folded segments, when each was folded) and :func:`audit` 
 - **suspicious**: hosts whose parks of one form cost less than ``cheap_factor`` of the
   idle energy per hour the *other* hosts' parks of that form cost, and hosts whose parks
   (or executed intervals) are all estimated, never measured;
+- **effects**: runtime steps declared effectful that take no idempotency key, and those of
+  them run again after an unknown outcome (possible duplicate effects), read off the call
+  account ids' marks (docs/spec/runtime.md);
 - **grant refusals**: the ledger's refusals by a grant rule (:mod:`fleet.grant_errors`):
   segments a run's grant did not allow, and grant events not taken, by rule.
 
@@ -42,18 +45,21 @@ from typing import Any, Final
 from fleet import grant_errors
 from fleet.kernel import CLAIMED, CLOSED, EVICTED, RESUMED, SUSPENDED
 from fleet.record import RunState
+from fleet.runtime_journal import account_marks
 from fleet.wait_proof import verdict_json
 from fleet.wire import (
     ClaimedWire,
     ClosedWire,
     EvictedWire,
+    ExecutedWire,
     ResumedWire,
     SuspendedWire,
     envelope_wire,
 )
 
 __all__ = ["FORMS", "GRANT_RULES", "SEGMENT_KINDS", "VERDICTS", "AuditPark", "AuditRun",
-           "audit", "audit_run", "format_uj", "format_when", "grant_refusals", "park_form"]
+           "audit", "audit_run", "effect_calls", "effect_flags", "format_uj", "format_when",
+           "grant_refusals", "park_form"]
 
 VERDICTS = ("NonBlocking", "Blocked", "Malformed", "Unproved")
 FORMS = ("image", "image+memory", "transcript")
@@ -123,6 +129,9 @@ class AuditRun:
     claim_uj: dict[str, int] = field(default_factory=dict)  # warm slot claimed, by provenance
     overhead_uj: dict[str, int] = field(default_factory=dict)  # slots evicted (a pool's run)
     slots: Sequence[tuple[str, str, int]] = ()  # (slot, "claimed"|"evicted", segment)
+    # (segment, call id) of the runtime's call-account ids with an effect mark
+    # (fleet.runtime_journal.account_marks): effectful steps without an idempotency key.
+    effects: Sequence[tuple[int, str]] = ()
 
 
 # The folded segments the audit reads beside each run's state: its parks' and its warm
@@ -134,11 +143,13 @@ SEGMENT_KINDS: Final = _PARK_KINDS + _SLOT_KINDS
 
 def audit_run(run: str, host: str, phase: str, state: RunState,
               segments: Iterable[tuple[int, str, float | None, bytes]],
-              first_at: float | None = None, last_at: float | None = None) -> AuditRun:
+              first_at: float | None = None, last_at: float | None = None,
+              effects: Sequence[tuple[int, str]] = ()) -> AuditRun:
     """One run as the audit sees it: its verdict and energy from its ``state``; its parks
     and warm slots from its folded ``segments`` of :data:`SEGMENT_KINDS` ((index, kind, when
     folded, message) in index order; other kinds are passed over); ``first_at`` and
-    ``last_at``: when its first and last segments were folded (None: unknown)."""
+    ``last_at``: when its first and last segments were folded (None: unknown); ``effects``:
+    its marked call ids (:func:`effect_calls`)."""
     verdict = verdict_json(state.wait_proof())
     segments = list(segments)
     slots = []
@@ -153,7 +164,22 @@ def audit_run(run: str, host: str, phase: str, state: RunState,
                     verdict.get("segment"),  # type: ignore[arg-type]
                     dict(energy.receipts), dict(energy.idle), first_at, last_at,
                     tuple(_parks(s for s in segments if s[1] in _PARK_KINDS)),
-                    dict(energy.claim), dict(energy.overhead), tuple(slots))
+                    dict(energy.claim), dict(energy.overhead), tuple(slots), tuple(effects))
+
+
+def effect_calls(rows: Iterable[tuple[str, int, bytes]]) -> dict[str, list[tuple[int, str]]]:
+    """Per run, ``(segment, call id)`` of every executed segment's account id that carries
+    an effect mark (fleet.runtime_journal: ``!unkeyed``), from ``(run, index, message)``
+    rows in index order."""
+    out: dict[str, list[tuple[int, str]]] = {}
+    for run, idx, payload in rows:
+        wire = envelope_wire(payload)
+        seg = None if wire is None else wire.segment
+        if isinstance(seg, ExecutedWire) and seg.calls is not None:
+            out.setdefault(run, []).extend(
+                (idx, c) for c in [*seg.calls.dispatched, *seg.calls.resolved]
+                if any(account_marks(c)))
+    return out
 
 
 def _parks(rows: Iterable[tuple[int, str, float | None, bytes]]) -> list[AuditPark]:
@@ -268,7 +294,30 @@ def audit(runs: Iterable[AuditRun], now: float, since: float | None = None,
         "suspicious_hosts": _suspicious(runs, closed, cheap_factor, reused, unpriced),
         "cheap_factor": cheap_factor,
         "grant_refusals": grant_refusals(refusals, since),
+        "effects": effect_flags(runs),
     }
+
+
+def effect_flags(runs: Iterable[AuditRun]) -> dict[str, list[dict[str, Any]]]:
+    """Effectful steps without an idempotency key (``unkeyed``: at least once, a loud
+    warning) and those of them run again after an unknown outcome (``possible_duplicates``:
+    the effect may have happened twice), each as run, host, segment and call id. A call
+    appears once per segment that names it."""
+    unkeyed: list[dict[str, Any]] = []
+    duplicates: list[dict[str, Any]] = []
+    for r in runs:
+        seen: set[tuple[int, str]] = set()
+        for segment, call in r.effects:
+            if (segment, call) in seen:
+                continue
+            seen.add((segment, call))
+            no_key, duplicate = account_marks(call)
+            row = {"run": r.run, "host": r.host, "segment": segment, "call": call}
+            if duplicate:
+                duplicates.append(row)
+            elif no_key:
+                unkeyed.append(row)
+    return {"unkeyed": unkeyed, "possible_duplicates": duplicates}
 
 
 def _sums(parks: Iterable[AuditPark]) -> tuple[int, int, float, int, int]:

@@ -41,10 +41,27 @@ from fleet.address import digest, format_address
 from fleet.runtime_errors import JournalTampered
 
 __all__ = [
+    "ATTEMPT",
     "COMMANDS",
+    "DISPATCH",
+    "DUPLICATE",
+    "EFFECTS",
+    "END",
+    "FIRED",
     "KINDS",
+    "NOW",
+    "PATCH",
+    "RANDOM",
     "RESOLUTIONS",
+    "RESOLVE",
     "RETRY",
+    "SIGNAL",
+    "START",
+    "TIMEOUT",
+    "TIMER",
+    "UNKEYED",
+    "WAIT",
+    "account_marks",
     "args_hash",
     "blob_address",
     "canon",
@@ -63,13 +80,27 @@ __all__ = [
     "value_addresses",
 ]
 
-# Commands (issued by workflow code, matched in order on replay) and resolutions (results,
-# matched by call id); a run's journal opens with ``start``.
-COMMANDS = frozenset({"dispatch", "now", "random", "wait", "timer", "patch", "end"})
-RESOLUTIONS = frozenset({"resolve", "signal", "timeout", "fired"})
-KINDS = frozenset({"start"}) | COMMANDS | RESOLUTIONS
+# The entry kinds, each named once here. Commands (issued by workflow code, matched in
+# order on replay) and resolutions (results, matched by call id); a run's journal opens
+# with ``start``.
+START = "start"
+DISPATCH, NOW, RANDOM, WAIT, TIMER, PATCH, END = (
+    "dispatch", "now", "random", "wait", "timer", "patch", "end")
+RESOLVE, SIGNAL, TIMEOUT, FIRED = "resolve", "signal", "timeout", "fired"
+# A failed attempt of a step (neither command nor resolution: replay skips it; it carries
+# the retry account: which attempt, its outcome, the backoff before the next).
+ATTEMPT = "attempt"
+COMMANDS = frozenset({DISPATCH, NOW, RANDOM, WAIT, TIMER, PATCH, END})
+RESOLUTIONS = frozenset({RESOLVE, SIGNAL, TIMEOUT, FIRED})
+KINDS = frozenset({START, ATTEMPT}) | COMMANDS | RESOLUTIONS
 # The account id of a step re-run in a later interval than the one that dispatched it.
 RETRY = "/retry"
+# Effect classes a step declares (seed 004 §8), and the marks its account ids carry on the
+# record: an effectful step without an idempotency key, and one of those run again after
+# an attempt whose outcome is unknown (the process died in it, or it timed out).
+EFFECTS = ("pure", "idempotent", "effectful")
+UNKEYED = "!unkeyed"
+DUPLICATE = "!dup"
 
 
 def text(value: str) -> bytes:
@@ -149,6 +180,14 @@ def handed_off(body: str) -> bool:
     return isinstance(ask, dict) and ask.get("handoff") is True
 
 
+def _unkeyed(body: str) -> bool:
+    """Whether a ``dispatch`` body is of an effectful step without an idempotency key."""
+    if '"effectful"' not in body:  # most dispatches: no JSON to read
+        return False
+    ask = json.loads(body).get("ask") or {}
+    return ask.get("effect") == "effectful" and ask.get("keyed") is False
+
+
 def interval_account(entries: Sequence[tuple[str, str, str]], first: int, end: int
                      ) -> tuple[tuple[str, ...], tuple[str, ...]]:
     """``(dispatched, resolved)`` of the interval holding entries ``first .. end - 1`` of
@@ -162,25 +201,54 @@ def interval_account(entries: Sequence[tuple[str, str, str]], first: int, end: i
     both dispatched and resolved (the earlier dispatch stays outstanding: that attempt's
     result was never seen). The wait proof then says ``Blocked`` exactly where an interval
     waited for its own work.
+
+    Effect marks: the id of a call whose dispatch declares an effectful step without an
+    idempotency key carries ``!unkeyed`` (``CALL!unkeyed``); where this interval's
+    ``resolve`` of such a call says ``"duplicate": true`` (it ran again after an unknown
+    outcome), the interval's ids of it carry ``!dup`` too (``CALL!unkeyed!dup``, before
+    any ``/retry``). Journals without effect classes have no marks.
     """
     earlier: dict[str, bool] = {}
+    unkeyed: set[str] = set()
     for kind, call, body in entries[:first]:
-        if kind == "dispatch":
+        if kind == DISPATCH:
             earlier[call] = handed_off(body)
+            if _unkeyed(body):
+                unkeyed.add(call)
+    dup: set[str] = set()
+    for kind, call, body in entries[first:end]:
+        if kind == DISPATCH and _unkeyed(body):
+            unkeyed.add(call)
+        elif (kind == RESOLVE and '"duplicate"' in body
+              and json.loads(body).get("duplicate") is True):
+            dup.add(call)
+
+    def mark(call: str) -> str:
+        if call not in unkeyed:  # a "duplicate" flag counts only on such a step
+            return call
+        return call + UNKEYED + (DUPLICATE if call in dup else "")
+
     dispatched: list[str] = []
     resolved: list[str] = []
     own: set[str] = set()
     for kind, call, _body in entries[first:end]:
-        if kind == "dispatch":
-            dispatched.append(call)
+        if kind == DISPATCH:
+            dispatched.append(mark(call))
             own.add(call)
-        elif kind == "resolve":
+        elif kind == RESOLVE:
             if call in own or earlier.get(call, True):
-                resolved.append(call)
+                resolved.append(mark(call))
             else:
-                dispatched.append(call + RETRY)
-                resolved.append(call + RETRY)
+                dispatched.append(mark(call) + RETRY)
+                resolved.append(mark(call) + RETRY)
     return tuple(dispatched), tuple(resolved)
+
+
+def account_marks(call_id: str) -> tuple[bool, bool]:
+    """``(unkeyed, duplicate)`` of an account id: an effectful step without an idempotency
+    key, and one run again after an unknown outcome (a possible duplicate effect)."""
+    base = call_id.split("/", 1)[0]
+    return UNKEYED in base, DUPLICATE in base
 
 
 def value_addresses(body: str) -> list[str]:

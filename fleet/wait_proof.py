@@ -21,6 +21,7 @@ The tracker is incremental, so the ledger keeps one per run instead of re-walkin
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import msgspec
@@ -28,7 +29,7 @@ import msgspec
 from fleet.kernel import Calls
 
 __all__ = ["Blocked", "Malformed", "NonBlocking", "Unproved", "Verdict", "WaitTracker",
-           "verdict_json"]
+           "verdict_json", "waited_inside", "why"]
 
 
 class NonBlocking(msgspec.Struct, frozen=True):
@@ -50,6 +51,13 @@ class Unproved(msgspec.Struct, frozen=True):
 
 
 Verdict = NonBlocking | Blocked | Malformed | Unproved
+
+
+def waited_inside(calls: Calls) -> list[str]:
+    """The Blocked rule: the calls a segment resolved that it dispatched itself (it waited
+    for them inside its own receipt), in the order it resolved them."""
+    own = set(calls.dispatched)
+    return [call_id for call_id in calls.resolved if call_id in own]
 
 
 @dataclass(slots=True)
@@ -75,15 +83,14 @@ class WaitTracker:
                 malformed = True
             own.add(call_id)
         seen: set[str] = set()
-        blocked = False
         for call_id in calls.resolved:
             if call_id in self.resolved or call_id in seen:
                 malformed = True
             seen.add(call_id)
-            if call_id in own:
-                blocked = True
-            elif call_id not in self.dispatched and self.unaccounted == 0:
+            if (call_id not in own and call_id not in self.dispatched
+                    and self.unaccounted == 0):
                 malformed = True
+        blocked = bool(waited_inside(calls))
         if malformed and self.first_malformed is None:
             self.first_malformed = segment
         if blocked and self.first_blocked is None:
@@ -103,6 +110,28 @@ class WaitTracker:
         if self.unaccounted or not self.accounted:
             return Unproved()
         return NonBlocking()
+
+
+def why(verdict: Verdict, accounts: Sequence[tuple[int, Calls | None]]) -> str:
+    """One sentence saying why ``verdict`` holds over the executed segments ``accounts``
+    (``(segment, calls or None)`` in order), naming the deciding segment and calls."""
+    by_segment = dict(accounts)
+    if isinstance(verdict, Malformed):
+        return (f"segment {verdict.segment}'s call account does not add up (an id dispatched"
+                " or resolved twice, or a result for a call never dispatched)")
+    if isinstance(verdict, Blocked):
+        calls = by_segment.get(verdict.segment)
+        waited = ", ".join(waited_inside(calls)) if calls is not None else "?"
+        return (f"segment {verdict.segment} resolved calls it dispatched itself ({waited}):"
+                " it waited for its own work inside its receipt")
+    if isinstance(verdict, Unproved):
+        if not accounts:
+            return "no executed interval yet: a property of no intervals is not a property"
+        missing = [str(seg) for seg, calls in accounts if calls is None]
+        return ("executed segments without a call account: " + ", ".join(missing)
+                if missing else "no executed interval carries a call account")
+    return ("every executed interval carries a call account and resolved only calls"
+            " outstanding at its start")
 
 
 def verdict_json(verdict: Verdict) -> dict[str, object]:

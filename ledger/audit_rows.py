@@ -10,9 +10,20 @@ from collections import defaultdict
 from typing import Any
 
 from fleet.audit import GRANT_RULES, SEGMENT_KINDS, AuditRun, audit, audit_run
+from fleet.audit import effect_calls as marked_calls
+from fleet.runtime_journal import UNKEYED
 from fleet.subjects import is_grant_subject
 from ledger.store import LedgerStore
 from ledger.store_reads import SegmentRow
+
+
+def effect_calls(store: LedgerStore, run: str | None = None
+                 ) -> dict[str, list[tuple[int, str]]]:
+    """Per run (or of ``run``), ``(segment, call id)`` of every executed segment's account id
+    that carries an effect mark (:func:`fleet.audit.effect_calls`); only segments whose
+    bytes hold the mark are read."""
+    return marked_calls((s.run, s.idx, s.payload)
+                        for s in store.executed_with_mark(UNKEYED, run))
 
 
 def audit_runs(store: LedgerStore) -> list[AuditRun]:
@@ -21,9 +32,10 @@ def audit_runs(store: LedgerStore) -> list[AuditRun]:
     segments: dict[str, list[SegmentRow]] = defaultdict(list)
     for seg in store.segments_of_kinds(SEGMENT_KINDS):
         segments[seg.run].append(seg)
+    effects = effect_calls(store)
     return [audit_run(r.run, r.host, r.phase, r.state,
                       ((s.idx, s.kind, s.at, s.payload) for s in segments.get(r.run, ())),
-                      *times.get(r.run, (None, None)))
+                      *times.get(r.run, (None, None)), effects=effects.get(r.run, ()))
             for r in store.run_rows()]
 
 

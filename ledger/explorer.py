@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import base64
 import html
-from collections.abc import Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 from urllib.parse import quote, urlencode
 
@@ -28,7 +28,9 @@ from fleet.checkpoint import parse_checkpoint
 from fleet.merkle import leaf_hash
 from fleet.note import parse_note
 from fleet.run_codec import state_from_json
-from fleet.wait_proof import verdict_json
+from fleet.runtime_journal import account_marks
+from fleet.segment import CallAccount
+from fleet.wait_proof import verdict_json, waited_inside, why
 from fleet.wire import (
     ClaimedWire,
     ClosedWire,
@@ -113,11 +115,17 @@ def _table(headers: Iterable[str], rows: Iterable[Iterable[str]], ident: str) ->
     return f"<table id={ident}><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
 
-class Explorer:
-    """The explorer's handlers over a :class:`LogReader`."""
+# A runtime run's journal as JetStream holds it (ledger.runtime_journals), if wired.
+JournalSource = Callable[[str], Awaitable[dict[str, Any] | None]]
 
-    def __init__(self, reader: LogReader) -> None:
+
+class Explorer:
+    """The explorer's handlers over a :class:`LogReader` (and, for runtime runs, where
+    their journals are published)."""
+
+    def __init__(self, reader: LogReader, journals: JournalSource | None = None) -> None:
         self.reader = reader
+        self.journals = journals
 
     def _runs(self) -> list[dict[str, Any]]:
         out = []
@@ -164,6 +172,8 @@ class Explorer:
         verdict = verdict_json(state.wait_proof())
         energy = state.energy.as_json()
         items, host = [], None
+        intervals: list[tuple[str, ...]] = []
+        accounts: list[tuple[int, CallAccount | None]] = []
         for _run, idx, kind, at, payload, leaf_index in store.run_segments(run):
             wire = envelope_wire(payload)
             seg_host = None if wire is None else wire.host
@@ -172,6 +182,10 @@ class Explorer:
             if isinstance(seg, ExecutedWire):
                 rec = seg.attestation_object.receipt
                 detail = f"{_uj(rec.uj)} {rec.provenance}"
+                calls = None if seg.calls is None else CallAccount(
+                    tuple(seg.calls.dispatched), tuple(seg.calls.resolved))
+                accounts.append((idx, calls))
+                intervals.append(_interval_row(idx, seg_host, seg, calls))
             elif isinstance(seg, SuspendedWire):
                 detail = park_form(seg.snapshot)
             elif isinstance(seg, ResumedWire):
@@ -194,9 +208,36 @@ class Explorer:
             + (f" (segment {verdict['segment']})" if "segment" in verdict else ""),
             f"{_uj(energy['total_uj'])} (measured {_uj(energy['by_provenance_uj']['measured'])})",
             _uj(sum(energy["idle_uj"].values())))], "summary")
-        body = (f"<h1>Run <code>{_e(run)}</code></h1>{summary}<h2>Timeline</h2>"
-                f"<ol class=timeline id=timeline>{''.join(items)}</ol>")
+        reason = why(state.wait_proof(), accounts)
+        body = (f"<h1>Run <code>{_e(run)}</code></h1>{summary}"
+                f"<p id=why>{_e(verdict['verdict'])}: {_e(reason)}</p><h2>Timeline</h2>"
+                f"<ol class=timeline id=timeline>{''.join(items)}</ol>"
+                "<h2>Executed intervals</h2>"
+                + _table(("segment", "host", "outcome", "journal root", "dispatched",
+                          "resolved", "waited inside", "effects"), intervals, "intervals")
+                + await self._journal(run))
         return _page(f"run {run}", body)
+
+    async def _journal(self, run: str) -> str:
+        """The runtime journal section of a run's page: its entries with their values
+        (``shredded`` where the key is gone), or why there is none."""
+        if self.journals is None:
+            return ""
+        try:
+            doc = await self.journals(run)
+        except Exception as exc:  # JetStream unreachable: the page still shows the record
+            return f"<h2>Runtime journal</h2><p id=journal-note>not read: {_e(exc)}</p>"
+        if doc is None:
+            return ""
+        head = f"<h2>Runtime journal</h2><p>status {_e(doc['status'])}, head <code>" \
+               f"{_e(doc['head'])}</code></p>"
+        if doc["entries"] is None:
+            return head + f"<p id=journal-note>{_e(doc['note'])}</p>"
+        rows = [(str(e["seq"]), _e(e["kind"]), _e(e["call"]), f"<code>{_e(e['body'])}</code>",
+                 "<br>".join(f"<code>{_e(a)}</code> = <span class=value>{_e(v)}</span>"
+                             for a, v in e["values"].items()))
+                for e in doc["entries"]]
+        return head + _table(("seq", "kind", "call", "body", "values"), rows, "journal")
 
     async def proof(self, request: web.Request) -> web.Response:
         run, index_text = request.match_info["run"], request.match_info["index"]
@@ -238,9 +279,29 @@ class Explorer:
         raise web.HTTPFound("/ui/?" + urlencode(request.query) if request.query else "/ui/")
 
 
-def add_explorer(app: web.Application, reader: LogReader) -> None:
-    """Mount the explorer at ``/ui/`` on ``app``."""
-    explorer = Explorer(reader)
+def _interval_row(idx: int, host: str | None, seg: ExecutedWire,
+                  calls: CallAccount | None) -> tuple[str, ...]:
+    """One executed segment as the run page's intervals table shows it: its attestation's
+    outcome and journal root, its call account, the calls it waited inside (the wait
+    proof's Blocked rule) and its effect marks (a runtime step without a key, a possible
+    duplicate effect)."""
+    att = seg.attestation_object
+    if calls is None:
+        return (str(idx), _e(host), _e(att.outcome), f"<code>{_e(att.journal_root)}</code>",
+                "no account", "", "", "")
+    ids = dict.fromkeys([*calls.dispatched, *calls.resolved])
+    flags = [("possible duplicate effect " if account_marks(c)[1] else "no idempotency key ")
+             + c for c in ids if any(account_marks(c))]
+    return (str(idx), _e(host), _e(att.outcome), f"<code>{_e(att.journal_root)}</code>",
+            _e(" ".join(calls.dispatched)), _e(" ".join(calls.resolved)),
+            _e(" ".join(waited_inside(calls))), _e("; ".join(flags)))
+
+
+def add_explorer(app: web.Application, reader: LogReader,
+                 journals: JournalSource | None = None) -> None:
+    """Mount the explorer at ``/ui/`` on ``app`` (``journals``: where a runtime run's
+    journal is read from, for its page)."""
+    explorer = Explorer(reader, journals)
     app.router.add_get("/ui", explorer.redirect)
     app.router.add_get("/ui/", explorer.index)
     app.router.add_get("/ui/run/{run}", explorer.run)

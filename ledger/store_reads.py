@@ -142,6 +142,14 @@ class StoreReads:
         kinds = sorted(kinds)
         return self._segment_rows(f"kind IN ({','.join('?' * len(kinds))})", tuple(kinds))
 
+    def executed_with_mark(self, mark: str, run: str | None = None) -> list[SegmentRow]:
+        """The executed segments (of ``run``, or all) whose message bytes contain ``mark``
+        (a call-account id mark, fleet.runtime_journal): only those need decoding."""
+        where = "kind = 'executed' AND instr(payload, CAST(? AS BLOB)) > 0"
+        if run is None:
+            return self._segment_rows(where, (mark,))
+        return self._segment_rows(where + " AND run = ?", (mark, run))
+
     def fold_times(self) -> dict[str, tuple[float | None, float | None]]:
         """Each run's first and last fold time (None: unknown)."""
         at = self._at_column()

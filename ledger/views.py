@@ -25,8 +25,10 @@ from fleet.note import parse_note
 from fleet.proof_bundle import build_bundle
 from fleet.record_file import join_pages
 from fleet.run_codec import state_from_json
+from fleet.runtime_journal import account_marks
 from fleet.wait_proof import verdict_json
 from fleet.wire import EnvelopeWire, RecordWire, encode_record, envelope_wire
+from ledger.audit_rows import effect_calls
 from ledger.grant_views import run_grant
 from ledger.store import LedgerStore
 from plumbing.anchoring import ReceiptStore
@@ -102,6 +104,9 @@ def run_status(store: LedgerStore, run: str, grants: GrantBook | None = None
         "holders": holders(store, run),
         "grant": run_grant(store, book, row["state"]["grants_id"], row["run"],
                            state.energy.total_uj),
+        "effects": [{"segment": idx, "call": call, "unkeyed": True,
+                     "possible_duplicate": account_marks(call)[1]}
+                    for idx, call in dict.fromkeys(effect_calls(store, run).get(run, []))],
     }
 
 

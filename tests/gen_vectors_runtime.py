@@ -50,6 +50,27 @@ RETRIED: list[tuple[str, str, dict[str, Any]]] = [
 ]
 RETRIED_INTERVALS = [(0, 2, 1, "lost"), (2, 4, 2, "ok"), (4, 6, 5, "ok")]
 
+# Effect classes: an effectful step without a key (c0) dispatched by a lost interval, run
+# again by the next after journaling the lost attempt, its resolve flagged "duplicate";
+# then a keyed effectful step (c1) whose first attempt timed out and whose retry answered.
+EFFECTS: list[tuple[str, str, dict[str, Any]]] = [
+    ("start", "", {"input": "VALUE0", "workflow": WORKFLOW}),
+    ("dispatch", "c0", {"ask": {"args": "ARGS", "effect": "effectful", "keyed": False,
+                                "name": "pay"}, "site": "triage.py:40"}),
+    ("attempt", "c0", {"attempt": 1, "outcome": "lost"}),
+    ("resolve", "c0", {"duplicate": True, "unknown": 1, "value": "VALUE1"}),
+    ("dispatch", "c1", {"ask": {"args": "ARGS", "effect": "effectful", "keyed": True,
+                                "name": "refund"},
+                        "retry": {"backoff_s": 0.1, "factor": 2.0, "max_attempts": 3,
+                                  "max_backoff_s": 10.0, "on_unknown": "retry"},
+                        "site": "triage.py:41", "timeout": 5}),
+    ("attempt", "c1", {"attempt": 1, "error": "StepTimeout: step refund ran past its"
+                       " timeout of 5s (attempt 1)", "outcome": "timeout", "retry_in": 0.1}),
+    ("resolve", "c1", {"attempts": 2, "unknown": 1, "value": "VALUE1"}),
+    ("end", "c2", {"ask": {}, "site": "end", "value": "VALUE1"}),
+]
+EFFECTS_INTERVALS = [(0, 2, 1, "lost"), (2, 8, 2, "ok")]
+
 
 def _chain(entries: list[tuple[str, str, dict[str, Any]]], subst: dict[str, str]
            ) -> list[dict[str, Any]]:
@@ -65,13 +86,15 @@ def _chain(entries: list[tuple[str, str, dict[str, Any]]], subst: dict[str, str]
     return out
 
 
-def retried(subst: dict[str, str]) -> dict[str, Any]:
-    """The retried-step case: each interval's root and account, and the run's verdict."""
-    out = _chain(RETRIED, subst)
+def retried(subst: dict[str, str], entries: list[tuple[str, str, dict[str, Any]]] = RETRIED,
+            spans: list[tuple[int, int, int, str]] = RETRIED_INTERVALS) -> dict[str, Any]:
+    """The retried-step case (or ``entries`` cut at ``spans``): each interval's root and
+    account, and the run's verdict."""
+    out = _chain(entries, subst)
     rows = [(e["kind"], e["call"], e["body"]) for e in out]
     tracker = WaitTracker()
     intervals = []
-    for first, end, segment, outcome in RETRIED_INTERVALS:
+    for first, end, segment, outcome in spans:
         dispatched, resolved = interval_account(rows, first, end)
         tracker.add(segment, CallAccount(dispatched, resolved))
         head = bytes(parse_address(out[end - 1]["hash"]))
@@ -98,6 +121,7 @@ def build() -> dict[str, Any]:
         "interval": {"first": 0, "end": 4, "head": out[-1]["hash"],
                      "root": format_address(interval_root(0, 4, prev))},
         "retried": retried(subst),
+        "effects": retried(subst, EFFECTS, EFFECTS_INTERVALS),
     }
 
 

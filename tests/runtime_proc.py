@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib
 import json
 import os
 import signal
@@ -49,12 +50,14 @@ async def main() -> int:
     p.add_argument("--kill", nargs=2)
     p.add_argument("--host")
     p.add_argument("--workflow", default="chain")
+    p.add_argument("--module", default="runtime_flows", help="the workflows' module")
     a = p.parse_args()
     if a.kill:
         kill_at(a.kill[0], int(a.kill[1]))
     host = Host(a.host, Path(a.dir)) if a.host else None
     rt = Runtime(Path(a.dir), host=host)
-    run = rt.start(getattr(runtime_flows, a.workflow), a.name, json.loads(a.input))
+    flows = runtime_flows if a.module == "runtime_flows" else importlib.import_module(a.module)
+    run = rt.start(getattr(flows, a.workflow), a.name, json.loads(a.input))
     out = await rt.advance(run)
     print(json.dumps(out.json()), flush=True)
     return 0

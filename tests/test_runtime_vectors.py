@@ -9,6 +9,7 @@ from gen_vectors_runtime import PATH, build
 
 from fleet.address import format_address, parse_address
 from fleet.runtime_journal import (
+    account_marks,
     blob_address,
     entry_hash,
     genesis,
@@ -60,17 +61,23 @@ def _resolved_only(rows: list[tuple[str, str, str]], first: int, end: int
             tuple(c for k, c, _b in part if k == "resolve"))
 
 
-def test_the_retried_step_vector_is_blocked_at_the_retrying_interval():
-    """From the file's entries alone, each interval's account and root and the run's verdict
-    (Blocked at the retrying segment) come out as written; the handed-off call resolved
-    after the park stays outside the blocked set."""
-    case = json.loads(PATH.read_text())["retried"]
+def _intervals_as_written(case: dict) -> list[tuple[str, str, str]]:  # type: ignore[type-arg]
+    """The case's entry rows, after checking each interval's account and root from them."""
     rows = [(e["kind"], e["call"], e["body"]) for e in case["entries"]]
     for i in case["intervals"]:
         dispatched, resolved = interval_account(rows, i["first"], i["end"])
         assert (list(dispatched), list(resolved)) == (i["dispatched"], i["resolved"])
         head = parse_address(case["entries"][i["end"] - 1]["hash"])
         assert format_address(interval_root(i["first"], i["end"], head)) == i["root"]
+    return rows
+
+
+def test_the_retried_step_vector_is_blocked_at_the_retrying_interval():
+    """From the file's entries alone, each interval's account and root and the run's verdict
+    (Blocked at the retrying segment) come out as written; the handed-off call resolved
+    after the park stays outside the blocked set."""
+    case = json.loads(PATH.read_text())["retried"]
+    rows = _intervals_as_written(case)
     assert _verdict(case["intervals"], rows, interval_account) == case["verdict"] == {
         "verdict": "Blocked", "segment": 2}
     blocked = set(case["intervals"][1]["dispatched"]) & set(case["intervals"][1]["resolved"])
@@ -103,3 +110,18 @@ def test_a_handoff_dispatched_in_a_lost_interval_resolves_as_itself():
     tracker.add(1, CallAccount(*lost))
     tracker.add(4, CallAccount(*later))
     assert verdict_json(tracker.verdict()) == {"verdict": "NonBlocking"}
+
+
+def test_the_effects_vector_marks_the_unkeyed_step_and_its_possible_duplicate():
+    """From the file's entries alone: the lost interval shows ``c0!unkeyed`` outstanding,
+    the next ``c0!unkeyed!dup/retry`` (and the keyed, timed-out-then-answered c1 unmarked);
+    the marks read back as (no key, duplicate); without the dispatch's effect class the
+    same journal carries no marks (a journal from before effect classes is unchanged)."""
+    case = json.loads(PATH.read_text())["effects"]
+    rows = _intervals_as_written(case)
+    assert case["intervals"][1]["resolved"] == ["c0!unkeyed!dup/retry", "c1"]
+    assert _verdict(case["intervals"], rows, interval_account) == case["verdict"]
+    assert [account_marks(c) for c in case["intervals"][1]["resolved"]] == [
+        (True, True), (False, False)]
+    plain = [(k, c, b.replace('"effect":"effectful",', "")) for k, c, b in rows]
+    assert interval_account(plain, 2, 8) == (("c0/retry", "c1"), ("c0/retry", "c1"))

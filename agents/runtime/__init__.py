@@ -9,9 +9,10 @@
         return {"label": label, "approved": approved}
 """
 
-from agents.runtime.context import Context, StepFailed
+from agents.runtime.context import Context
+from agents.runtime.effects import Invalid, OutcomeUnknown, Policy, StepFailed, StepTimeout
 from agents.runtime.journal import Journal
-from agents.runtime.projection import Projection, head_tail, tail
+from agents.runtime.projection import Projected, Projection, head_tail, tail
 from agents.runtime.runtime import Outcome, Runtime, run_address, workflow_name
 from fleet.runtime_errors import (
     CodeChanged,
@@ -25,7 +26,8 @@ from fleet.runtime_errors import (
     WorkflowUnknown,
 )
 
-__all__ = ["CodeChanged", "Context", "EnvironmentChanged", "Journal", "JournalTampered",
-           "Outcome", "Projection", "ReplayDiverged", "RunBusy", "Runtime", "SignalConflict",
-           "SignalTimeout", "StepFailed", "ValueShredded", "WorkflowUnknown", "head_tail",
+__all__ = ["CodeChanged", "Context", "EnvironmentChanged", "Invalid", "Journal",
+           "JournalTampered", "Outcome", "OutcomeUnknown", "Policy", "Projected", "Projection",
+           "ReplayDiverged", "RunBusy", "Runtime", "SignalConflict", "SignalTimeout",
+           "StepFailed", "StepTimeout", "ValueShredded", "WorkflowUnknown", "head_tail",
            "run_address", "tail", "workflow_name"]

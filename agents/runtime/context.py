@@ -11,26 +11,50 @@ by call id, so concurrent steps (``ctx.gather``) may finish in any order.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
 import os
 import struct
 import sys
+import threading
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from agents.runtime.effects import (
+    NO_RETRY,
+    UNKNOWN,
+    Invalid,
+    Policy,
+    StepFailed,
+    check_effect,
+    failure,
+)
 from agents.runtime.journal import Entry, Journal
-from agents.runtime.projection import Projection
+from agents.runtime.projection import History, Projected, Projection, summarized_view
 from fleet.address import format_address
 from fleet.runtime_errors import ReplayDiverged, SignalTimeout
-from fleet.runtime_journal import COMMANDS, RESOLUTIONS, args_hash, projection_hash
+from fleet.runtime_journal import (
+    ATTEMPT,
+    COMMANDS,
+    DISPATCH,
+    END,
+    FIRED,
+    NOW,
+    PATCH,
+    RANDOM,
+    RESOLUTIONS,
+    RESOLVE,
+    SIGNAL,
+    TIMEOUT,
+    TIMER,
+    WAIT,
+    args_hash,
+    projection_hash,
+)
 
 _HERE = os.path.dirname(__file__)
-
-
-class StepFailed(Exception):
-    """A step's function raised; the error is journaled, so replay raises it again."""
 
 
 class Park(BaseException):
@@ -77,14 +101,18 @@ class Context:
         # The run's journal as this interval knows it: what it started from and each entry
         # it appends (only the interval's context appends while it runs).
         self._entries = list(entries)
+        self._start = len(entries)  # entries before this one are from earlier intervals
         self._commands = [e for e in entries if e.kind in COMMANDS]
         self._resolved = {e.call: e for e in entries if e.kind in RESOLUTIONS}
-        self._delivered = {e.data().get("id") for e in entries if e.kind == "signal"}
+        self._delivered = {e.data().get("id") for e in entries if e.kind == SIGNAL}
         self._inbox = inbox
         self._cursor = 0
         self._inline = inline_wait_s
         self._clock = clock
         self._tasks: list[asyncio.Future[Any]] = []
+        # ctx.projection's summaries so far, per (name, head, tail): how many middle items
+        # the last summary covers and its value (rebuilt by replay like any step result).
+        self._summaries: dict[tuple[str, int, int], tuple[int, Any]] = {}
         # Called once, before the first entry this interval appends: the runtime seals the
         # resume there, so a replay that diverges before going live seals nothing either.
         self._before = before_append
@@ -146,66 +174,175 @@ class Context:
 
     # -- the public API -----------------------------------------------------------------------
 
-    def step(self, name: str, fn: Callable[..., Any], *args: Any, **kwargs: Any
+    def step(self, name: str, fn: Callable[..., Any], *args: Any, effect: str | None = None,
+             retry: Policy | None = None, timeout: float | None = None, **kwargs: Any
              ) -> asyncio.Future[Any]:
         """Run ``fn(*args, **kwargs)`` once, durably: its result is journaled, and a replay
         returns the journaled result instead of calling ``fn`` again. The call id is
         assigned now (at dispatch), so ``gather`` order never depends on completion order.
         A ``fn`` with an ``idempotency_key`` parameter receives a key that is the same on
         every retry of this step (a retry happens when a process died after dispatching the
-        step and before its result was journaled). Arguments and results are JSON."""
+        step and before its result was journaled). Arguments and results are JSON.
+
+        ``effect`` (``"pure"``, ``"idempotent"``, ``"effectful"``) is journaled in the
+        dispatch's ask with whether ``fn`` takes a key; ``retry`` retries failed attempts
+        with backoff, each failure journaled; past ``timeout`` seconds an attempt ends as
+        :class:`StepTimeout` (agents.runtime.effects says what each outcome does)."""
         site = _site()
-        ask = {"name": name, "args": format_address(args_hash(list(args), kwargs))}
-        entry = self._command("dispatch", ask, dict, site)
-        task = asyncio.ensure_future(self._run_step(entry.call, fn, args, kwargs))
+        ask: dict[str, Any] = {"name": name,
+                               "args": format_address(args_hash(list(args), kwargs))}
+        keyed = _takes_key(fn)
+        if effect is not None:
+            ask.update(effect=effect, keyed=keyed)
+        if not self.replaying:
+            check_effect(effect, name, keyed)
+        extra: dict[str, Any] = {}
+        if retry is not None:
+            extra["retry"] = retry.json()
+        if timeout is not None:
+            extra["timeout"] = timeout
+        entry = self._command(DISPATCH, ask, lambda: dict(extra), site)
+        task = asyncio.ensure_future(self._run_step(entry, fn, args, kwargs, effect, retry,
+                                                    timeout))
         self._tasks.append(task)
         return task
 
-    async def _run_step(self, call: str, fn: Callable[..., Any], args: tuple[Any, ...],
-                        kwargs: dict[str, Any]) -> Any:
-        done = self._resolved.get(call)
+    async def _run_step(self, entry: Entry, fn: Callable[..., Any], args: tuple[Any, ...],
+                        kwargs: dict[str, Any], effect: str | None = None,
+                        retry: Policy | None = None, timeout: float | None = None) -> Any:
+        done = self._resolved.get(entry.call)
         if done is None:
-            if _takes_key(fn):
-                kwargs = {**kwargs, "idempotency_key": f"{self.run}/{call}"}
-            try:
-                result = fn(*args, **kwargs)
-                if inspect.isawaitable(result):
-                    result = await result
-            except Exception as exc:
-                done = self._resolve("resolve", call, {"error": f"{type(exc).__name__}: {exc}"})
-            else:
-                done = self._resolve("resolve", call, {}, result, with_value=True)
-        error = done.data().get("error")
-        if error is not None:
-            raise StepFailed(error)
+            done = await self._attempts(entry, fn, args, kwargs, effect, retry, timeout)
+        data = done.data()
+        if data.get("error") is not None:
+            raise failure(data["error"], data.get("outcome"))
         return self._value(done)
 
-    def model(self, name: str, fn: Callable[[Any], Any], projection: Projection
+    async def _attempts(self, entry: Entry, fn: Callable[..., Any], args: tuple[Any, ...],
+                        kwargs: dict[str, Any], effect: str | None, retry: Policy | None,
+                        timeout: float | None) -> Entry:
+        """Run the step's attempts until one answers or the policy gives up; each failed
+        attempt journaled (``attempt``), the last one's outcome in the resolve."""
+        call, name = entry.call, entry.data()["ask"].get("name")
+        keyed = _takes_key(fn)
+        if keyed:
+            kwargs = {**kwargs, "idempotency_key": f"{self.run}/{call}"}
+        policy = retry or NO_RETRY
+        past = [e.data() for e in self._entries if e.kind == ATTEMPT and e.call == call]
+        n = len(past)
+        unknown = sum(1 for a in past if a.get("outcome") in UNKNOWN)
+        if entry.seq < self._start:
+            # Dispatched by an earlier interval that ended before its result was journaled:
+            # that attempt's outcome is unknown (a death during a backoff counts too).
+            n, unknown = n + 1, unknown + 1
+            self._note(call, {"attempt": n, "outcome": "lost"})
+            if policy.on_unknown == "raise" or (retry is not None and n >= policy.max_attempts):
+                return self._resolve(RESOLVE, call, {
+                    "error": f"OutcomeUnknown: step {name} attempt {n} ended with an unknown"
+                             " outcome (its process died in it)", "outcome": "lost",
+                    "attempts": n})
+        body: dict[str, Any] = {}
+        while True:
+            n += 1
+            if unknown and effect == "effectful" and not keyed:
+                body["duplicate"] = True  # run again after an unknown outcome, no key
+            try:
+                result = await _call(fn, args, kwargs, timeout)
+            except TimeoutError:
+                outcome, error = "timeout", (f"StepTimeout: step {name} ran past its timeout"
+                                             f" of {timeout}s (attempt {n})")
+            except Invalid as exc:
+                outcome, error = "invalid", f"Invalid: {exc}"
+            except Exception as exc:
+                outcome, error = "error", f"{type(exc).__name__}: {exc}"
+            else:
+                if n > 1:
+                    body["attempts"] = n
+                if unknown:
+                    body["unknown"] = unknown
+                return self._resolve(RESOLVE, call, body, result, with_value=True)
+            unknown += outcome in UNKNOWN
+            if (outcome == "invalid" or n >= policy.max_attempts
+                    or (outcome in UNKNOWN and policy.on_unknown == "raise")):
+                body["error"] = error
+                if outcome != "error":  # a plain error's body is as it always was
+                    body["outcome"] = outcome
+                if n > 1:
+                    body["attempts"] = n
+                return self._resolve(RESOLVE, call, body)
+            delay = policy.delay(n)
+            self._note(call, {"attempt": n, "outcome": outcome, "error": error,
+                              "retry_in": delay})
+            await asyncio.sleep(delay)
+
+    def _note(self, call: str, body: dict[str, Any]) -> None:
+        """Journal a failed attempt of step ``call`` (not a resolution: replay skips it)."""
+        self._going_live()
+        self._entries.append(self._journal.append(self.run, self._workflow, ATTEMPT, call,
+                                                  body))
+
+    def model(self, name: str, fn: Callable[[Any], Any], projection: Projection | Projected
               ) -> asyncio.Future[Any]:
         """A model call whose input is ``projection`` of the run's history so far (step
-        results and delivered signals before this call, in journal order): ``fn`` gets the
-        projected value, and the journal records the projection's hash as the argument
-        hash. Otherwise a step (journaled, run once, retried with its key)."""
+        results and delivered signals before this call, in journal order), or a view
+        ``ctx.projection`` computed: ``fn`` gets the projected value, and the journal
+        records the projection's hash as the argument hash. Otherwise a step (journaled,
+        run once, retried with its key)."""
         site = _site()
-        seq = (self._commands[self._cursor].seq if self.replaying
-               else self._journal.head(self.run, self._workflow)[0])
-        view = projection(self.history(seq))
+        if isinstance(projection, Projected):
+            view = projection.view
+        else:
+            view = projection(self.history(self._next_seq()))
         ask = {"name": name, "projection": projection.name,
                "args": format_address(projection_hash(projection.name, view))}
-        entry = self._command("dispatch", ask, dict, site)
-        task = asyncio.ensure_future(self._run_step(entry.call, fn, (view,), {}))
+        entry = self._command(DISPATCH, ask, dict, site)
+        task = asyncio.ensure_future(self._run_step(entry, fn, (view,), {}))
         self._tasks.append(task)
         return task
+
+    def _next_seq(self) -> int:
+        """The journal position of the next command (its entry when replaying)."""
+        return (self._commands[self._cursor].seq if self.replaying
+                else self._journal.head(self.run, self._workflow)[0])
+
+    async def projection(self, head: int, tail: int,
+                         summarize: Callable[[Any, History], Any],
+                         name: str = "summarize") -> Projected:
+        """What a model sees of a long run: the first ``head`` history items (the task,
+        pinned state), the last ``tail`` verbatim, and the middle compacted by
+        ``summarize(previous_summary, new_items)``, a journaled step (its output replayed,
+        never re-run) that runs only when the middle has grown. Pass the result to
+        ``ctx.model``: the view's hash is the model call's argument hash. Summaries are not
+        history items themselves."""
+        if head < 0 or tail < 0:
+            raise ValueError("a projection's head and tail are counts of items, not negative")
+        site = _site()
+        history = self.history(self._next_seq())
+        cut = max(head, len(history) - tail)
+        key = (name, head, tail)
+        covered, summary = self._summaries.get(key, (0, None))
+        if cut - head > covered:
+            new = history[head + covered:cut]
+            ask = {"name": name, "args": format_address(args_hash([summary, new], {})),
+                   "summary": True}
+            entry = self._command(DISPATCH, ask, dict, site)
+            summary = await self._run_step(entry, summarize, (summary, new), {})
+            self._summaries[key] = (cut - head, summary)
+        return Projected(f"summary/{head}/{tail}/{name}",
+                         summarized_view(history, head, tail, summary))
 
     def history(self, before: int) -> list[dict[str, Any]]:
         """Every step result and delivered signal journaled before entry ``before``."""
         entries = self._entries[:before]
-        names = {e.call: e.data()["ask"].get("name") for e in entries if e.kind == "dispatch"}
+        asks = {e.call: e.data()["ask"] for e in entries if e.kind == DISPATCH}
+        names = {call: ask.get("name") for call, ask in asks.items()}
         out = []
         for e in entries:
-            if e.kind == "resolve" and "value" in e.data():
+            if e.kind == RESOLVE and asks.get(e.call, {}).get("summary") is True:
+                continue  # ctx.projection's own summaries are not history
+            if e.kind == RESOLVE and "value" in e.data():
                 out.append({"call": e.call, "step": names.get(e.call), "value": self._value(e)})
-            elif e.kind == "signal":
+            elif e.kind == SIGNAL:
                 out.append({"call": e.call, "signal": e.data()["name"],
                             "value": self._value(e)})
         return out
@@ -216,12 +353,12 @@ class Context:
 
     def now(self) -> float:
         """Wall-clock seconds, journaled: a replay sees the time the first run saw."""
-        entry = self._command("now", {}, lambda: {"now": self._clock()}, _site())
+        entry = self._command(NOW, {}, lambda: {"now": self._clock()}, _site())
         return float(entry.data()["now"])
 
     def random(self) -> float:
         """A float in [0, 1), journaled."""
-        entry = self._command("random", {}, lambda: {"random": _random()}, _site())
+        entry = self._command(RANDOM, {}, lambda: {"random": _random()}, _site())
         return float(entry.data()["random"])
 
     def patched(self, name: str) -> bool:
@@ -230,15 +367,15 @@ class Context:
         before the patch existed. Branch on it to change code under running workflows."""
         if self._cursor < len(self._commands):
             entry = self._commands[self._cursor]
-            if entry.kind != "patch" or entry.data().get("ask") != {"patch": name}:
+            if entry.kind != PATCH or entry.data().get("ask") != {"patch": name}:
                 return False
-        self._command("patch", {"patch": name}, dict, _site())
+        self._command(PATCH, {"patch": name}, dict, _site())
         return True
 
     async def sleep(self, seconds: float) -> None:
         """Sleep durably: short sleeps (up to ``inline_wait_s``) inside the interval, longer
         ones by parking the run until a worker sees the timer due."""
-        entry = self._command("timer", {"seconds": seconds},
+        entry = self._command(TIMER, {"seconds": seconds},
                               lambda: {"due": self._clock() + seconds}, _site())
         if entry.call in self._resolved:
             return
@@ -246,14 +383,14 @@ class Context:
         if remaining > self._inline:
             raise Park({"timer": entry.call, "due": float(entry.data()["due"])})
         await asyncio.sleep(max(0.0, remaining))
-        self._resolve("fired", entry.call, {})
+        self._resolve(FIRED, entry.call, {})
 
     async def signal(self, name: str, timeout: float | None = None) -> Any:
         """The data of the next signal ``name`` sent to this run (sent before or after this
         wait); parks the run until one arrives. With ``timeout`` (seconds), raises
         SignalTimeout once the deadline passes without one."""
         entry = self._command(
-            "wait", {"signal": name, "timeout": timeout},
+            WAIT, {"signal": name, "timeout": timeout},
             lambda: {"deadline": None if timeout is None else self._clock() + timeout},
             _site())
         return self._await_signal(entry, name)
@@ -265,10 +402,10 @@ class Context:
         if done is None:
             deadline = entry.data().get("deadline")
             if deadline is not None and self._clock() >= deadline:
-                done = self._resolve("timeout", entry.call, {})
+                done = self._resolve(TIMEOUT, entry.call, {})
             else:
                 raise Park({"signal": name, "wait": entry.call, "deadline": deadline})
-        if done.kind == "timeout":
+        if done.kind == TIMEOUT:
             raise SignalTimeout(f"no signal {name!r} before the deadline of {entry.call}")
         return self._value(done)
 
@@ -279,7 +416,7 @@ class Context:
             if signal_id in self._delivered:
                 continue  # one signal id is delivered once
             self._delivered.add(signal_id)
-            return self._resolve("signal", call, {"name": name, "id": signal_id}, data,
+            return self._resolve(SIGNAL, call, {"name": name, "id": signal_id}, data,
                                  with_value=True)
         return None
 
@@ -290,13 +427,13 @@ class Context:
         site = _site()
         ask = {"name": name, "args": format_address(args_hash(list(args), {})),
                "handoff": True}
-        entry = self._command("dispatch", ask, lambda: {"request": list(args)}, site)
+        entry = self._command(DISPATCH, ask, lambda: {"request": list(args)}, site)
         done = self._resolved.get(entry.call)
         if done is None:
             queue = self._inbox.pending.get(f"result:{entry.call}", [])
             if queue:
                 _id, data = queue.pop(0)
-                done = self._resolve("resolve", entry.call, {"id": _id}, data,
+                done = self._resolve(RESOLVE, entry.call, {"id": _id}, data,
                                      with_value=True)
             else:
                 raise Park({"result": entry.call, "name": name})
@@ -309,7 +446,7 @@ class Context:
 
     def finish(self, value: Any, failed: str | None) -> Entry:
         got = {"error": failed} if failed is not None else {"value": value}
-        return self._command("end", {}, lambda: got, "end")
+        return self._command(END, {}, lambda: got, "end")
 
 
 def _takes_key(fn: Callable[..., Any]) -> bool:
@@ -319,8 +456,44 @@ def _takes_key(fn: Callable[..., Any]) -> bool:
         return False
 
 
+async def _call(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any],
+                timeout: float | None) -> Any:
+    """One attempt of a step; TimeoutError past ``timeout``. A plain function with a
+    timeout runs in a daemon thread that is abandoned, not stopped, when the timeout
+    passes (Python cannot stop a thread): its effect may still happen (outcome unknown)."""
+    if timeout is None or inspect.iscoroutinefunction(fn):
+        result = fn(*args, **kwargs)
+    else:
+        loop = asyncio.get_running_loop()
+        done: asyncio.Future[Any] = loop.create_future()
+
+        def work() -> None:
+            out: Any = None
+            err: BaseException | None = None
+            try:
+                out = fn(*args, **kwargs)
+            except BaseException as exc:  # handed to the waiting step, whatever it is
+                err = exc
+            with contextlib.suppress(RuntimeError):  # the loop ended: nobody waits any more
+                loop.call_soon_threadsafe(_settle, done, out, err)
+        threading.Thread(target=work, daemon=True, name="fleet-step").start()
+        result = done
+    if inspect.isawaitable(result):
+        result = await (result if timeout is None else asyncio.wait_for(result, timeout))
+    return result
+
+
+def _settle(done: asyncio.Future[Any], value: Any, exc: BaseException | None) -> None:
+    if done.done():  # the step timed out: nobody waits for it any more
+        return
+    if exc is not None:
+        done.set_exception(exc)
+    else:
+        done.set_result(value)
+
+
 def _random() -> float:
     return (struct.unpack(">Q", os.urandom(8))[0] >> 11) / float(1 << 53)
 
 
-__all__ = ["Context", "Inbox", "Park", "StepFailed"]
+__all__ = ["Context", "Inbox", "Invalid", "Park", "Policy", "StepFailed"]

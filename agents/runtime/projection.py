@@ -44,4 +44,22 @@ def head_tail(head: int, tail_n: int) -> Projection:
     return Projection(f"head-tail/{head}/{tail_n}", project)
 
 
-__all__ = ["History", "Projection", "head_tail", "tail"]
+@dataclass(frozen=True)
+class Projected:
+    """A projection already computed (``ctx.projection``): its name and its view, whose
+    hash ``ctx.model`` journals as the call's argument hash."""
+
+    name: str
+    view: Any
+
+
+def summarized_view(history: History, head: int, tail_n: int, summary: Any) -> Any:
+    """``ctx.projection``'s view, a pure function of the history and the journaled summary
+    of its middle: the first ``head`` items verbatim, the summary of the items between and
+    how many it covers, the last ``tail_n`` items verbatim."""
+    cut = max(head, len(history) - tail_n)
+    return {"head": history[:head], "summary": summary, "summarized": cut - head,
+            "tail": history[cut:]}
+
+
+__all__ = ["History", "Projected", "Projection", "head_tail", "summarized_view", "tail"]

@@ -47,6 +47,9 @@ from fleet.runtime_errors import (
 )
 from fleet.runtime_identity import code_version, run_manifest
 from fleet.runtime_journal import (
+    RESOLVE,
+    SIGNAL,
+    START,
     canon,
     interval_account,
     interval_root,
@@ -56,7 +59,7 @@ from fleet.runtime_journal import (
 from fleet.runtime_journal import genesis as journal_genesis
 from fleet.segment import CallAccount, TranscriptSnapshot, make_snapshot
 from fleet.subjects import run_token
-from fleet.wait_proof import verdict_json
+from fleet.wait_proof import verdict_json, waited_inside
 
 Workflow = Callable[..., Coroutine[Any, Any, Any]]
 
@@ -218,7 +221,7 @@ class Runtime:
         # Two commits: a crash between them leaves a run with no start entry, written here.
         if self.journal.head(run, wf)[0] == 0:
             sealed = Journal.seal_value(input)
-            self.journal.append(run, wf, "start", "", {"workflow": wf,
+            self.journal.append(run, wf, START, "", {"workflow": wf,
                                                        "input": sealed[0].address}, (sealed,))
         return run
 
@@ -237,7 +240,7 @@ class Runtime:
                     return self._duplicate(run, signal_id, same == (queued, canon(queued_data)))
         for entry in self.journal.entries(run):
             body = entry.data()
-            if entry.kind in ("signal", "resolve") and body.get("id") == signal_id:
+            if entry.kind in (SIGNAL, RESOLVE) and body.get("id") == signal_id:
                 got = body.get("name", name)
                 try:
                     value = self.journal.value(body["value"]) if "value" in body else None
@@ -476,8 +479,8 @@ def account(entries: list[Entry], first: int, end: int) -> CallAccount:
 
 def blocked(calls: CallAccount) -> list[str]:
     """Calls the interval dispatched and resolved itself: it waited for them inside its
-    receipt, which the wait proof reports as Blocked."""
-    return [c for c in calls.resolved if c in set(calls.dispatched)]
+    receipt, which the wait proof reports as Blocked (the rule: wait_proof.waited_inside)."""
+    return waited_inside(calls)
 
 
 __all__ = ["Outcome", "Runtime", "Workflow", "account", "blocked", "load_workflow",

@@ -40,6 +40,7 @@ from fleet.runtime_errors import (
     ValueShredded,
     WorkflowUnknown,
 )
+from fleet.runtime_journal import RESOLVE, SIGNAL
 
 PERMANENT = (JournalTampered, ValueShredded, ReplayDiverged, WorkflowUnknown,
              NotTranscriptPark, CodeChanged, EnvironmentChanged)
@@ -86,7 +87,7 @@ class Worker:
                "parked_at": meta.get("parked_at"), "segments": outcome.segments,
                "verdict": outcome.verdict, "blocked": outcome.blocked,
                "delivered": sorted({e.data().get("id") for e in entries
-                                    if e.kind in ("signal", "resolve")} - {None}),
+                                    if e.kind in (SIGNAL, RESOLVE)} - {None}),
                "error": outcome.error, "code_version": meta.get("code_version"),
                "manifest": meta.get("manifest"),
                "grant": format_address(self.runtime.held[run].state.grants_id)
