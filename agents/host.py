@@ -65,7 +65,13 @@ from fleet.segment import (
 )
 from fleet.subjects import check_host_name, fleet_names, run_token
 from fleet.verify import verify_state
-from fleet.wire import SealedSegment, decode_envelope, decode_record, encode_envelope
+from fleet.wire import (
+    SealedSegment,
+    decode_envelope,
+    decode_record,
+    encode_envelope,
+    segment_id,
+)
 from plumbing.files import read_key_file, write_atomically, write_key_file
 
 KEY_FILE = "host.key"
@@ -218,7 +224,7 @@ class HostRun:
                                   sealed)
         # The one durable step: the segment and the state after it, one transaction.
         self.host.outbox.put(self.run, sealed.index, sealed.segment.kind, self.subject,
-                             format_address(sealed.head), payload, encode_state(prepared.state))
+                             segment_id(payload), payload, encode_state(prepared.state))
         return b.apply(prepared, keep=False)  # the outbox holds it; the host keeps only state
 
     def execute(self, *, uj: int, provenance: str, meter: str, journal_root: bytes,

@@ -2,7 +2,8 @@
 
 Why: nothing sealed may be lost (ARCHITECTURE, principle 4). A host writes a segment here in
 one fsync'd transaction, the publisher sends it to JetStream with its content address as
-``Nats-Msg-Id``, and only JetStream's acknowledgement moves it to ``acked``. A crash at
+``Nats-Msg-Id`` (:func:`fleet.wire.segment_id`: BLAKE3 of the whole envelope), and only
+JetStream's acknowledgement moves it to ``acked``. A crash at
 any point leaves the segment either still pending (it is sent again; the broker or the
 publisher's fork check recognises it) or acked with its stream sequence.
 
@@ -10,10 +11,12 @@ Storage: one SQLite file per host, WAL journal, ``synchronous=FULL`` (every comm
 fsync'd). Table ``segments`` holds (id, run, idx, kind, subject, msg_id, payload,
 acked_seq, state) with state ``pending`` -> ``acked`` (or ``stopped``); table ``runs``
 holds per run the stream sequence of its last acknowledged segment (the next segment's
-``Nats-Expected-Last-Subject-Sequence``), a ``stopped`` flag with its reason (a fork:
-the stream holds something else for that run) and ``state``, the host's state of the run
-after its newest segment (opaque bytes here, written by the same transaction as that
-segment: one file, one fsync per segment, no window between the two).
+``Nats-Expected-Last-Subject-Sequence``), a ``stopped`` flag with its first reason (a
+fork: the stream holds something else for that run; a duplicate of another message; a
+refusal by the ledger) and ``state``, the host's state of the run after its newest segment
+(opaque bytes here, written by the same transaction as that segment: one file, one fsync
+per segment, no window between the two); table ``refusals`` holds the stream sequence of
+every ledger refusal acted on, so none stops a run twice (:mod:`agents.refusals`).
 
 Acked rows are kept as a record of what was sent, up to ``keep_acked_bytes`` of payload
 (default 256 MiB): past it, every ``PRUNE_EVERY`` acks, the oldest acked rows are deleted
@@ -77,6 +80,10 @@ CREATE TABLE IF NOT EXISTS runs (
     stopped INTEGER NOT NULL DEFAULT 0,
     stop_reason TEXT,
     state BLOB
+);
+CREATE TABLE IF NOT EXISTS refusals (
+    stream_seq INTEGER PRIMARY KEY,
+    run TEXT NOT NULL
 );
 """
 
@@ -236,18 +243,20 @@ class Outbox:
         """Store a sealed segment durably (fsync'd) and return its row id; with ``state``,
         the run's state after it, in the same transaction.
 
-        Putting the same (run, idx, msg_id) again returns the existing id (and keeps the
-        state stored with it). Raises :class:`OutboxFull`, :class:`RunStopped` or
-        :class:`OutboxConflict`.
+        Putting the same (run, idx, msg_id), or the same bytes, again returns the existing
+        id (and keeps the state stored with it). Raises :class:`OutboxFull`,
+        :class:`RunStopped` or :class:`OutboxConflict`.
         """
         if kind not in KINDS:
             raise ValueError(f"kind is one of {KINDS}, got {kind!r}")
         with self._tx() as db:
             held = db.execute(
-                "SELECT id, msg_id FROM segments WHERE run = ? AND idx = ?", (run, idx)
+                "SELECT id, msg_id, payload FROM segments WHERE run = ? AND idx = ?", (run, idx)
             ).fetchone()
             if held is not None:
-                if held[1] != msg_id:
+                # The same bytes under another id form (a row written before ids named the
+                # whole envelope, fleet.wire.segment_id) are the same segment.
+                if held[1] != msg_id and bytes(held[2]) != payload:
                     raise OutboxConflict(run, idx, held[1], msg_id)
                 return int(held[0])
             stopped = db.execute(
@@ -295,15 +304,31 @@ class Outbox:
         if due and self._acked_bytes > self.keep_acked_bytes:
             self.prune(self.keep_acked_bytes)
 
-    def stop_run(self, run: str, reason: str) -> None:
-        """Stop a run (a fork): its pending rows are kept as ``stopped`` and never sent."""
+    def stop_run(self, run: str, reason: str, refusal_seq: int | None = None) -> bool:
+        """Stop a run (a fork, a refusal): its pending rows are kept as ``stopped`` and
+        never sent; the first reason stays. With ``refusal_seq`` (the stream sequence of the
+        ledger's refusal that stops it), a refusal acted on before stops nothing again (a run
+        that came back to this host is not stopped by its old refusal); False then."""
         with self._tx() as db:
+            if refusal_seq is not None and db.execute(
+                    "INSERT OR IGNORE INTO refusals (stream_seq, run) VALUES (?, ?)",
+                    (refusal_seq, run)).rowcount == 0:
+                return False
             db.execute("INSERT OR IGNORE INTO runs (run) VALUES (?)", (run,))
-            db.execute("UPDATE runs SET stopped = 1, stop_reason = ? WHERE run = ?", (reason, run))
+            db.execute("UPDATE runs SET stop_reason = ? WHERE run = ? AND NOT stopped",
+                       (reason, run))
+            db.execute("UPDATE runs SET stopped = 1 WHERE run = ?", (run,))
             db.execute(
                 "UPDATE segments SET state = 'stopped' WHERE run = ? AND state = 'pending'",
                 (run,),
             )
+        return True
+
+    def holds_run(self, run: str) -> bool:
+        """Whether this outbox ever took a segment of ``run``."""
+        with self._lock:
+            return self._db.execute("SELECT 1 FROM runs WHERE run = ?", (run,)
+                                    ).fetchone() is not None
 
     def restart_run(self, run: str) -> None:
         """Lift a run's stop (it came back to this host under a verified record): new

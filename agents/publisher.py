@@ -3,7 +3,8 @@
 Why: a sealed segment is only as safe as the outbox it sits in until the broker has it. This
 shell sends each pending row with two headers and moves it to ``acked`` on the PubAck:
 
-- ``Nats-Msg-Id`` = the segment's content address, so a resend is recognised;
+- ``Nats-Msg-Id`` = the id of the whole sealed envelope (``fleet.wire.segment_id``), so a
+  resend is recognised and no other sender's message is taken for it;
 - ``Nats-Expected-Last-Subject-Sequence`` = the stream sequence of the run's last acked
   segment (``0`` for its first). The server reads 0 as "this subject holds nothing yet"
   and otherwise refuses with err_code 10071 ``wrong last sequence: <actual>``, so the
@@ -20,9 +21,14 @@ expected sequence and answers ``duplicate: true`` with the first copy's sequence
 single-replica (R1) stream checks the expected sequence first and answers 10071. So on
 10071 the publisher reads the subject's last message: if it carries this segment's msg id
 and bytes, the segment had landed and counts as acked at that sequence; otherwise the stream
-holds something this host did not chain there — a fork. A fork, or any other refusal,
-stops that run in the outbox with its reason (never overwritten, never retried) and is
-reported to ``on_stop`` and the log; other runs go on.
+holds something this host did not chain there — a fork. A ``duplicate: true`` ack is
+checked the same way against the message the stream holds at the sequence it names: the id
+binds the whole envelope (:func:`fleet.wire.segment_id`), so anything but this very segment
+there (an old host's head id, a squatter's) means this one was dropped, not recorded. A
+fork, such a duplicate, or any other refusal stops that run in the outbox with its reason
+(never overwritten, never retried) and is reported to ``on_stop`` and the log; other runs go
+on. What the *ledger* decides comes back on the host's refusals subject
+(:mod:`agents.refusals`).
 
 Hosts connect with :func:`plumbing.nats_connect.connect` (reconnects forever once up, an
 nkey seed file for auth), as the ledger does.
@@ -80,12 +86,13 @@ class Backoff:
 
 @dataclass(frozen=True, slots=True)
 class Stopped:
-    """A run the publisher stopped: a ``fork`` or another ``refused`` segment."""
+    """A run the publisher stopped: a ``fork``, a segment the broker ``refused``, or one
+    it dropped as a ``duplicate`` of a different message."""
 
     run: str
     idx: int
     msg_id: str
-    kind: Literal["fork", "refused"]
+    kind: Literal["fork", "refused", "duplicate"]
     reason: str
 
 
@@ -217,6 +224,9 @@ class Publisher:
             except _Fork as fork:
                 self._stop(entry, "fork", str(fork), report)
                 return False
+            except _Duplicate as dropped:
+                self._stop(entry, "duplicate", str(dropped), report)
+                return False
             else:
                 self.outbox.mark_acked(entry.id, seq)
                 report.acked += 1
@@ -243,7 +253,22 @@ class Publisher:
             if err.err_code != WRONG_LAST_SEQUENCE:
                 raise
             return await self._landed_at(entry, expected, err), True
+        if ack.duplicate:
+            await self._check_duplicate(entry, ack.seq)
         return ack.seq, bool(ack.duplicate)
+
+    async def _check_duplicate(self, entry: Entry, seq: int) -> None:
+        """A duplicate ack says only that the stream holds *a* message with this id at
+        ``seq``: it counts as this segment's ack only if that message is this segment
+        (subject, id and bytes); anything else there means this one was dropped unrecorded."""
+        held = await self.js.get_msg(self.stream, seq)
+        held_id = (held.headers or {}).get(Header.MSG_ID)
+        if (held.subject, held_id, held.data or b"") != (entry.subject, entry.msg_id,
+                                                         entry.payload):
+            raise _Duplicate(
+                f"the broker dropped it as a duplicate of stream sequence {seq}, which holds "
+                f"another message (subject {held.subject}, msg id {held_id!r}): this segment "
+                "was not recorded")
 
     async def _landed_at(self, entry: Entry, expected: int, err: Exception) -> int:
         """The seq of this very segment if it is the subject's last message, else a fork."""
@@ -264,7 +289,8 @@ class Publisher:
         )
 
     def _stop(
-        self, entry: Entry, kind: Literal["fork", "refused"], why: str, report: DrainReport
+        self, entry: Entry, kind: Literal["fork", "refused", "duplicate"], why: str,
+        report: DrainReport
     ) -> None:
         reason = f"{kind} at segment {entry.idx} ({entry.msg_id}): {why}"
         self.outbox.stop_run(entry.run, reason)
@@ -277,3 +303,7 @@ class Publisher:
 
 class _Fork(Exception):
     """The stream holds, for this run, something other than what this host chained."""
+
+
+class _Duplicate(Exception):
+    """The broker took this segment for a duplicate of a message that is not this one."""

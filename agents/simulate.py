@@ -329,8 +329,8 @@ async def simulate_host(name: str, host_dir: Path, runs: int, servers: list[str]
         try:
             publisher = Publisher(host.outbox, nc.jetstream(timeout=5.0),
                                   stream=host.names.stream)
-            watcher = await RefusalWatcher(nc, name, host.outbox,
-                                           host.names.rejection_subject(name)).start()
+            watcher = await RefusalWatcher(nc, name, host.outbox, names=host.names).start()
+            await watcher.catch_up()  # refusals published while this host was away
             loop = asyncio.get_running_loop()
             acked = 0
             issued = 0
@@ -369,6 +369,9 @@ async def simulate_host(name: str, host_dir: Path, runs: int, servers: list[str]
             if migration is not None:
                 out["adopted"] = adopted
                 out["stopped"] = sorted(watcher.stopped)
+            refused = host.outbox.stopped_runs()
+            if refused:  # runs the ledger refused (or the broker did): never silent
+                out["stopped_runs"] = refused
             return out
         finally:
             await close_quietly(nc)

@@ -40,7 +40,7 @@ from fleet.grant_events import decode_event, event_id, issue_event
 from fleet.seal import encode_key
 from fleet.segment import CallAccount, make_snapshot
 from fleet.subjects import DEFAULT_FLEET, STREAM, segment_subject
-from fleet.wire import encode_envelope
+from fleet.wire import encode_envelope, segment_id
 from ledger.pull import ack_all
 from ledger.puller import Puller
 from ledger.seal_verifiers import VERIFIER
@@ -90,7 +90,7 @@ def make_segments(count: int, hosts: int = 4, per_run: int = 10,
                               journal_root=digest(b"j%d-%d" % (run_no, i)),
                               calls=CallAccount((f"c{i}",), (f"c{i - 1}",) if i else ()))
             payload = encode_envelope(name, b.run, b.state.unit_id, b.state.grants_id, s)
-            out.append((subject, format_address(s.head), payload, run, s.index))
+            out.append((subject, segment_id(payload), payload, run, s.index))
         run_no += 1
     return out, keys
 

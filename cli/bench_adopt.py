@@ -57,7 +57,7 @@ async def _measure(workdir: Path, segments: int, repeats: int) -> dict[str, Any]
     from fleet.seal import encode_key, seal_message
     from fleet.segment import make_snapshot
     from fleet.subjects import segment_subject
-    from fleet.wire import encode_envelope
+    from fleet.wire import encode_envelope, segment_id
 
     key = SigningKey(bytes([7]) * 32)
     b = RecordBuilder(key, digest(b"bench-adopt/unit"), digest(b"bench-adopt/grants"))
@@ -70,9 +70,10 @@ async def _measure(workdir: Path, segments: int, repeats: int) -> dict[str, Any]
         ledger.store.enroll("origin", encode_key(bytes(key.verify_key)))
         assert ledger.js is not None
         subject = segment_subject("origin", run)
-        acks = [ledger.js.publish(subject, encode_envelope(
-            "origin", b.run, b.state.unit_id, b.state.grants_id, s),
-            headers={"Nats-Msg-Id": format_address(s.head)}) for s in b.sealed]
+        messages = [encode_envelope("origin", b.run, b.state.unit_id, b.state.grants_id, s)
+                    for s in b.sealed]
+        acks = [ledger.js.publish(subject, m, headers={"Nats-Msg-Id": segment_id(m)})
+                for m in messages]
         for first in range(0, len(acks), 500):
             await asyncio.gather(*acks[first:first + 500])
         deadline = time.monotonic() + 120

@@ -8,9 +8,15 @@ One run measures, in a fresh folder:
 * **baseline**: µs per step of one SQLite row insert + fsync (WAL, ``synchronous=FULL``,
   autocommit: one commit per step), the durability a DBOS-style runtime pays, in the same
   file system in the same run;
-* **resume**: ms to replay a run of ``--resume-entries`` journal entries (verify the chain,
-  replay every step from the journal without running it, reach the wait it is parked on).
-  The journal is built with fsync off (how it was written does not change how it replays).
+* **resume**: ms to replay a run of ``--resume-entries`` journal entries (verify the chain
+  from the replay checkpoint the park took, replay every step from the journal without
+  running it, reach the wait it is parked on), and the same from zero (the checkpoint
+  deleted: every entry read and verified from genesis); ``resume_by_entries`` does both for
+  each of ``--resume-sizes``. The journal is built with fsync off (how it was written does
+  not change how it replays);
+* **signal_to_step_p50_ms / p99**: ``--signals`` rounds of a signal sent (as ``fleet
+  signal`` does) to a run parked on it, with a worker waiting (passes every ``--poll`` s,
+  a real nats-server), until the step after the wait runs (``cli/_bench_runtime_signal``).
 """
 
 from __future__ import annotations
@@ -71,7 +77,10 @@ def _steps(folder: Path, steps: int) -> float:
     return took / steps * 1e6
 
 
-def _resume(folder: Path, entries: int) -> tuple[float, int]:
+def _resume(folder: Path, entries: int) -> tuple[float, float, int, float, float]:
+    """ms to resume a run of ``entries`` entries with its replay checkpoint, then from
+    zero (the checkpoint deleted), each in a fresh process's view; the entries held; and
+    the CPU ms of each (the wall time on a loaded machine is mostly waiting)."""
     from agents.runtime import Runtime
 
     steps = max(1, (entries - 2) // 2)  # start, a dispatch and a result each, the wait
@@ -84,17 +93,22 @@ def _resume(folder: Path, entries: int) -> tuple[float, int]:
         rt.close()
     if first.status != "waiting":
         raise click.ClickException("bench runtime: the resume run did not park")
-    rt = Runtime(folder)  # a fresh process's view: nothing cached
-    try:
-        start = time.perf_counter()
-        again = asyncio.run(rt.advance(run))
-        took = time.perf_counter() - start
-        held = len(rt.journal.entries(run))
-    finally:
-        rt.close()
-    if again.status != "waiting":
-        raise click.ClickException("bench runtime: the replay did not reach the wait")
-    return took * 1000, held
+    took, cpu = [], []
+    for from_zero in (False, True):
+        rt = Runtime(folder)  # a fresh process's view: nothing cached
+        try:
+            if from_zero:
+                rt.journal.db.execute("DELETE FROM checkpoints")
+            start, start_cpu = time.perf_counter(), time.process_time()
+            again = asyncio.run(rt.advance(run))
+            took.append((time.perf_counter() - start) * 1000)
+            cpu.append((time.process_time() - start_cpu) * 1000)
+            held = len(rt.journal.entries(run))
+        finally:
+            rt.close()
+        if again.status != "waiting":
+            raise click.ClickException("bench runtime: the replay did not reach the wait")
+    return took[0], took[1], held, cpu[0], cpu[1]
 
 
 @bench.command("runtime")
@@ -102,23 +116,51 @@ def _resume(folder: Path, entries: int) -> tuple[float, int]:
               help="Durable no-op steps timed (and baseline rows).")
 @click.option("--resume-entries", type=int, default=10_000, show_default=True,
               help="Journal entries in the run whose resume is timed.")
+@click.option("--resume-sizes", default="1000,10000,100000", show_default=True,
+              help="Journal sizes whose resume is also timed (comma-separated).")
+@click.option("--signals", type=int, default=20, show_default=True,
+              help="Signal -> resumed step rounds with a worker waiting (a real nats-server;"
+              " 0: skip).")
+@click.option("--poll", type=float, default=0.05, show_default=True,
+              help="The waiting worker's seconds between passes.")
 @click.option("--rounds", type=int, default=3, show_default=True,
               help="Rounds of step and baseline, interleaved; medians are reported.")
 @click.option("--dir", "where", type=click.Path(file_okay=False, path_type=Path),
               help="Where to put the files (default: a temporary folder).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON line.")
-def bench_runtime(steps: int, resume_entries: int, rounds: int, where: Path | None,
-                  as_json: bool) -> None:
+def bench_runtime(steps: int, resume_entries: int, resume_sizes: str, signals: int,
+                  poll: float, rounds: int, where: Path | None, as_json: bool) -> None:
     """µs per durable ctx.step vs one SQLite insert + fsync per step; resume latency."""
     if steps < 1 or resume_entries < 4 or rounds < 1:
         raise UserError("--steps and --rounds must be at least 1, --resume-entries 4")
+    try:
+        sizes = [int(x) for x in resume_sizes.split(",") if x.strip()]
+    except ValueError:
+        raise UserError(f"--resume-sizes takes numbers separated by commas, not"
+                        f" {resume_sizes!r}") from None
+    if signals < 0 or poll <= 0:
+        raise UserError("--signals must be at least 0 and --poll positive")
+    if any(n < 4 for n in sizes):
+        raise UserError("each of --resume-sizes must be at least 4")
     with tempfile.TemporaryDirectory(dir=where) as tmp:
         base = Path(tmp)
         step_us, base_us = [], []
         for r in range(rounds):
             base_us.append(_baseline(base / f"baseline{r}.db", steps))
             step_us.append(_steps(base / f"steps{r}", steps))
-        resume_ms, held = _resume(base / "resume", resume_entries)
+        resume_ms, zero_ms, held, cpu_ms, zero_cpu_ms = _resume(base / "resume",
+                                                                resume_entries)
+        scale = {}
+        for n in sizes:
+            cp, zero, got, cp_cpu, zero_cpu = _resume(base / f"resume{n}", n)
+            scale[str(got)] = {"checkpoint_ms": round(cp, 1), "from_zero_ms": round(zero, 1),
+                               "checkpoint_cpu_ms": round(cp_cpu, 1),
+                               "from_zero_cpu_ms": round(zero_cpu, 1)}
+        latency: dict[str, Any] = {}
+        if signals:
+            from cli._bench_runtime_signal import signal_latency
+
+            latency = signal_latency(base / "signal", signals, poll)
     step, baseline = statistics.median(step_us), statistics.median(base_us)
     emit_result({
         "steps": steps, "rounds": rounds,
@@ -126,4 +168,7 @@ def bench_runtime(steps: int, resume_entries: int, rounds: int, where: Path | No
         "step_vs_baseline": round(step / baseline, 2),
         "resume_entries": held, "resume_ms": round(resume_ms, 1),
         "resume_us_per_entry": round(resume_ms * 1000 / held, 2),
+        "resume_from_zero_ms": round(zero_ms, 1), "resume_cpu_ms": round(cpu_ms, 1),
+        "resume_from_zero_cpu_ms": round(zero_cpu_ms, 1), "resume_by_entries": scale,
+        **latency,
     }, as_json)

@@ -96,7 +96,7 @@ def terms_options(fn: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--not-before-ms", type=click.IntRange(0),
                      help="Valid from (Unix ms, ledger time)."),
         click.option("--expires-ms", type=click.IntRange(0), help="Expiry (Unix ms)."),
-        click.option("--expires-in", help="Expiry from now: 30m, 6h, 2d, 1w."),
+        click.option("--expires-in", help="Expiry from now: 90s, 30m, 6h, 2d, 1w."),
         click.option("--host", "hosts", multiple=True, help="A host that may hold a run "
                      "under it; repeatable (none: any host)."),
         click.option("--manifest", "manifests", multiple=True,
@@ -143,7 +143,7 @@ def _mint_json(value: str) -> dict[str, Any] | None:
 def _duration_ms(value: str) -> int:
     span = span_s(value)
     if span is None:
-        raise UserError(f"--expires-in {value!r} is not a duration (30m, 6h, 2d, 1w)")
+        raise UserError(f"--expires-in {value!r} is not a duration (90s, 30m, 6h, 2d, 1w)")
     return int(span * 1000)
 
 
@@ -213,48 +213,61 @@ def _address(value: str) -> bytes:
         raise UserError(str(exc)) from None
 
 
-def ask_grant(url: str, nkey: Path | None, address: str) -> dict[str, Any]:
-    """What the ledger holds of a grant (``fleet.api.grant``)."""
-    from ledger.nats_config import ISSUER, inbox_prefix
-
-    return api(url, "grant", {"grant": address}, nkey=nkey,  # type: ignore[no-any-return]
-               inbox_prefix=inbox_prefix(ISSUER))
-
-
 # -- publishing ---------------------------------------------------------------------------------
 
 
-def publish_grant_event(url: str, nkey: Path | None, data: bytes) -> dict[str, Any]:
-    """Publish one grant event; its kind, id, address and stream sequence."""
-    from cli.operator_cmds import _publish
-    from fleet.address import digest, format_address
+def publish_grant_event(url: str, nkey: Path | None, data: bytes, retry: bool = False
+                        ) -> dict[str, Any]:
+    """Publish one grant event; its kind, id, address, stream sequence, whether the broker
+    took it for a duplicate of the same event (then the sequence is the earlier copy's), and
+    the ledger's decision there. ``retry``: a fresh id (:func:`fleet.address.retry_id`), so
+    the event is stored and decided again."""
+    import secrets
+
+    from cli.operator_cmds import _publish, ledger_decision
+    from fleet.address import digest, format_address, retry_id
     from fleet.grant_events import decode_event, event_id
     from fleet.subjects import fleet_names
     from ledger.nats_config import ISSUER, inbox_prefix
 
     subject = fleet_names(FLEET["name"]).grant_subject
     msg_id = event_id(data)
+    if retry:
+        msg_id = retry_id(msg_id, secrets.token_bytes(8))
+    inbox = inbox_prefix(ISSUER) if nkey else None
     try:
-        stream_seq = asyncio.run(_publish(split_servers(url), nkey, subject, data, msg_id,
-                                          inbox_prefix(ISSUER) if nkey else None))
+        stream_seq, duplicate = asyncio.run(_publish(split_servers(url), nkey, subject, data,
+                                                     msg_id, inbox))
     except Exception as exc:
         hint = (f" (no stream takes {subject}: is a ledger of fleet {FLEET['name']!r} "
                 "running?)" if "no response from stream" in str(exc) else "")
         raise UserError(f"cannot publish the event to {url}: {exc}{hint}") from None
     return {"event": decode_event(data).kind_name, "id": msg_id,
             "address": format_address(digest(data)), "stream_seq": stream_seq,
-            "subject": subject}
+            "subject": subject, "duplicate": duplicate,
+            "decision": ledger_decision(url, nkey, stream_seq, inbox)}
 
 
-def _say_published(report: dict[str, Any], what: str) -> None:
-    click.echo(f"published {report['event']} {what} at stream sequence {report['stream_seq']};"
-               " ledgers decide it there")
+def _finish(doc: dict[str, Any], report: dict[str, Any], as_json: bool, what: str) -> None:
+    """``doc`` as JSON, or the report for a person; then exit 1 if the ledger refused the
+    event (a retry inside the duplicate window: the earlier copy's decision)."""
+    from cli.operator_cmds import check_decided, decision_text
+
+    if as_json:
+        emit_json(doc)
+    else:
+        click.echo(decision_text(report, what))
+    check_decided(report)
 
 
 def publish_options(required: bool) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     def wrap(fn: Callable[..., Any]) -> Callable[..., Any]:
         fn = click.option("--nkey", type=click.Path(dir_okay=False, path_type=Path),
                           help="NATS nkey seed file (the 'issuer' user).")(fn)
+        fn = click.option("--retry", is_flag=True,
+                          help="A deliberate retry of an event the ledger refused: sent "
+                          "under a fresh id, so the broker does not drop it as a duplicate "
+                          "of the refused copy and the ledger decides it again.")(fn)
         return click.option("--nats", "url", envvar="FLEET_NATS" if required else None,
                             required=required,
                             help="NATS server URL(s), comma separated: publish the event."
@@ -305,7 +318,7 @@ def _write(out: Path, data: bytes) -> None:
 @publish_options(False)
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 def grant_issue(key_file: Path, subject: str, out: Path, url: str | None, nkey: Path | None,
-                as_json: bool, **opts: Any) -> None:
+                as_json: bool, retry: bool, **opts: Any) -> None:
     """Sign a grant; prints its address (a run's grants_id). With --nats, also publish its
     ISSUE event so ledgers hold runs under it to it."""
     from fleet.address import format_address
@@ -319,15 +332,18 @@ def grant_issue(key_file: Path, subject: str, out: Path, url: str | None, nkey: 
     data = _event(lambda: _issuable(sign_grant(issuer, subject_key, terms)))
     _write(out, data)
     address = format_address(grant_address(data))
-    report = None
-    if url:
-        report = publish_grant_event(url, nkey, _event(lambda: issue_event(issuer, data)))
-    if as_json:
-        emit_json({"address": address, "file": str(out), "published": report})
+    doc = {"address": address, "file": str(out), "published": None, "checked": "offline"}
+    if not as_json:
+        _offline("checked offline only (the grant's own rules); the ledger's enrolled host "
+                 "keys and its decision are the ledger's")
+    if not url:
+        (emit_json if as_json else click.echo)(doc if as_json else address)
         return
-    click.echo(address)
-    if report:
-        _say_published(report, address)
+    report = publish_grant_event(url, nkey, _event(lambda: issue_event(issuer, data)), retry)
+    doc["published"] = report
+    if not as_json:
+        click.echo(address)
+    _finish(doc, report, as_json, address)
 
 
 @grant.command("show")
@@ -485,90 +501,134 @@ def grant_verify(grant_file: Path, parent_file: Path | None, at_ms: int | None) 
 @publish_options(True)
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 def grant_mint(key_file: Path, standing: str, trigger: str, subject: str, out: Path,
-               url: str, nkey: Path | None, as_json: bool, **opts: Any) -> None:
+               url: str, nkey: Path | None, as_json: bool, retry: bool, **opts: Any) -> None:
     """Mint a child of a standing grant on a trigger; terms left out are the standing
     grant's (without its mint policy). Publishes the MINT event."""
     from dataclasses import replace
 
     from fleet.address import format_address
-    from fleet.grant import check_narrows, grant_address, sign_grant, terms_from_json
+    from fleet.grant import check_narrows, grant_address, sign_grant
     from fleet.grant_errors import GrantError
     from fleet.grant_events import mint_event
 
     holder = load_key(key_file)
     child_subject = parse_public(subject, "--subject")
-    if _is_address(standing):
-        address = _address(standing)
-        above = terms_from_json(ask_grant(url, nkey, standing)["effective"])
-    else:
-        sdata, sg = read_grant_file(Path(standing))
-        address, above = grant_address(sdata), sg.terms
+    # Checked against the standing grant's effective terms as the ledger holds them.
+    address, above, _doc, checked = _terms_to_check(url, nkey, standing, "effective")
+    if above is None:
+        raise UserError(f"{standing}: {checked}: give the standing grant's file")
     terms = build_terms(opts, replace(above, mint=None))
     try:
         check_narrows(terms, above)
     except GrantError as exc:
-        raise UserError(f"{exc.rule}: {exc}") from None
+        raise UserError(f"{exc.rule}: {exc} (checked {checked})") from None
+    if checked != "ledger":
+        _offline(f"mint checked {checked}; the ledger decides it")
     child = _event(lambda: sign_grant(holder, child_subject, terms, parent=address))
     data = _event(lambda: mint_event(holder, address, trigger, child))
     _write(out, child)
-    report = publish_grant_event(url, nkey, data)
+    report = publish_grant_event(url, nkey, data, retry)
+    report["checked"] = checked
     child_address = format_address(grant_address(child))
-    if as_json:
-        emit_json({"address": child_address, "file": str(out), "published": report})
-        return
-    click.echo(child_address)
-    _say_published(report, f"of {child_address} on trigger {trigger!r}")
+    if not as_json:
+        click.echo(child_address)
+    _finish({"address": child_address, "file": str(out), "published": report}, report,
+            as_json, f"of {child_address} on trigger {trigger!r}")
+
+
+def ledger_terms(url: str, nkey: Path | None, address: bytes, key: str
+                 ) -> tuple[dict[str, Any] | None, str]:
+    """The grant as the ledger holds it (``fleet.api.grant``) and ``""``, or ``None`` and
+    why the ledger could not say (unreachable, or the grant not folded there)."""
+    from fleet.address import format_address
+    from ledger.client import ApiError, LedgerUnreachable, call_sync
+    from ledger.nats_config import ISSUER, inbox_prefix
+
+    try:
+        doc = call_sync(url, "grant", {"grant": format_address(address)}, nkey=nkey,
+                        timeout=10.0, fleet=FLEET["name"], inbox_prefix=inbox_prefix(ISSUER))
+    except (ApiError, LedgerUnreachable) as exc:
+        return None, str(exc)
+    if not isinstance(doc, dict) or key not in doc:
+        return None, f"its reply has no {key!r}"
+    return doc, ""
+
+
+def _terms_to_check(url: str, nkey: Path | None, what: str, key: str
+                    ) -> tuple[bytes, Any, dict[str, Any] | None, str]:
+    """A grant named by its file or its address: its address, the terms a pre-check reads
+    (the ledger's ``key`` terms; only when no ledger answers, the file's issued terms, or
+    None for an address), the ledger's document, and what the check is against."""
+    from fleet.grant import grant_address, terms_from_json
+
+    if _is_address(what):
+        address, terms = _address(what), None
+    else:
+        data, g = read_grant_file(Path(what))
+        address, terms = grant_address(data), g.terms
+    doc, why = ledger_terms(url, nkey, address, key)
+    if doc is not None:
+        return address, terms_from_json(doc[key]), doc, "ledger"
+    if terms is not None:
+        return (address, terms, None, "offline only, against the grant file's issued terms "
+                f"(the ledger did not answer: {why})")
+    return address, None, None, f"not checked (the ledger did not answer: {why})"
+
+
+def _offline(what: str) -> None:
+    click.echo(f"note: {what}", err=True)
 
 
 def _amendment(url: str, nkey: Path | None, what: str, seq: int | None,
-               previous: str | None) -> tuple[bytes, Any, int, bytes]:
-    """The grant's address, its terms as they stand, and the next amendment's sequence and
-    previous address: asked from the ledger unless ``--seq`` and ``--previous`` are given
-    (then the terms are the grant file's, or None for an address)."""
-    from fleet.grant import grant_address, terms_from_json
+               previous: str | None) -> tuple[bytes, Any, int, bytes, str]:
+    """The grant's address, its terms as they stand, the next amendment's sequence and
+    previous address, and what the terms were checked against. The terms are the ledger's
+    (amended, as its AMEND rule reads them); only when no ledger answers, the grant file's
+    issued terms (said: checked offline only), or None for an address (said: not checked).
+    ``--seq``/``--previous`` override the ledger's numbering."""
     from fleet.grant_events import NO_AMENDMENT
 
     if (seq is None) != (previous is None):
         raise UserError("give both --seq and --previous, or neither (then the ledger is asked)")
-    if _is_address(what):
-        address, own = _address(what), None
-    else:
-        data, g = read_grant_file(Path(what))
-        address, own = grant_address(data), g.terms
+    address, own, doc, checked = _terms_to_check(url, nkey, what, "terms")
     if seq is not None and previous is not None:
         prev = NO_AMENDMENT if previous in ("none", "0") else _address(previous)
-        return address, own, seq, prev
-    from fleet.address import format_address
-
-    doc = ask_grant(url, nkey, format_address(address))
+        return address, own, seq, prev, checked
+    if doc is None:
+        raise UserError(f"the ledger was not asked the numbering ({checked}): give --seq and"
+                        " --previous")
     last = doc["last_amendment"]
-    return (address, terms_from_json(doc["terms"]), doc["amended"] + 1,
-            NO_AMENDMENT if last is None else _address(last))
+    return (address, own, doc["amended"] + 1,
+            NO_AMENDMENT if last is None else _address(last), checked)
 
 
 def _publish_amend(key_file: Path, what: str, url: str, nkey: Path | None, seq: int | None,
                    previous: str | None, make: Callable[[Any], Any], as_json: bool,
-                   label: str) -> None:
+                   label: str, retry: bool) -> None:
     from fleet.address import format_address
     from fleet.grant import check_narrows
     from fleet.grant_errors import GrantError
     from fleet.grant_events import amend_event
 
     issuer = load_key(key_file)
-    address, own, n, prev = _amendment(url, nkey, what, seq, previous)
+    address, own, n, prev, checked = _amendment(url, nkey, what, seq, previous)
     terms = make(own)
     if own is not None:
         try:
             check_narrows(terms, own)
         except GrantError as exc:
-            raise UserError(f"{exc.rule}: {exc} (an amendment only tightens)") from None
+            against = ("the terms the ledger holds" if checked == "ledger"
+                       else f"the terms checked {checked}")
+            raise UserError(f"{exc.rule}: {exc} (an amendment only tightens {against})"
+                            ) from None
+    if checked != "ledger":
+        _offline(f"{label} checked {checked}; the ledger decides it")
     report = publish_grant_event(url, nkey, _event(
-        lambda: amend_event(issuer, address, n, prev, terms)))
+        lambda: amend_event(issuer, address, n, prev, terms)), retry)
     report["seq"] = n
-    if as_json:
-        emit_json({"grant": format_address(address), "published": report})
-        return
-    _say_published(report, f"{label} #{n} of {format_address(address)}")
+    report["checked"] = checked
+    _finish({"grant": format_address(address), "published": report}, report, as_json,
+            f"{label} #{n} of {format_address(address)}")
 
 
 def _amend_options(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -591,20 +651,20 @@ def _amend_options(fn: Callable[..., Any]) -> Callable[..., Any]:
 @_amend_options
 @terms_options
 def grant_amend(what: str, key_file: Path, seq: int | None, previous: str | None, url: str,
-                nkey: Path | None, as_json: bool, **opts: Any) -> None:
+                nkey: Path | None, as_json: bool, retry: bool, **opts: Any) -> None:
     """Tighten a grant (a file or its b3: address): the options change its terms as they
     stand; a widening is refused here and by the ledger. Takes effect from the run's next
     segment the ledger folds."""
     if not _terms_given(opts):
         raise UserError("say what changes (--budget-uj, --expires-ms, --terms, ...)")
     _publish_amend(key_file, what, url, nkey, seq, previous,
-                   lambda own: build_terms(opts, own), as_json, "amendment")
+                   lambda own: build_terms(opts, own), as_json, "amendment", retry)
 
 
 @grant.command("revoke")
 @_amend_options
 def grant_revoke(what: str, key_file: Path, seq: int | None, previous: str | None, url: str,
-                 nkey: Path | None, as_json: bool) -> None:
+                 nkey: Path | None, as_json: bool, retry: bool) -> None:
     """Amend a grant to nothing: every later segment of its runs (and of its children's) is
     refused GrantRevoked; a close still folds."""
     from fleet.grant import nothing
@@ -614,7 +674,8 @@ def grant_revoke(what: str, key_file: Path, seq: int | None, previous: str | Non
             raise UserError("give the grant file (or let the ledger be asked) to revoke it")
         return nothing(own)
 
-    _publish_amend(key_file, what, url, nkey, seq, previous, make, as_json, "revocation")
+    _publish_amend(key_file, what, url, nkey, seq, previous, make, as_json, "revocation",
+                   retry)
 
 
 @grant.command("trigger")
@@ -623,16 +684,13 @@ def grant_revoke(what: str, key_file: Path, seq: int | None, previous: str | Non
 @publish_options(True)
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 def grant_trigger(name: str, key_file: Path, url: str, nkey: Path | None,
-                  as_json: bool) -> None:
+                  as_json: bool, retry: bool) -> None:
     """Raise a trigger: one mint of a standing grant whose policy names this key may use it."""
     from fleet.grant_events import trigger_event
 
     key = load_key(key_file)
-    report = publish_grant_event(url, nkey, _event(lambda: trigger_event(key, name)))
-    if as_json:
-        emit_json({"trigger": name, "published": report})
-        return
-    _say_published(report, repr(name))
+    report = publish_grant_event(url, nkey, _event(lambda: trigger_event(key, name)), retry)
+    _finish({"trigger": name, "published": report}, report, as_json, repr(name))
 
 
 @grant.command("checkpoint")
@@ -648,7 +706,7 @@ def grant_trigger(name: str, key_file: Path, url: str, nkey: Path | None,
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 def grant_checkpoint(key_file: Path, run_id: str, index: int | None, head: str | None,
                      state: str, note: str, url: str, nkey: Path | None,
-                     as_json: bool) -> None:
+                     as_json: bool, retry: bool) -> None:
     """Checkpoint the agent's own state, bound to the run's head: kept in the run's grant
     history (fleet run show)."""
     from fleet.address import digest
@@ -671,8 +729,6 @@ def grant_checkpoint(key_file: Path, run_id: str, index: int | None, head: str |
             raise UserError(f"{state}: no such state file (or give a b3: digest)") from None
     head_raw = _address(head)
     report = publish_grant_event(url, nkey, _event(
-        lambda: checkpoint_event(agent, run, index, head_raw, state_digest, note)))
-    if as_json:
-        emit_json({"run": run_id, "index": index, "head": head, "published": report})
-        return
-    _say_published(report, f"of {run_id} at index {index}")
+        lambda: checkpoint_event(agent, run, index, head_raw, state_digest, note)), retry)
+    _finish({"run": run_id, "index": index, "head": head, "published": report}, report,
+            as_json, f"of {run_id} at index {index}")

@@ -230,6 +230,8 @@ def host_simulate(hosts: int, runs: int, url: str, data: Path, name: str | None,
     else:
         for r in results:
             click.echo(f"{r['host']}: {r['segments_written']} segments in {r['runs']} runs")
+            for run_id, reason in sorted(r.get("stopped_runs", {}).items()):
+                click.echo(f"  stopped {run_id}: {reason}")
     if failed:
         raise CheckFailed(f"{len(failed)} simulated hosts failed: {failed[0]}")
 

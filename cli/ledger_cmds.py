@@ -369,6 +369,8 @@ def run_show(run_id: str, exec_journal: Path | None, as_json: bool, url: str,
              nkey: Path | None) -> None:
     """Phase, segments, energy totals, wait-proof verdict and holders of a run."""
     doc = api(url, "run", {"run": run_id}, nkey=nkey)
+    # What the ledger refused of this run (any host's), so a stopped run says why.
+    doc["refusals"] = api(url, "rejections", {"run": doc["run"]}, nkey=nkey)["rejections"]
     if exec_journal is not None:
         doc["exec"] = _exec_evidence(run_id, exec_journal, url, nkey)
     if as_json:
@@ -393,6 +395,9 @@ def run_show(run_id: str, exec_journal: Path | None, as_json: bool, url: str,
         what = ("possible duplicate effect" if fx["possible_duplicate"]
                 else "effectful step without an idempotency key")
         click.echo(f"  {what}: segment {fx['segment']} call {fx['call']}")
+    for r in reversed(doc["refusals"]):
+        click.echo(f"  refused: {r['host']} segment {r['index']} {r['rule']} at stream "
+                   f"sequence {r['stream_seq']}: {r['detail']}")
     from cli.grant_cmds import show_run_grant
 
     show_run_grant(doc)

@@ -106,17 +106,19 @@ def publish_event(url: str, nkey: Path | None, key_file: Path, kind: int, host: 
     data = encode_event(ev)
     subject = fleet_names(FLEET["name"]).control_subject(KINDS[kind])
     try:
-        stream_seq = asyncio.run(_publish(split_servers(url), nkey, subject, data))
+        stream_seq, duplicate = asyncio.run(_publish(split_servers(url), nkey, subject, data))
     except Exception as exc:
         raise UserError(f"cannot publish the event to {url}: {exc}") from None
     return {"event": KINDS[kind], "host": host or None, "seq": ev.seq,
-            "id": event_id(data), "stream_seq": stream_seq, "subject": subject}
+            "id": event_id(data), "stream_seq": stream_seq, "subject": subject,
+            "duplicate": duplicate, "decision": ledger_decision(url, nkey, stream_seq)}
 
 
 async def _publish(servers: list[str], nkey: Path | None, subject: str, data: bytes,
-                   msg_id: str | None = None, inbox: str | None = None) -> int:
+                   msg_id: str | None = None, inbox: str | None = None) -> tuple[int, bool]:
     """Publish one signed event to the stream (deduplicated by ``msg_id``, default the
-    control event's id); its stream sequence. ``inbox``: the NATS user's own prefix."""
+    control event's id); its stream sequence, and whether the broker took it for a duplicate
+    (then the sequence is the earlier copy's). ``inbox``: the NATS user's own prefix."""
     from fleet.control import event_id
     from plumbing.nats_connect import connect
 
@@ -124,14 +126,61 @@ async def _publish(servers: list[str], nkey: Path | None, subject: str, data: by
     try:
         ack = await nc.jetstream(timeout=10.0).publish(
             subject, data, headers={"Nats-Msg-Id": msg_id or event_id(data)})
-        return int(ack.seq)
+        return int(ack.seq), bool(ack.duplicate)
     finally:
         await nc.close()
+
+
+def ledger_decision(url: str, nkey: Path | None, stream_seq: int,
+                    inbox: str | None = None) -> dict[str, Any]:
+    """What the ledger decided at ``stream_seq`` (asked with ``min_seq``, so it answers
+    once it has folded that far): ``{"decision": "accepted"}``, ``{"decision": "refused",
+    "rule", "detail"}``, or ``{"decision": "unknown", "why"}`` when no ledger says."""
+    from ledger.client import call_sync
+
+    try:
+        doc = call_sync(url, "rejections", {"stream_seq": stream_seq, "min_seq": stream_seq,
+                                            "limit": 1},
+                        nkey=nkey, timeout=5.0, fleet=FLEET["name"], inbox_prefix=inbox)
+    except Exception as exc:  # unreachable, behind, no such endpoint: no answer
+        return {"decision": "unknown", "why": str(exc).splitlines()[0] if str(exc) else
+                type(exc).__name__}
+    refused = doc.get("rejections") or []
+    if refused:
+        return {"decision": "refused", "rule": refused[0]["rule"],
+                "detail": refused[0]["detail"]}
+    return {"decision": "accepted"}
+
+
+def decision_text(report: dict[str, Any], what: str) -> str:
+    """How a published event (``what``: it, for a person) fared: published, or not (the same
+    event is already in the stream), and the ledger's decision at its sequence."""
+    d = report["decision"]
+    said = {"accepted": "the ledger accepted it",
+            "refused": f"the ledger refused it: {d.get('rule')}: {d.get('detail')}",
+            "unknown": f"ledgers decide it there (no decision read: {d.get('why')})",
+            }[d["decision"]]
+    if report.get("duplicate"):
+        return (f"not published again: {report['event']} {what} is already at stream "
+                f"sequence {report['stream_seq']} (the broker's duplicate window); {said}"
+                + ("; to have it decided again, publish it with --retry"
+                   if d["decision"] == "refused" else ""))
+    return f"published {report['event']} {what} at stream sequence {report['stream_seq']}; {said}"
+
+
+def check_decided(report: dict[str, Any]) -> None:
+    """Exit 1 with one line when the ledger refused the event (after its report)."""
+    from cli._app import CheckFailed
+
+    d = report["decision"]
+    if d["decision"] == "refused":
+        raise CheckFailed(f"the ledger refused the {report['event']} event at stream sequence"
+                          f" {report['stream_seq']}: {d['rule']}: {d['detail']}")
 
 
 def _report(report: dict[str, Any], as_json: bool) -> None:
     if as_json:
         emit_json(report)
     else:
-        click.echo(f"published {report['event']} {report['host'] or ''} at stream sequence"
-                   f" {report['stream_seq']} (seq {report['seq']}); ledgers decide it there")
+        click.echo(decision_text(report, f"{report['host'] or ''} (seq {report['seq']})"))
+    check_decided(report)

@@ -134,10 +134,8 @@ def runtime_start(workflow: str, run_name: str, input_json: str | None, grant: s
     interval: it ends, or parks at its first wait and this process exits."""
     from agents.host import Host
     from agents.runtime import Runtime
-    from agents.runtime.runtime import load_workflow, run_address, workflow_name
-    from agents.runtime.worker import Worker, describe_local, running_doc
+    from agents.runtime.runtime import load_workflow
     from fleet.errors import FleetError
-    from fleet.subjects import run_token
 
     _import_path(paths)
     inp = _json_arg(input_json, "--input")
@@ -149,27 +147,11 @@ def runtime_start(workflow: str, run_name: str, input_json: str | None, grant: s
     env = _environment(environment)
     host = Host(name or host_dir.resolve().name, host_dir, fleet=FLEET["name"])
     rt = Runtime(host_dir, host=host, environment=env)
-    wf = workflow_name(fn)
-    address = run_address(run_name, wf, grant)
-    local = rt.journal.run_row(address)
 
     async def go() -> dict[str, Any]:
         nc, store = await _store(url, nkey, f"fleet-runtime-{host.name}")
         try:
-            if local is not None:
-                got = await store.get(run_token(address))
-                truth = (f"it is {got[0]['status']} on host {got[0].get('host')} now"
-                         if got is not None and got[0].get("host") != host.name
-                         else describe_local(local[2], local[3], rt.busy(address)))
-                raise UserError(f"run {run_name!r} of {workflow} exists on this host: {truth}")
-            # The run is in the runs bucket (`fleet runtime list`) before its first step.
-            held = await store.announce(running_doc(address, run_name, wf, host.name))
-            if held is not None:
-                raise UserError(f"run {run_name!r} of {workflow} exists: {held['status']} on"
-                                f" host {held.get('host')}")
-            run = rt.start(fn, run_name, inp, grant)
-            worker = Worker(rt, store, _no_adopt, _drain(host, nc))
-            return await worker.publish(await rt.advance(run))
+            return await start_run(rt, host, store, nc, fn, workflow, run_name, inp, grant)
         finally:
             await nc.close()
 
@@ -179,6 +161,37 @@ def runtime_start(workflow: str, run_name: str, input_json: str | None, grant: s
     else:
         click.echo(f"{doc['run']} {doc['status']}" + (f" waiting on {doc['wait']}"
                                                        if doc["wait"] else ""))
+
+
+class RunExists(UserError):
+    """A start of a run that exists (here or on another host)."""
+
+
+async def start_run(rt: Any, host: Any, store: Any, nc: Any, fn: Any, workflow: str,
+                    run_name: str, inp: Any, grant: str | None) -> dict[str, Any]:
+    """Start run ``run_name`` of ``fn`` and run its first interval (``fleet runtime
+    start`` and ``POST /runs`` of ``fleet runtime serve``): the runs bucket's document."""
+    from agents.runtime.runtime import run_address, workflow_name
+    from agents.runtime.worker import Worker, describe_local, running_doc
+    from fleet.subjects import run_token
+
+    wf = workflow_name(fn)
+    address = run_address(run_name, wf, grant)
+    local = rt.journal.run_row(address)
+    if local is not None:
+        got = await store.get(run_token(address))
+        truth = (f"it is {got[0]['status']} on host {got[0].get('host')} now"
+                 if got is not None and got[0].get("host") != host.name
+                 else describe_local(local[2], local[3], rt.busy(address)))
+        raise RunExists(f"run {run_name!r} of {workflow} exists on this host: {truth}")
+    # The run is in the runs bucket (`fleet runtime list`) before its first step.
+    held = await store.announce(running_doc(address, run_name, wf, host.name))
+    if held is not None:
+        raise RunExists(f"run {run_name!r} of {workflow} exists: {held['status']} on"
+                        f" host {held.get('host')}")
+    run = rt.start(fn, run_name, inp, grant)
+    worker = Worker(rt, store, _no_adopt, _drain(host, nc))
+    return await worker.publish(await rt.advance(run))
 
 
 def on_host(go: Callable[[], Coroutine[Any, Any, dict[str, Any]]], rt: Any, host: Any
@@ -310,14 +323,7 @@ def signal_cmd(run_id: str, signal_name: str, data_json: str | None, signal_id: 
     async def go() -> dict[str, Any]:
         nc, store = await _store(url, nkey, "fleet-signal")
         try:
-            run = run_id
-            if not run_id.startswith("b3:"):
-                named = [d["run"] for d, _r in await store.runs() if d["name"] == run_id]
-                if len(named) != 1:
-                    raise UserError(f"no single run named {run_id!r}")
-                run = named[0]
-            fresh = await store.send_signal(run, signal_name, data, sid)
-            return {"run": run, "name": signal_name, "id": sid, "duplicate": not fresh}
+            return await send_signal(store, run_id, signal_name, data, sid)
         finally:
             await nc.close()
 
@@ -330,6 +336,30 @@ def signal_cmd(run_id: str, signal_name: str, data_json: str | None, signal_id: 
     else:
         click.echo(f"signal {signal_name} ({sid}) -> {doc['run']}"
                    + (" (duplicate: already stored)" if doc["duplicate"] else ""))
+
+
+class NoSuchRun(UserError):
+    """A run name that names no run (or several) in the runs bucket."""
+
+
+async def resolve_run(store: Any, run_id: str) -> str:
+    """A run's address from its address or its name (the runs bucket's)."""
+    if run_id.startswith("b3:"):
+        return run_id
+    named = [d["run"] for d, _r in await store.runs() if d["name"] == run_id]
+    if len(named) != 1:
+        raise NoSuchRun(f"no single run named {run_id!r}")
+    return named[0]
+
+
+async def send_signal(store: Any, run_id: str, name: str, data: Any, sid: str
+                      ) -> dict[str, Any]:
+    """Store signal ``name`` for a run (``fleet signal`` and ``POST
+    /runs/{run}/signals/{name}``): a resend under ``sid`` with the same data is a
+    duplicate, with other data SignalConflict (nothing stored)."""
+    run = await resolve_run(store, run_id)
+    fresh = await store.send_signal(run, name, data, sid)
+    return {"run": run, "name": name, "id": sid, "duplicate": not fresh}
 
 
 @runtime.command("journal")

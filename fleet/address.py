@@ -21,8 +21,10 @@ __all__ = [
     "digest",
     "format_address",
     "id_text",
+    "message_id",
     "parse_address",
     "parse_addresses",
+    "retry_id",
 ]
 
 
@@ -37,6 +39,19 @@ _TO_STD = bytes.maketrans(b"-_+/", b"+/!!")
 def digest(data: bytes) -> bytes:
     """BLAKE3-256 of ``data``."""
     return blake3(data).digest()
+
+
+def message_id(kind: str, data: bytes) -> str:
+    """A message's ``Nats-Msg-Id``: ``<kind>-`` and the hex of the first 16 bytes of BLAKE3
+    of the whole message as sent. Every byte counts, the sender's name and signature too, so
+    two senders' messages never share an id (``docs/spec/ledger.md``, "Message ids")."""
+    return f"{kind}-{digest(data)[:16].hex()}"
+
+
+def retry_id(msg_id: str, nonce: bytes) -> str:
+    """The id of a deliberate retry of a message the ledger refused: its id, ``.`` and the
+    hex of a fresh nonce, so the broker stores the copy and the ledger decides it again."""
+    return f"{msg_id}.{nonce.hex()}"
 
 
 def format_address(raw: bytes) -> str:

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from nacl.exceptions import BadSignatureError
 from nacl.signing import SigningKey, VerifyKey
 
-from fleet.address import digest
+from fleet.address import message_id
 from fleet.control_errors import (
     BadControlSignature,
     ControlConflict,
@@ -106,7 +106,7 @@ def sign_event(key: SigningKey, kind: int, seq: int, host: str, subject_key: byt
 def event_id(data: bytes) -> str:
     """The event's id (the broker's ``Nats-Msg-Id``): hex of 16 bytes of BLAKE3 of the
     message."""
-    return "ctl-" + digest(data)[:16].hex()
+    return message_id("ctl", data)
 
 
 def decode_event(data: bytes) -> ControlEvent:

@@ -502,4 +502,6 @@ def grant_json(data: bytes) -> dict[str, Any]:
         "subject": g.subject.hex(),
         "parent": None if g.parent is None else format_address(g.parent),
         **terms_json(g.terms),
+        # With it the JSON form alone rebuilds the signed bytes (docs/spec/grants.md §2.5).
+        "signature_hex": g.signature.hex(),
     }

@@ -35,7 +35,7 @@ from nacl.exceptions import BadSignatureError
 from nacl.signing import SigningKey, VerifyKey
 
 from fleet import kernel
-from fleet.address import digest, format_address
+from fleet.address import digest, format_address, message_id
 from fleet.grant import (
     GRANT_DOMAIN,
     Grant,
@@ -188,7 +188,7 @@ def checkpoint_event(subject: SigningKey, run: bytes, index: int, head: bytes, s
 
 def event_id(data: bytes) -> str:
     """The event's ``Nats-Msg-Id``: ``gev-`` and hex of 16 bytes of BLAKE3 of it."""
-    return "gev-" + digest(data)[:16].hex()
+    return message_id("gev", data)
 
 
 def decode_event(data: bytes, verify: bool = True) -> GrantEvent:

@@ -33,7 +33,7 @@ from typing import Any
 
 import msgspec
 
-from fleet.address import format_address, parse_address
+from fleet.address import format_address, message_id, parse_address
 from fleet.attestation import Attestation, make_attestation
 from fleet.errors import FleetError, MalformedSegment, RecordError, ValueOutOfRange
 from fleet.segment import (
@@ -86,6 +86,7 @@ __all__ = [
     "identity",
     "seal_bytes",
     "segment_from_wire",
+    "segment_id",
     "segment_to_wire",
     "snapshot_from_wire",
 ]
@@ -423,6 +424,14 @@ def encode_envelope(
         ENVELOPE_VERSION, host, format_address(run), format_address(unit_id),
         format_address(grants_id), segment_to_wire(sealed),
     ))
+
+
+def segment_id(data: bytes) -> str:
+    """The ``Nats-Msg-Id`` of an encoded envelope: ``seg-`` and 16 bytes of BLAKE3 of all of
+    it. The head alone is not enough: two hosts resuming one park with the same snapshot,
+    manifest and idle energy seal segments with one head, and the broker would drop the
+    second as a duplicate of the first, even when the ledger refused the first."""
+    return message_id("seg", data)
 
 
 def encode_record(record: RecordWire) -> bytes:

@@ -12,7 +12,7 @@ error header (code and one-line description) that the CLI prints as is.
                                                           (fleet.grant_verify)
     fleet.api.runs         {}                          -> {"runs": [...]}
     fleet.api.export       {"run"}                     -> the run's record file
-    fleet.api.rejections   {"limit"?, "host"?}         -> {"rejections": [...]}
+    fleet.api.rejections   {"limit"?, "host"?, "run"?, "stream_seq"?} -> {"rejections": [...]}
     fleet.api.audit        {"since"?, "cheap_factor"?} -> the audit (fleet.audit)
 
 Every request may carry ``"min_seq"``: a replica answers only once it has folded the
@@ -283,7 +283,9 @@ class LedgerApi:
     async def rejections(self, body: dict[str, Any]) -> Any:
         limit = _field(body, "limit", int, required=False) or 100
         host = _field(body, "host", str, required=False)
-        return {"rejections": self.ledger.store.rejections(limit, host)}
+        run = _field(body, "run", str, required=False)
+        seq = _field(body, "stream_seq", int, required=False)
+        return {"rejections": self.ledger.store.rejections(limit, host, run, seq)}
 
     async def audit(self, body: dict[str, Any]) -> Any:
         since = body.get("since")

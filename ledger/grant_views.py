@@ -40,7 +40,7 @@ def grant_status(store: LedgerStore, book: GrantBook, text: str) -> dict[str, An
     """A folded grant: its bytes (base64), its fields, its own terms after amendments,
     the effective terms a run under it is held to, the last amendment's number and
     address (what the next amendment names), the children minted from it, its chain and
-    the events about it (its issue or mint, its amendments)."""
+    the events about it (its issue or mint, its amendments, the mints of its children)."""
     address = _address(text)
     entry = book.entry(address)
     if entry is None:
@@ -57,8 +57,16 @@ def grant_status(store: LedgerStore, book: GrantBook, text: str) -> dict[str, An
         "last_amendment": None if entry.last == NO_AMENDMENT else format_address(entry.last),
         "minted": len(entry.minted),
         "chain": [format_address(a) for a in chain_of(book, address)],
-        "history": _history(store, [address]),
+        "history": _with_mints(store, book, address),
     }
+
+
+def _with_mints(store: LedgerStore, book: GrantBook, address: bytes) -> list[dict[str, Any]]:
+    """The events about a grant, and (a standing grant) the MINT of each child minted from
+    it, in stream order: a mint is kept under its child, so it is looked up by the child."""
+    children = [a for a, e in book.entries.items() if e.grant.parent == address]
+    mints = [ev for ev in _history(store, children) if ev["kind"] == "mint"]
+    return sorted(_history(store, [address]) + mints, key=lambda ev: ev["stream_seq"])
 
 
 def run_grant(store: LedgerStore, book: GrantBook, grants_id: str, run: str,

@@ -9,6 +9,7 @@ Users and what they may do (publish / subscribe; everything else is denied)::
 
     host <h>   pub  fleet.seg.<h>.>                     its own segments only
                     fleet.api.export, fleet.api.prove    records and proofs of runs to adopt
+                    fleet.api.rejections                 refusals missed while away
                sub  fleet.rej.<h>, _INBOX.<h>.>          its refusals, its replies
     ledger     pub  fleet.>, $JS.API.>, $JS.ACK.>, $JS.FC.>, $SRV.>, $KV.>, _INBOX.>
                sub  fleet.>, $SRV.>, _INBOX.>
@@ -17,6 +18,7 @@ Users and what they may do (publish / subscribe; everything else is denied)::
                sub  fleet.checkpoint[.cosigned], _INBOX.reader.>
     issuer     pub  fleet.ctl.grant                      grant events (fleet grant ...)
                     fleet.api.grant, fleet.api.run       a grant's and a run's state
+                    fleet.api.rejections                 the decision on an event it sent
                sub  _INBOX.issuer.>                      its replies (stream acks)
     sys        (system account SYS) server monitoring and events
 
@@ -107,7 +109,8 @@ def host_permissions(host: str) -> Permissions:
     return Permissions(
         # A host adopting a parked run reads its record and a proof of its head (read-only
         # API endpoints; never the rest of the API).
-        publish=(f"{SEGMENTS}.{host}.>", api_subject("export"), api_subject("prove")),
+        publish=(f"{SEGMENTS}.{host}.>", api_subject("export"), api_subject("prove"),
+                 api_subject("rejections")),
         subscribe=(rejection_subject(host), f"{inbox_prefix(host)}.>"),
     )
 
@@ -128,7 +131,8 @@ def reader_permissions() -> Permissions:
 
 def issuer_permissions() -> Permissions:
     return Permissions(
-        publish=(DEFAULT_FLEET.grant_subject, api_subject("grant"), api_subject("run")),
+        publish=(DEFAULT_FLEET.grant_subject, api_subject("grant"), api_subject("run"),
+                 api_subject("rejections")),
         subscribe=(f"{inbox_prefix(ISSUER)}.>",),
     )
 

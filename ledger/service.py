@@ -60,6 +60,10 @@ from plumbing.nats_connect import connect
 log = logging.getLogger(__name__)
 
 
+class DeliveryGap(Exception):
+    """The consumer skipped messages of the stream: the fold must not go past them."""
+
+
 @dataclass
 class LedgerConfig:
     data_dir: Path
@@ -507,6 +511,8 @@ class Ledger:
             except (TimeoutError, FetchTimeoutError, nats.errors.TimeoutError):
                 msgs = []
             unacked.append(msgs)
+            if msgs:
+                await self._check_contiguous(msgs, pending and pending[0], in_flight)
             self.backlogged = len(msgs) >= self.config.batch
             new = None
             if msgs:
@@ -533,6 +539,32 @@ class Ledger:
         self.healthy = True
         self.health_detail = "ok"
         await self._checkpoint_if_due()  # a timed one, also while the stream is quiet
+
+    async def _check_contiguous(self, msgs: list[Delivery], *earlier: Any) -> None:
+        """Refuse to fold past a hole in the stream's order: the consumer delivers every
+        message (no subject filter), so a batch must go on from the last one fetched. A
+        hole means messages were delivered where this fold never saw them (a pull whose
+        reply was lost while a node died, a second reader of the consumer): folded past,
+        they would come back, if at all, below the watermark and be skipped, and the ack of
+        a later one (AckAll) would ack them unread. Raised, the loop naks what it holds and
+        repositions the consumer at the watermark (:func:`ledger.stream.ensure_consumer`).
+        A hole the stream itself has (its first message beyond it) is passed over."""
+        last = next((max(m.seq for m in b) for b in earlier if b), self.store.watermark())
+        expected = last + 1
+        for m in msgs:
+            if m.seq < expected:
+                continue  # a redelivery of something already fetched
+            if m.seq > expected:
+                assert self.js is not None
+                info = await self.js.stream_info(self.names.stream)
+                if info.state.first_seq > expected:
+                    log.warning("the stream starts at %d: nothing to fold before it",
+                                info.state.first_seq)
+                    expected = m.seq + 1
+                    continue
+                raise DeliveryGap(f"the consumer delivered stream sequence {m.seq} where "
+                                  f"{expected} was next: folding again from the watermark")
+            expected = m.seq + 1
 
     async def _start_commit(self, msgs: list[Delivery], prepared: Prepared) -> None:
         """Decide and write a batch, then start its commit (:class:`CommitPipeline`)."""

@@ -563,10 +563,15 @@ class LedgerStore(StoreReads):
         """Refused segments by rule."""
         return dict(self.conn.execute("SELECT rule, COUNT(*) FROM rejections GROUP BY rule"))
 
-    def rejections(self, limit: int = 100, host: str | None = None) -> list[dict[str, Any]]:
+    def rejections(self, limit: int = 100, host: str | None = None, run: str | None = None,
+                   stream_seq: int | None = None) -> list[dict[str, Any]]:
+        """The newest refusals, of ``host``, of ``run``, at ``stream_seq`` if given."""
+        where = [(c, v) for c, v in (("host", host), ("run", run), ("stream_seq", stream_seq))
+                 if v is not None]
         sql = ("SELECT stream_seq, subject, host, run, idx, rule, detail, at FROM rejections"
-               + (" WHERE host = ?" if host else "") + " ORDER BY id DESC LIMIT ?")
-        args: tuple[Any, ...] = (host, limit) if host else (limit,)
+               + (" WHERE " + " AND ".join(f"{c} = ?" for c, _ in where) if where else "")
+               + " ORDER BY id DESC LIMIT ?")
+        args = (*(v for _, v in where), limit)
         keys = ("stream_seq", "subject", "host", "run", "index", "rule", "detail", "at")
         return [dict(zip(keys, row, strict=True)) for row in self.conn.execute(sql, args)]
 

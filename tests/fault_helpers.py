@@ -23,7 +23,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -44,7 +44,7 @@ from fleet.run_codec import state_to_json
 from fleet.seal import seal
 from fleet.segment import CallAccount, Claimed, Evicted, ImageSnapshot, Segment, make_snapshot
 from fleet.subjects import STREAM, segment_subject
-from fleet.wire import SealedSegment, encode_envelope
+from fleet.wire import SealedSegment, decode_envelope, encode_envelope
 
 FLEET = [sys.executable, "-m", "cli"]
 
@@ -224,16 +224,17 @@ class HostTraffic:
                 and not (refused_start_ok and "cannot reach NATS" in r[2])]
 
     def outbox_segments(self) -> set[tuple[str, int, str]]:
-        """(run, idx, msg id) of every segment the hosts wrote; all must be acked."""
+        """(run, idx, head) of every segment the hosts wrote; all must be acked."""
         out: set[tuple[str, int, str]] = set()
         for name in self.names:
             db = sqlite3.connect(f"file:{self.base / name / 'outbox.db'}?mode=ro", uri=True)
             try:
-                rows = db.execute("SELECT run, idx, msg_id, state FROM segments").fetchall()
+                rows = db.execute("SELECT run, idx, payload, state FROM segments").fetchall()
             finally:
                 db.close()
             assert all(r[3] == "acked" for r in rows), f"{name} has unacked segments"
-            out |= {(r[0], r[1], r[2]) for r in rows}
+            out |= {(r[0], r[1], format_address(decode_envelope(r[2]).sealed.head))
+                    for r in rows}
         return out
 
     def __enter__(self) -> HostTraffic:
@@ -406,6 +407,34 @@ def reference_fold(messages: list[tuple[int, str, bytes]],
     finally:
         ledger.store.close()
     return store_summary(data)
+
+
+@contextlib.asynccontextmanager
+async def running_ledger(url: str, data: Path, hosts: list[tuple[str, str, int, int | None]],
+                          before: list[tuple[int, str, bytes]] = (),  # type: ignore[assignment]
+                          **config: Any) -> AsyncIterator[tuple[Any, Any]]:
+    """(ledger, jetstream) with the ledger folding in a task; stopped on exit. ``before``
+    is published before the ledger starts (a backlog it then folds in full batches)."""
+    from ledger.service import Ledger, LedgerConfig
+    from ledger.stream import ensure_stream
+    from plumbing.nats_connect import connect
+
+    nc = await connect([url], name="batching-test")
+    js = nc.jetstream(timeout=10.0)
+    await ensure_stream(js)
+    for _seq, subject, payload in before:
+        await js.publish(subject, payload)
+    seed_hosts(data, hosts)
+    ledger = Ledger(LedgerConfig(data_dir=data, servers=[url], **config))
+    stop = asyncio.Event()
+    task = asyncio.create_task(ledger.run(stop))
+    try:
+        yield ledger, js
+    finally:
+        stop.set()
+        await task
+        await ledger.close()
+        await nc.drain()
 
 
 # -- a pure fold with in-memory state --------------------------------------------------

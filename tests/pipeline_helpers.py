@@ -129,11 +129,16 @@ def host_keys(base: Path, names: list[str]) -> dict[str, str]:
 
 
 def outbox_rows(host_dir: Path) -> list[tuple[str, int, str, str]]:
-    """(run, idx, msg id, state) of every segment a host wrote."""
+    """(run, idx, head, state) of every segment a host wrote (the head read from the
+    sealed envelope; its msg id is the envelope's, ``fleet.wire.segment_id``)."""
+    from fleet.address import format_address
+    from fleet.wire import decode_envelope
+
     db = _ro(host_dir / "outbox.db")
     try:
-        return [tuple(r) for r in db.execute(  # type: ignore[misc]
-            "SELECT run, idx, msg_id, state FROM segments ORDER BY id")]
+        return [(r, i, format_address(decode_envelope(p).sealed.head), st)
+                for r, i, p, st in db.execute(
+                    "SELECT run, idx, payload, state FROM segments ORDER BY id")]
     finally:
         db.close()
 

@@ -1,8 +1,9 @@
 """A runtime process for the runtime tests: ``python tests/runtime_proc.py DIR NAME INPUT``.
 
 Starts (or picks up) run NAME of ``runtime_flows.chain`` in host folder DIR and advances it
-until it ends or waits, printing the outcome as one JSON line. ``--kill before|after N``
-SIGKILLs this process itself just before (or just after) its N-th journal append, the
+until it ends or waits, printing the outcome as one JSON line. ``--kill before|after|queued N``
+SIGKILLs this process itself just before its N-th journal append, just after it is
+committed, or (``queued``) just after a deferred append returned, before its commit: the
 real signal at an exact journal position. ``--host NAME`` records the intervals as that
 host's run record (outbox only).
 """
@@ -27,19 +28,32 @@ from agents.runtime.journal import Journal
 
 
 def kill_at(when: str, n: int) -> None:
-    original = Journal.append
+    """SIGKILL just before the N-th append, just after it is durable (committed: a deferred
+    entry rides a later commit), or just after it was queued (``queued``: a deferred
+    entry is not written yet)."""
+    original, flush = Journal.append, Journal.flush
     count = [0]
+    armed = [False]
 
     def append(self: Journal, *args: Any, **kwargs: Any) -> Any:
         count[0] += 1
         if count[0] == n and when == "before":
             os.kill(os.getpid(), signal.SIGKILL)
-        out = original(self, *args, **kwargs)
         if count[0] == n and when == "after":
+            armed[0] = True
+        out = original(self, *args, **kwargs)
+        if count[0] == n and when == "queued":
+            os.kill(os.getpid(), signal.SIGKILL)
+        return out
+
+    def flushed(self: Journal, *args: Any, **kwargs: Any) -> Any:
+        out = flush(self, *args, **kwargs)
+        if armed[0] and not any(self._pending.values()):
             os.kill(os.getpid(), signal.SIGKILL)
         return out
 
     Journal.append = append  # type: ignore[method-assign]
+    Journal.flush = flushed  # type: ignore[method-assign]
 
 
 async def main() -> int:

@@ -71,9 +71,14 @@ def test_a_rotation_hands_control_to_the_next_operator_key(nats_server: NatsServ
         a.start()
         fleet("operator", "rotate", "--new-vkey", str(tmp_path / "op2" / "operator.vkey"),
               *old)
-        for name, op in (("h-old", old), ("h-new", new)):
-            fleet("host", "enroll", name, "--pubkey",
-                  encode_key(bytes(host_key(name).verify_key)), *op)
+        done = {name: fleet("host", "enroll", name, "--pubkey",
+                            encode_key(bytes(host_key(name).verify_key)), *op, check=False)
+                for name, op in (("h-old", old), ("h-new", new))}
+        # The ledger's decision is read back: the retired key's event is refused, exit 1.
+        assert done["h-old"].returncode == 1 and "UnknownOperator" in done["h-old"].stderr
+        assert "the ledger refused it: UnknownOperator" in done["h-old"].stdout
+        assert done["h-new"].returncode == 0, done["h-new"]
+        assert "the ledger accepted it" in done["h-new"].stdout
         wait_until(lambda: store_summary(a.data).watermark == 3, 30, "three events folded")
         assert store_summary(a.data).rejections == [(2, "UnknownOperator")]
         status = json.loads(fleet("status", "--json", "--nats", url).stdout)

@@ -7,11 +7,8 @@ replica): the log and every refusal must come out the same, byte for byte.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import random
-from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 from test_fuzz_fold import mutate, reseal
@@ -27,6 +24,7 @@ from fault_helpers import (
     fold_in_random_batches,
     host_key,
     reference_fold,
+    running_ledger,
     sealed_run,
     seed_hosts,
     store_summary,
@@ -71,38 +69,10 @@ def test_batch_size_does_not_change_any_decision(tmp_path: Path, batch: int) -> 
     whole.check_leaves()
 
 
-@contextlib.asynccontextmanager
-async def _running_ledger(url: str, data: Path, hosts: list[tuple[str, str, int, int | None]],
-                          before: list[tuple[int, str, bytes]] = (),  # type: ignore[assignment]
-                          **config: Any) -> AsyncIterator[tuple[Any, Any]]:
-    """(ledger, jetstream) with the ledger folding in a task; stopped on exit. ``before``
-    is published before the ledger starts (a backlog it then folds in full batches)."""
-    from ledger.service import Ledger, LedgerConfig
-    from ledger.stream import ensure_stream
-    from plumbing.nats_connect import connect
-
-    nc = await connect([url], name="batching-test")
-    js = nc.jetstream(timeout=10.0)
-    await ensure_stream(js)
-    for _seq, subject, payload in before:
-        await js.publish(subject, payload)
-    seed_hosts(data, hosts)
-    ledger = Ledger(LedgerConfig(data_dir=data, servers=[url], **config))
-    stop = asyncio.Event()
-    task = asyncio.create_task(ledger.run(stop))
-    try:
-        yield ledger, js
-    finally:
-        stop.set()
-        await task
-        await ledger.close()
-        await nc.drain()
-
-
 async def _fold_over_nats(url: str, stream: list[tuple[int, str, bytes]], data: Path,
                           hosts: list[tuple[str, str, int, int | None]], batch: int,
                           puller: str = "auto") -> None:
-    async with _running_ledger(url, data, hosts, before=stream, name="pipelined",
+    async with running_ledger(url, data, hosts, before=stream, name="pipelined",
                                batch=batch, puller=puller) as (led, _js):
         for _ in range(600):
             if led.store.watermark() >= len(stream):
@@ -147,7 +117,7 @@ def test_the_pipelined_fold_over_nats_decides_as_one_batch(
 async def _quiet_checkpoint(url: str, data: Path) -> tuple[int, int | None]:
     run = sealed_run("h1", "quiet-checkpoint", "eprec")
     hosts = [("h1", encode_key(bytes(host_key("h1").verify_key)), 0, None)]
-    async with _running_ledger(url, data, hosts, name="quiet", checkpoint_every=10**6,
+    async with running_ledger(url, data, hosts, name="quiet", checkpoint_every=10**6,
                                checkpoint_ms=200) as (led, js):
         for subject, payload in run.messages:
             await js.publish(subject, payload)

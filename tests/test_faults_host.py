@@ -127,13 +127,9 @@ def _enrolled_ledger(tmp_path: Path, host_dir: Path) -> Path:
 
 
 def _outbox_rows(host_dir: Path) -> list[tuple[str, int, str, str]]:
-    import sqlite3
+    from pipeline_helpers import outbox_rows
 
-    db = sqlite3.connect(host_dir / "outbox.db")
-    try:
-        return db.execute("SELECT run, idx, msg_id, state FROM segments ORDER BY id").fetchall()
-    finally:
-        db.close()
+    return outbox_rows(host_dir)
 
 
 def _check_states(host_dir: Path, rows: list[tuple[str, int, str, str]]) -> None:

@@ -152,8 +152,11 @@ def test_a_standing_grant_mints_a_child_on_a_trigger(nats_server: NatsServer,
         assert shown["effective"]["budget_uj"] == 700 and shown["parent"] == sid
         assert [e["kind"] for e in shown["history"]] == ["mint"]
         fleet("grant", "verify", str(tmp_path / "child.grant"), "--parent", str(standing))
-        fleet("grant", "mint", *holder, "--budget-uj", "600",
-              "--out", str(tmp_path / "again.grant"))
+        again = fleet("grant", "mint", *holder, "--budget-uj", "600",
+                      "--out", str(tmp_path / "again.grant"), check=False)
+        # The ledger's decision is read back: refused, exit 1, the rule named.
+        assert again.returncode == 1 and "ReplayedTrigger" in again.stderr, again
+        assert "the ledger refused it: ReplayedTrigger" in again.stdout
         _folded_to(data, 4)
         assert _rules(data) == ["ReplayedTrigger"]
         stranger = run_under(digest(b"a grant never presented"))

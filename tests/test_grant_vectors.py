@@ -107,6 +107,11 @@ def test_each_grant_is_its_terms_and_keys(case: dict[str, Any]) -> None:
     signed = _layout(case)
     assert signed == data[:-64]
     VerifyKey(data[len("fleet.grant/1"):][:32]).verify(signed, data[-64:])
+    # The JSON form carries the signature: with the layout, it alone verifies (§2.5).
+    as_json = grant_json(data)
+    assert as_json["signature_hex"] == case["hex"][-128:]
+    VerifyKey(bytes.fromhex(as_json["issuer"])).verify(signed,
+                                                       bytes.fromhex(as_json["signature_hex"]))
 
 
 @pytest.mark.parametrize("case", FILE["refused_grants"], ids=ids(FILE["refused_grants"]))

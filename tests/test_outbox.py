@@ -63,6 +63,16 @@ def test_same_segment_twice_is_one_row_a_different_one_is_refused(tmp_path):
         assert box.stats().pending_count == 1
 
 
+def test_a_row_under_an_old_id_form_takes_its_own_bytes_again(tmp_path):
+    """A segment written under its head as msg id (before ids named the whole envelope) is
+    the same row when the host puts the same bytes under the new id; other bytes conflict."""
+    with Outbox(tmp_path / "o.db") as box:
+        first = box.put(RUN, 0, "executed", SUBJECT, "b3:head-0", b"sealed")
+        assert box.put(RUN, 0, "executed", SUBJECT, "seg-0123", b"sealed") == first
+        with pytest.raises(OutboxConflict):
+            box.put(RUN, 0, "executed", SUBJECT, "seg-4567", b"other")
+
+
 def test_backpressure_refuses_executed_but_admits_closed_in_reserve(tmp_path):
     """Past limit*(1-reserve) an executed segment is refused while closed fits up to limit."""
     with Outbox(tmp_path / "o.db", limit_bytes=1000, reserve=0.1) as box:

@@ -29,7 +29,7 @@ def _written(base: Path) -> set[tuple[str, int, str]]:
     for name in HOSTS:
         rows = outbox_rows(base / name)
         assert rows and all(r[3] == "acked" for r in rows), f"{name} left segments unsent"
-        out |= {(r[0], r[1], r[2]) for r in rows}  # a segment's msg id is its head address
+        out |= {(r[0], r[1], r[2]) for r in rows}
     return out
 
 

@@ -350,3 +350,42 @@ def test_stream_leader_killed_mid_drain_loses_and_duplicates_nothing(
     assert new_leader != leader
     assert report.remaining == 0 and report.stopped == [] and report.acked == total
     _assert_each_once_in_order(box, messages, runs, per_run)
+
+
+def test_a_duplicate_ack_for_another_message_stops_the_run(nats_server: NatsServer, tmp_path):
+    """A message of another sender under this segment's id (an old host's head id, or a
+    squatter) makes the broker answer ``duplicate``: the stream holds something else at that
+    sequence, so the run stops as ``duplicate`` instead of counting the segment as acked."""
+    box = Outbox(tmp_path / "o.db")
+    _subject, msg_id, _payload = _seg(RUN_A, 0)
+
+    async def body(nc, js):
+        other = segment_subject("host2", RUN_A)
+        await js.publish(other, b"host2's own segment", headers={"Nats-Msg-Id": msg_id})
+        _put(box, RUN_A, 0)
+        return await Publisher(box, js, backoff=FAST).drain(timeout=20)
+
+    report = asyncio.run(_with_js(nats_server.url, body))
+    assert report.acked == 0 and [s.kind for s in report.stopped] == ["duplicate"], report
+    assert "stream sequence 1" in report.stopped[0].reason
+    assert "host2" in report.stopped[0].reason
+    assert box.stopped_runs() == {RUN_A: report.stopped[0].reason}
+    assert box.last_acked_seq(RUN_A) == 0
+
+
+def test_a_duplicate_ack_of_this_very_segment_counts_as_its_ack(nats_server: NatsServer,
+                                                                tmp_path):
+    """The same bytes already in the stream (an ack lost on the way back) are this segment:
+    acked at that sequence, counted as a duplicate, nothing stopped."""
+    box = Outbox(tmp_path / "o.db")
+
+    async def body(nc, js):
+        landed = await _publish_raw(js, RUN_A, 0, expected=0)
+        _put(box, RUN_A, 0)
+        # Expected sequence 0 and a duplicate id: a replicated stream answers "duplicate";
+        # a single one may answer 10071, which the fork check resolves the same way.
+        return landed.seq, await Publisher(box, js, backoff=FAST).drain(timeout=20)
+
+    seq, report = asyncio.run(_with_js(nats_server.url, body))
+    assert (report.acked, report.duplicates, report.stopped) == (1, 1, [])
+    assert box.last_acked_seq(RUN_A) == seq

@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
 import runtime_flows as flows
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -85,9 +86,44 @@ def test_killed_after_the_result_is_journaled_the_step_is_not_run_again(tmp_path
     assert [w for _k, w in attempts].count("a0") == 1
 
 
+@pytest.mark.parametrize("when,n", [("queued", "3"), ("before", "4")])
+def test_killed_with_a_result_not_yet_committed_the_step_retries(tmp_path: Path, when: str,
+                                                                 n: str):
+    """Group commit: the first result (append 3) waits for the next dispatch's commit;
+    SIGKILL after it was queued or just before that dispatch: the result never happened,
+    the lost interval shows c0 outstanding and the restart retries it under its key (two
+    attempts, one effect)."""
+    data, effects = tmp_path / "h", tmp_path / "effects.db"
+    code, _ = proc(data, effects, "g1", "--kill", when, n, "--host", "A")
+    assert code == -signal.SIGKILL
+    _, out = proc(data, effects, "g1", "--host", "A")
+    assert out is not None and out["status"] == "done"
+    applied, attempts = flows.effects(str(effects))
+    assert [w for _k, w in attempts].count("a0") == 2 and len(applied) == len(attempts) - 1
+    lost, _live, _closed = segments(data, "A")
+    assert lost.calls.dispatched == ("c0",) and lost.calls.resolved == ()
+
+
+def test_killed_after_the_group_commit_the_result_stands_and_the_next_call_is_out(
+        tmp_path: Path):
+    """SIGKILL right after the commit carrying c0's result and c1's dispatch (append 4):
+    c0 is resolved and never run again; c1 is outstanding in the lost interval, run once on
+    restart."""
+    data, effects = tmp_path / "h", tmp_path / "effects.db"
+    code, _ = proc(data, effects, "g2", "--kill", "after", "4", "--host", "A")
+    assert code == -signal.SIGKILL
+    _, out = proc(data, effects, "g2", "--host", "A")
+    assert out is not None and out["status"] == "done"
+    applied, attempts = flows.effects(str(effects))
+    assert len(applied) == len(attempts)
+    assert [w for _k, w in attempts].count("a0") == 1
+    lost, _live, _closed = segments(data, "A")
+    assert lost.calls.dispatched == ("c0", "c1") and lost.calls.resolved == ("c0",)
+
+
 @settings(max_examples=15, deadline=None, derandomize=True,
           suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(kills=st.lists(st.tuples(st.sampled_from(["before", "after"]),
+@given(kills=st.lists(st.tuples(st.sampled_from(["before", "after", "queued"]),
                                 st.integers(min_value=1, max_value=18)), max_size=2))
 def test_killed_at_random_journal_positions_the_run_ends_as_an_uninterrupted_one(
         tmp_path_factory: Any, kills: list[tuple[str, int]]):

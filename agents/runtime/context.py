@@ -113,9 +113,17 @@ class Context:
         # ctx.projection's summaries so far, per (name, head, tail): how many middle items
         # the last summary covers and its value (rebuilt by replay like any step result).
         self._summaries: dict[tuple[str, int, int], tuple[int, Any]] = {}
+        # The journaled values a replay returns, read in one batch (each handed out once).
+        self._replayed: dict[str, Any] | None = None
+        self._live = 0  # step tasks not done yet (group commit defers only when alone)
         # Called once, before the first entry this interval appends: the runtime seals the
         # resume there, so a replay that diverges before going live seals nothing either.
         self._before = before_append
+
+    def journal(self) -> list[Entry]:
+        """The run's journal as this interval knows it: what it was replayed from and
+        every entry it appended."""
+        return list(self._entries)
 
     def _going_live(self) -> None:
         if self._before is not None:
@@ -156,21 +164,29 @@ class Context:
         return entry
 
     def _resolve(self, kind: str, call: str, body: dict[str, Any], value: Any = None,
-                 with_value: bool = False) -> Entry:
+                 with_value: bool = False, defer: bool = False) -> Entry:
         self._going_live()
         values = ()
         if with_value:
             sealed = Journal.seal_value(value)
             body = {**body, "value": sealed[0].address}
             values = (sealed,)
-        entry = self._journal.append(self.run, self._workflow, kind, call, body, values)
+        entry = self._journal.append(self.run, self._workflow, kind, call, body, values,
+                                     defer=defer)
         self._entries.append(entry)
         self._resolved[call] = entry
         return entry
 
     def _value(self, entry: Entry) -> Any:
         address = entry.data().get("value")
-        return None if address is None else self._journal.value(address)
+        if address is None:
+            return None
+        if self._replayed is None:  # the first value a replay needs: read them all at once
+            self._replayed = self._journal.values(
+                [a for e in self._resolved.values() if (a := e.data().get("value"))])
+        if address in self._replayed:
+            return self._replayed.pop(address)
+        return self._journal.value(address)
 
     # -- the public API -----------------------------------------------------------------------
 
@@ -202,10 +218,23 @@ class Context:
         if timeout is not None:
             extra["timeout"] = timeout
         entry = self._command(DISPATCH, ask, lambda: dict(extra), site)
-        task = asyncio.ensure_future(self._run_step(entry, fn, args, kwargs, effect, retry,
-                                                    timeout))
-        self._tasks.append(task)
-        return task
+        done = self._resolved.get(entry.call)
+        if done is not None:  # replayed: no task, no turn of the event loop
+            return self._replay(done)
+        return self._track(asyncio.ensure_future(self._run_step(entry, fn, args, kwargs,
+                                                                effect, retry, timeout)))
+
+    def _replay(self, done: Entry) -> asyncio.Future[Any]:
+        """A finished future holding a journaled step's result (or its failure, by its
+        outcome: StepFailed, StepTimeout, OutcomeUnknown)."""
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        data = done.data()
+        if data.get("error") is not None:
+            future.set_exception(failure(data["error"], data.get("outcome")))
+            self._tasks.append(future)  # settle() retrieves it if the workflow does not
+        else:
+            future.set_result(self._value(done))
+        return future
 
     async def _run_step(self, entry: Entry, fn: Callable[..., Any], args: tuple[Any, ...],
                         kwargs: dict[str, Any], effect: str | None = None,
@@ -260,7 +289,8 @@ class Context:
                     body["attempts"] = n
                 if unknown:
                     body["unknown"] = unknown
-                return self._resolve(RESOLVE, call, body, result, with_value=True)
+                return self._resolve(RESOLVE, call, body, result, with_value=True,
+                                     defer=self._alone())
             unknown += outcome in UNKNOWN
             if (outcome == "invalid" or n >= policy.max_attempts
                     or (outcome in UNKNOWN and policy.on_unknown == "raise")):
@@ -269,7 +299,7 @@ class Context:
                     body["outcome"] = outcome
                 if n > 1:
                     body["attempts"] = n
-                return self._resolve(RESOLVE, call, body)
+                return self._resolve(RESOLVE, call, body, defer=self._alone())
             delay = policy.delay(n)
             self._note(call, {"attempt": n, "outcome": outcome, "error": error,
                               "retry_in": delay})
@@ -280,6 +310,24 @@ class Context:
         self._going_live()
         self._entries.append(self._journal.append(self.run, self._workflow, ATTEMPT, call,
                                                   body))
+
+    def _alone(self) -> bool:
+        """Group commit: a step's result may ride the next entry's commit when no other
+        step is running (nothing outside can have seen the result before that commit; a
+        crash before it shows the call outstanding, as a crash before its own commit would).
+        With steps in flight it is written now, so a long sibling does not hold it back."""
+        return self._live <= 1
+
+    def _track(self, task: asyncio.Future[Any]) -> asyncio.Future[Any]:
+        """Count a live step's task until it is done (a counter, not a scan of every task:
+        an interval of n steps stays O(n))."""
+        self._live += 1
+        task.add_done_callback(self._untrack)
+        self._tasks.append(task)
+        return task
+
+    def _untrack(self, _task: asyncio.Future[Any]) -> None:
+        self._live -= 1
 
     def model(self, name: str, fn: Callable[[Any], Any], projection: Projection | Projected
               ) -> asyncio.Future[Any]:
@@ -296,9 +344,7 @@ class Context:
         ask = {"name": name, "projection": projection.name,
                "args": format_address(projection_hash(projection.name, view))}
         entry = self._command(DISPATCH, ask, dict, site)
-        task = asyncio.ensure_future(self._run_step(entry, fn, (view,), {}))
-        self._tasks.append(task)
-        return task
+        return self._track(asyncio.ensure_future(self._run_step(entry, fn, (view,), {})))
 
     def _next_seq(self) -> int:
         """The journal position of the next command (its entry when replaying)."""

@@ -74,8 +74,13 @@ class Journal:
         self.dir.mkdir(parents=True, exist_ok=True)
         self.db = sqlite.connect(self.dir / DB_NAME, busy_timeout_s=30.0)
         self.db.executescript(SCHEMA)
+        # Group commit: entries appended with ``defer`` wait here (per run) and are written
+        # in the transaction of the run's next append, or by flush() (docs/runtime.md).
+        self._pending: dict[str, list[tuple[tuple[Any, ...], tuple[tuple[bytes, bytes, bytes,
+                                                                          bytes], ...]]]] = {}
 
     def close(self) -> None:
+        self.flush()
         self.db.close()
 
     # -- runs --------------------------------------------------------------------------
@@ -106,32 +111,70 @@ class Journal:
 
     # -- entries -----------------------------------------------------------------------
 
-    def entries(self, run: str) -> list[Entry]:
+    def entries(self, run: str, start: int = 0) -> list[Entry]:
+        """The run's entries from seq ``start`` on (deferred ones written first)."""
+        self.flush(run)
         rows = self.db.execute("SELECT seq, kind, call, body, hash FROM entries WHERE run = ?"
-                               " ORDER BY seq", (run,)).fetchall()
+                               " AND seq >= ? ORDER BY seq", (run, start)).fetchall()
         return [Entry(*row) for row in rows]
 
     def head(self, run: str, workflow: str) -> tuple[int, bytes]:
+        """The next seq and the chain's head (a deferred entry counts)."""
+        if self._pending.get(run):
+            last = self._pending[run][-1][0]
+            return last[1] + 1, last[5]
         row = self.db.execute("SELECT seq, hash FROM entries WHERE run = ? ORDER BY seq DESC"
                               " LIMIT 1", (run,)).fetchone()
         return (0, genesis(run, workflow)) if row is None else (row[0] + 1, row[1])
 
     def append(self, run: str, workflow: str, kind: str, call: str, body: dict[str, Any],
-               values: tuple[tuple[Value, bytes, bytes], ...] = ()) -> Entry:
-        """Append one entry (and the blobs it commits to) in one transaction."""
+               values: tuple[tuple[Value, bytes, bytes], ...] = (), *,
+               defer: bool = False) -> Entry:
+        """Append one entry (and the blobs it commits to) in one transaction, together with
+        the run's deferred entries. With ``defer`` the entry is only queued: it is written
+        (it happened) with the run's next append or flush, and a crash before that means it
+        never happened."""
         text = canon(body).decode()
-        with immediate(self.db):
-            seq, prev = self.head(run, workflow)
-            digest = entry_hash(prev, seq, kind, call, text)
-            for value, key, salt in values:
-                raw_address = parse_address(value.address)
-                box = SecretBox(key).encrypt(value.raw)
-                self.db.execute("INSERT OR IGNORE INTO blobs VALUES (?, ?)", (raw_address, box))
-                self.db.execute("INSERT OR IGNORE INTO blob_keys VALUES (?, ?, ?)",
-                                (raw_address, key, salt))
-            self.db.execute("INSERT INTO entries VALUES (?, ?, ?, ?, ?, ?)",
-                            (run, seq, kind, call, text, digest))
+        seq, prev = self.head(run, workflow)
+        digest = entry_hash(prev, seq, kind, call, text)
+        blobs = tuple((parse_address(value.address), SecretBox(key).encrypt(value.raw), key,
+                       salt) for value, key, salt in values)
+        self._pending.setdefault(run, []).append(((run, seq, kind, call, text, digest),
+                                                  blobs))
+        if not defer:
+            self.flush(run)
         return Entry(seq, kind, call, text, digest)
+
+    def flush(self, run: str | None = None) -> None:
+        """Write the deferred entries of ``run`` (of every run with None) in one
+        transaction."""
+        runs = [run] if run is not None else list(self._pending)
+        pending = [p for r in runs for p in self._pending.get(r, [])]
+        if not pending:
+            return
+        with immediate(self.db):
+            for r in runs:  # the head a deferred entry chained to must still be the head
+                if r in self._pending:
+                    self._check_head(r, self._pending[r][0][0])
+            for row, blobs in pending:
+                for raw_address, box, key, salt in blobs:
+                    self.db.execute("INSERT OR IGNORE INTO blobs VALUES (?, ?)",
+                                    (raw_address, box))
+                    self.db.execute("INSERT OR IGNORE INTO blob_keys VALUES (?, ?, ?)",
+                                    (raw_address, key, salt))
+                self.db.execute("INSERT INTO entries VALUES (?, ?, ?, ?, ?, ?)", row)
+        for r in runs:
+            self._pending.pop(r, None)
+
+    def _check_head(self, run: str, first: tuple[Any, ...]) -> None:
+        """The first queued entry of ``run`` must follow the stored head (else another
+        writer appended meanwhile: the INSERT's key refuses a seq taken; this refuses a
+        chain that forked)."""
+        row = self.db.execute("SELECT seq, hash FROM entries WHERE run = ? ORDER BY seq DESC"
+                              " LIMIT 1", (run,)).fetchone()
+        if row is not None and (row[0] + 1 != first[1]):
+            raise JournalTampered(f"journal of {run} moved under this process (entry"
+                                  f" {row[0]} is stored; this process appends {first[1]})")
 
     # -- blobs -------------------------------------------------------------------------
 
@@ -151,8 +194,31 @@ class Journal:
         box, key, salt = held
         return json.loads(open_blob(address, box, key, salt))
 
+    def values(self, addresses: list[str]) -> dict[str, Any]:
+        """The JSON values at ``addresses`` read in a few queries (a replay's batch), each
+        checked to open to its address; one whose key or ciphertext is gone is left out."""
+        out: dict[str, Any] = {}
+        raw = {parse_address(a): a for a in addresses}
+        keys = list(raw)
+        for i in range(0, len(keys), 500):
+            chunk = keys[i:i + 500]
+            marks = ",".join("?" * len(chunk))
+            rows = self.db.execute(
+                "SELECT b.address, b.box, k.key, k.salt FROM blobs b JOIN blob_keys k ON"
+                f" k.address = b.address WHERE b.address IN ({marks})", chunk).fetchall()
+            for raw_address, box, key, salt in rows:
+                out[raw[raw_address]] = json.loads(
+                    open_blob_raw(raw_address, box, key, salt))
+        return out
+
     def _blob(self, raw_address: bytes) -> tuple[bytes, bytes, bytes] | None:
-        """A blob's ciphertext, key and salt; None when its key or ciphertext is gone."""
+        """A blob's ciphertext, key and salt (a deferred one too); None when its key or
+        ciphertext is gone."""
+        for queued in self._pending.values():
+            for _row, blobs in queued:
+                for held in blobs:
+                    if held[0] == raw_address:
+                        return held[1], held[2], held[3]
         key = self.db.execute("SELECT key, salt FROM blob_keys WHERE address = ?",
                               (raw_address,)).fetchone()
         box = self.db.execute("SELECT box FROM blobs WHERE address = ?",
@@ -275,12 +341,17 @@ def open_blob(address: str, box: bytes, key: bytes, salt: bytes) -> bytes:
     return open_blob_raw(parse_address(address), box, key, salt)
 
 
-def verify_chain(run: str, workflow: str, entries: list[Entry]) -> bytes:
+def verify_chain(run: str, workflow: str, entries: list[Entry], trusted: int = 0) -> bytes:
     """The head of ``entries`` after recomputing every hash; JournalTampered at the first
-    entry whose stored hash is not its own."""
-    prev = genesis(run, workflow)
-    for i, (entry, prev) in enumerate(zip(entries, chain_hashes(
-            run, workflow, ((e.seq, e.kind, e.call, e.body) for e in entries)), strict=True)):
+    entry whose stored hash is not its own. With ``trusted`` = k, entries 0 .. k-1 are
+    taken as verified (a replay checkpoint vouches for them) and the chain is recomputed
+    from entry k on, from entry k-1's stored hash."""
+    prev = genesis(run, workflow) if trusted == 0 else entries[trusted - 1].hash
+    for i in range(trusted, len(entries)):
+        entry = entries[i]
+        if entry.seq != i:
+            raise JournalTampered(f"journal entry {i} is numbered {entry.seq}")
+        prev = entry_hash(prev, entry.seq, entry.kind, entry.call, entry.body)
         if prev != entry.hash:
             raise JournalTampered(f"journal entry {i} ({entry.kind} {entry.call}) does not"
                                   " hash to its stored hash")

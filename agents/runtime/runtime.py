@@ -27,6 +27,7 @@ from typing import Any, NoReturn
 
 from agents.energy import IntervalMeter, Reading, transcript_park_idle
 from agents.host import Host, HostRun
+from agents.runtime.checkpoint import Checkpoints, folder_key, mac_key
 from agents.runtime.context import Context, Inbox, Park
 from agents.runtime.journal import Entry, Journal, verify_chain
 from fleet.address import format_address, parse_address
@@ -143,6 +144,10 @@ class Runtime:
                  workflows: dict[str, Workflow] | None = None,
                  environment: Manifest | None = None) -> None:
         self.journal = Journal(data_dir)
+        # Replay checkpoints (agents.runtime.checkpoint): MAC'd under a key derived from the
+        # host's sealing key, so editing runtime.db alone cannot forge one.
+        self.checkpoints = Checkpoints(self.journal.db, mac_key(bytes(host.key)) if host
+                                       else folder_key(self.journal.dir))
         # The environment this process runs workflows in (a devcontainer.json's or a
         # manifest file's manifest): part of every run's manifest (fleet.runtime_identity).
         self.environment = environment
@@ -272,9 +277,9 @@ class Runtime:
         if row is None:
             raise KeyError(f"no run {run} in {self.journal.dir}")
         name, wf, status, meta = row
-        entries = self.journal.entries(run)
+        entries, trusted = self.checkpoints.entries(self.journal, run)
         try:
-            verify_chain(run, wf, entries)
+            verify_chain(run, wf, entries, trusted)
         except JournalTampered as exc:
             self._refuse(run, meta, exc)
         if status == "cancelled":
@@ -312,7 +317,8 @@ class Runtime:
             ctx.finish(result, error)
         if resume is not None:
             ctx._going_live()  # an interval with nothing new still resumed the run
-        after = self.journal.entries(run)
+        self.journal.flush(run)
+        after = ctx.journal()  # what was read plus what this interval wrote: no re-read
         end, head = len(after), (after[-1].hash if after else b"")
         calls = account(after, first, end)
         status = "waiting" if wait is not None else ("failed" if error else "done")
@@ -332,6 +338,7 @@ class Runtime:
                               "code_version": version, "manifest": format_address(manifest),
                               **({"grant": meta["grant"]} if meta.get("grant") else {})})
         outcome.blocked = blocked(calls)
+        self.checkpoints.take(run, after)  # the next resume verifies from here on
         return outcome
 
     # -- the record -------------------------------------------------------------------------
