@@ -334,7 +334,11 @@ class Outbox:
         """Lift a run's stop (it came back to this host under a verified record): new
         segments of it are taken again; rows stopped before stay stopped, never sent."""
         with self._tx() as db:
-            db.execute("UPDATE runs SET stopped = 0, stop_reason = NULL WHERE run = ?", (run,))
+            self._lift_stop(db, run)
+
+    @staticmethod
+    def _lift_stop(db: sqlite3.Connection, run: str) -> None:
+        db.execute("UPDATE runs SET stopped = 0, stop_reason = NULL WHERE run = ?", (run,))
 
     def save_state(self, run: str, state: bytes, *, restart: bool = False) -> None:
         """Store ``run``'s state without a segment (a run adopted from its record, or moved
@@ -344,8 +348,7 @@ class Outbox:
             db.execute("INSERT INTO runs (run, state) VALUES (?, ?) ON CONFLICT (run) DO UPDATE"
                        " SET state = excluded.state", (run, state))
             if restart:
-                db.execute("UPDATE runs SET stopped = 0, stop_reason = NULL WHERE run = ?",
-                           (run,))
+                self._lift_stop(db, run)
 
     def prune(self, keep_bytes: int = 0) -> int:
         """Delete the oldest acked rows until at most ``keep_bytes`` of acked payload remain,
