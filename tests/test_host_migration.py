@@ -147,3 +147,4 @@ def test_a_migration_interrupted_before_the_rename_runs_again_harmlessly(tmp_pat
         assert not (folder / "runs.db").exists()
     finally:
         again.close()
+
