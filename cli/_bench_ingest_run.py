@@ -71,7 +71,7 @@ def make_segments(count: int, hosts: int = 4, per_run: int = 10,
         if grants is not None:
             event = bench_grant(run_no, names, manifest, now_ms)
             grants.append(event)
-            grants_id = grant_address(decode_event(event).fields["grant"])
+            grants_id = grant_address(decode_event(event).fields.grant)  # type: ignore[union-attr]
         b = RecordBuilder(keys[name], digest(b"bench-unit-%d" % run_no), grants_id)
         run = format_address(b.run)
         subject = segment_subject(name, run)

@@ -7,6 +7,9 @@ An event's canonical bytes are::
               || key[32]
     message = signed || signature[64]       (Ed25519 by ``operator`` over ``signed``)
 
+(the envelope every signed event shares, :mod:`fleet.signed_event`, with the operator as
+signer and ``seq || host_len || host || key`` as body).
+
 The fold decides each event against a :class:`ControlState` (the trusted operator keys with
 the last sequence number each used, and the host table) and returns a value
 (:class:`ControlAccepted` or :class:`fleet.fold.Refused`); :func:`apply` makes the change.
@@ -19,13 +22,13 @@ order), and a revoke refuses the host's later segments.
 from __future__ import annotations
 
 import struct
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import TypeVar
 
-from nacl.exceptions import BadSignatureError
 from nacl.signing import SigningKey, VerifyKey
 
-from fleet.address import message_id
+from fleet import signed_event
 from fleet.control_errors import (
     BadControlSignature,
     ControlConflict,
@@ -34,6 +37,7 @@ from fleet.control_errors import (
     UnknownOperator,
 )
 from fleet.errors import FleetError
+from fleet.event_overlay import EventOverlay
 from fleet.fold import HostEntry, Refused
 from fleet.subjects import HOST_NAME
 
@@ -49,10 +53,14 @@ __all__ = [
     "ControlEvent",
     "ControlState",
     "apply",
+    "check_control",
+    "decide_bootstrap",
     "decide_control",
     "decode_event",
     "encode_event",
     "event_id",
+    "host_after",
+    "keys_at",
     "sign_event",
     "signed_bytes",
 ]
@@ -61,9 +69,12 @@ CONTROL_DOMAIN = b"fleet.ctl/1"
 ENROLL, REVOKE, REKEY, OPERATOR = 1, 2, 3, 4
 KINDS: dict[int, str] = {ENROLL: "enroll", REVOKE: "revoke", REKEY: "rekey",
                          OPERATOR: "operator"}
+# The envelope's kind and signer (the operator), then the body's seq and host length.
 _HEAD = struct.Struct(">B32sQB")
+_BODY = struct.Struct(">QB")
 _NO_KEY = bytes(32)
-_SIGNATURE = 64
+K = TypeVar("K")  # a key as its holder keeps it (its bytes, its text)
+_SIGNATURE = signed_event.SIGNATURE
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,13 +91,14 @@ class ControlEvent:
 
     @property
     def kind_name(self) -> str:
-        return KINDS[self.kind]
+        return signed_event.kind_name(KINDS, self.kind)
 
 
 def signed_bytes(ev: ControlEvent) -> bytes:
     """The bytes the operator signs (everything but the signature)."""
     host = ev.host.encode("ascii")
-    return CONTROL_DOMAIN + _HEAD.pack(ev.kind, ev.operator, ev.seq, len(host)) + host + ev.key
+    return signed_event.signed_part(CONTROL_DOMAIN, ev.kind, ev.operator,
+                                    _BODY.pack(ev.seq, len(host)) + host + ev.key)
 
 
 def encode_event(ev: ControlEvent) -> bytes:
@@ -106,7 +118,7 @@ def sign_event(key: SigningKey, kind: int, seq: int, host: str, subject_key: byt
 def event_id(data: bytes) -> str:
     """The event's id (the broker's ``Nats-Msg-Id``): hex of 16 bytes of BLAKE3 of the
     message."""
-    return message_id("ctl", data)
+    return signed_event.event_id("ctl", data)
 
 
 def decode_event(data: bytes) -> ControlEvent:
@@ -169,45 +181,83 @@ class ControlAccepted:
 
 def decide_control(state: ControlState, stream_seq: int, data: bytes
                    ) -> ControlAccepted | Refused:
-    """Decide one control event (changes nothing). Order: it decodes
-    (``MalformedControl``), its operator is trusted (``UnknownOperator``), the signature
-    verifies (``BadControlSignature``), its seq is above the operator's last
-    (``ReplayedControl``), the host table can take it (``ControlConflict``)."""
-    host: str | None = None
+    """Decide one control event (changes nothing): :func:`check_control`'s acceptance, or
+    its first refusal as a value (``MalformedControl`` if the bytes do not decode)."""
     try:
         ev = decode_event(data)
-        host = ev.host or None
-        last = state.operators.get(ev.operator)
-        if last is None:
-            raise UnknownOperator("the event's operator key is not trusted here")
-        try:
-            VerifyKey(ev.operator).verify(signed_bytes(ev), ev.signature)
-        except (BadSignatureError, ValueError, TypeError):
-            raise BadControlSignature("the signature does not verify under the operator key"
-                                      ) from None
-        if ev.seq <= last:
-            raise ReplayedControl(f"seq {ev.seq} is not above this operator's last, {last}")
-        return ControlAccepted(ev, stream_seq, _host_after(state.hosts, ev, stream_seq))
+    except FleetError as exc:
+        return Refused(exc.rule, str(exc), None, None, None)
+    try:
+        return check_control(state, stream_seq, ev)
+    except FleetError as exc:
+        return Refused(exc.rule, str(exc), ev.host or None, None, None)
+
+
+def check_control(state: ControlState, stream_seq: int, ev: ControlEvent) -> ControlAccepted:
+    """Accept one decoded control event or raise the first rule it breaks, in this order:
+    its operator is trusted (``UnknownOperator``), the signature verifies
+    (``BadControlSignature``), its seq is above the operator's last (``ReplayedControl``),
+    the host table can take it (``ControlConflict``)."""
+    last = state.operators.get(ev.operator)
+    if last is None:
+        raise UnknownOperator("the event's operator key is not trusted here")
+    if not signed_event.signature_valid(ev.operator, signed_bytes(ev), ev.signature):
+        raise BadControlSignature("the signature does not verify under the operator key")
+    if ev.seq <= last:
+        raise ReplayedControl(f"seq {ev.seq} is not above this operator's last, {last}")
+    entry = None if ev.kind == OPERATOR else host_after(state.hosts, ev.kind, ev.host, ev.key,
+                                                        stream_seq)
+    return ControlAccepted(ev, stream_seq, entry)
+
+
+def host_after(hosts: Mapping[str, HostEntry], kind: int, host: str, key: bytes,
+               position: int) -> HostEntry:
+    """The host table's one rule: the entry ``host`` has after an event of ``kind``
+    (ENROLL, REVOKE, REKEY) with ``key`` at stream ``position``, or ``ControlConflict``.
+    An enrolment is valid for segments after its position; a re-key replaces the key for
+    segments decided after it (the enrolment's position stays); a revoke refuses the
+    host's later segments. A known host is never enrolled again, a revoked one never
+    changes. Both the stream's control events and the offline bootstrap events of a
+    ledger's store (:func:`decide_bootstrap`) are decided by it."""
+    entry = hosts.get(host)
+    if kind == ENROLL:
+        if entry is not None:
+            raise ControlConflict(f"host {host!r} is already enrolled"
+                                  + (" (revoked)" if entry.revoked_after is not None else ""))
+        return HostEntry(host, VerifyKey(key), position)
+    if entry is None or entry.revoked_after is not None:
+        raise ControlConflict(f"host {host!r} is not enrolled"
+                              + ("" if entry is None else " (revoked)"))
+    if kind == REVOKE:
+        return HostEntry(host, entry.verify_key, entry.enrolled_after, position)
+    return HostEntry(host, VerifyKey(key), entry.enrolled_after)
+
+
+def decide_bootstrap(hosts: Mapping[str, HostEntry], host: str, key: bytes | None,
+                     position: int) -> HostEntry | Refused:
+    """An offline (bootstrap) control event: what ``fleet host enroll/revoke --data``
+    writes into a ledger's store, authorised by write access to it instead of an operator's
+    signature, at the store's watermark (``position``). ``key``: the host's key (an
+    enrolment of an unknown host, a re-key of a known one), ``None`` for a revoke; decided
+    by :func:`host_after`, so the host table has one rule."""
+    kind = REVOKE if key is None else REKEY if host in hosts else ENROLL
+    try:
+        _check_shape(ControlEvent(kind, _NO_KEY, 0, host, _NO_KEY if key is None else key))
+        return host_after(hosts, kind, host, _NO_KEY if key is None else key, position)
     except FleetError as exc:
         return Refused(exc.rule, str(exc), host, None, None)
 
 
-def _host_after(hosts: Mapping[str, HostEntry], ev: ControlEvent, stream_seq: int
-                ) -> HostEntry | None:
-    if ev.kind == OPERATOR:
-        return None
-    entry = hosts.get(ev.host)
-    if ev.kind == ENROLL:
-        if entry is not None:
-            raise ControlConflict(f"host {ev.host!r} is already enrolled"
-                                  + (" (revoked)" if entry.revoked_after is not None else ""))
-        return HostEntry(ev.host, VerifyKey(ev.key), stream_seq)
-    if entry is None or entry.revoked_after is not None:
-        raise ControlConflict(f"host {ev.host!r} is not enrolled"
-                              + ("" if entry is None else " (revoked)"))
-    if ev.kind == REVOKE:
-        return HostEntry(ev.host, entry.verify_key, entry.enrolled_after, stream_seq)
-    return HostEntry(ev.host, VerifyKey(ev.key), entry.enrolled_after)
+def keys_at(current: Mapping[str, K], history: Iterable[tuple[int, int, str, K]],
+            position: int) -> dict[str, K]:
+    """Each host's key for a segment decided at stream ``position``: the key of the last
+    enrolment or re-key before it in ``history`` (the folded control events: stream
+    position, kind, host, key, in stream order), else its current key."""
+    keys = dict(current)
+    for at, kind, host, key in history:
+        if at < position and kind in (ENROLL, REKEY):
+            keys[host] = key
+    return keys
 
 
 def apply(state: ControlState, d: ControlAccepted) -> None:
@@ -225,7 +275,7 @@ def apply(state: ControlState, d: ControlAccepted) -> None:
         state.hosts[ev.host] = d.entry
 
 
-class BatchControl:
+class BatchControl(EventOverlay[ControlAccepted]):
     """The control state as one batch sees it: copies of the committed operators and
     hosts, changed by the batch's accepted events (:attr:`changed`: any were)."""
 
@@ -240,13 +290,8 @@ class BatchControl:
     def hosts(self) -> dict[str, HostEntry]:
         return self.state.hosts
 
-    @property
-    def changed(self) -> bool:
-        return bool(self.accepted)
+    def make(self, d: ControlAccepted) -> None:
+        apply(self.state, d)
 
     def fold(self, stream_seq: int, data: bytes) -> ControlAccepted | Refused:
-        d = decide_control(self.state, stream_seq, data)
-        if isinstance(d, ControlAccepted):
-            apply(self.state, d)
-            self.accepted.append(d)
-        return d
+        return self.take(decide_control(self.state, stream_seq, data))

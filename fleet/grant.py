@@ -46,6 +46,7 @@ from fleet.grant_errors import (
     NonCanonicalGrant,
 )
 from fleet.subjects import HOST_NAME
+from fleet.text import encode_text
 
 __all__ = [
     "GRANT_DOMAIN",
@@ -188,22 +189,23 @@ def _check_terms(t: Terms) -> None:
 # -- canonical bytes ------------------------------------------------------------------------
 
 
-def _text(value: str) -> bytes:
-    raw = value.encode()
-    return _U16.pack(len(raw)) + raw
+def _text(value: str, what: str) -> bytes:
+    # Checked twice (here and by _check_terms, which names the scope's or host's own rule):
+    # the one text codec never writes a text its decoders would refuse.
+    return encode_text(value, what, MalformedGrant, MAX_SCOPE)
 
 
 def terms_bytes(t: Terms) -> bytes:
     """The canonical bytes of ``t`` (checked first: ``MalformedGrant``/``NonCanonicalGrant``)."""
     _check_terms(t)
     out = [_TIMES.pack(t.budget_uj, t.not_before_ms, t.expires_ms), _U16.pack(len(t.scopes))]
-    out += [_text(s) for s in t.scopes]
+    out += [_text(s, "a scope") for s in t.scopes]
     for items in (t.hosts, t.manifests):
         if items is None:
             out.append(b"\x00")
             continue
         out.append(b"\x01" + _U16.pack(len(items)))
-        out += [_text(i) if isinstance(i, str) else i for i in items]
+        out += [_text(i, "a host") if isinstance(i, str) else i for i in items]
     if t.mint is None:
         out.append(b"\x00")
     else:

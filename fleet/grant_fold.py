@@ -10,20 +10,15 @@ from __future__ import annotations
 
 from collections.abc import Collection
 
-from fleet.errors import FleetError
+from fleet.event_overlay import EventOverlay
 from fleet.fold import Refused
-from fleet.grant_events import (
-    GrantAccepted,
-    GrantBook,
-    RunAt,
-    apply,
-    decide_event,
-)
+from fleet.grant_book import GrantBook
+from fleet.grant_decide import GrantAccepted, RunAt, apply, decide_event
 
 __all__ = ["BatchGrants"]
 
 
-class BatchGrants(GrantBook):
+class BatchGrants(GrantBook, EventOverlay[GrantAccepted]):
     """The committed book under one batch's accepted events (:attr:`accepted`)."""
 
     __slots__ = ("accepted",)
@@ -32,14 +27,12 @@ class BatchGrants(GrantBook):
         super().__init__(book)
         self.accepted: list[GrantAccepted] = []
 
+    def make(self, d: GrantAccepted) -> None:
+        apply(self, d)
+
     def fold(self, stream_seq: int, at_ms: int, data: bytes, host_keys: Collection[bytes],
              run_at: RunAt, signatures_ok: bool | None = None) -> GrantAccepted | Refused:
         """Decide one event and, accepted, take it into the batch (``signatures_ok``: the
         verdict on its signatures where checked beside the fold)."""
-        try:
-            d = decide_event(self, data, stream_seq, at_ms, host_keys, run_at, signatures_ok)
-        except FleetError as exc:
-            return Refused(exc.rule, str(exc), None, None, None)
-        apply(self, d)
-        self.accepted.append(d)
-        return d
+        return self.take(decide_event(self, data, stream_seq, at_ms, host_keys, run_at,
+                                      signatures_ok))

@@ -12,7 +12,7 @@ checkpoints), and each segment's stream position, ledger time and sealing host::
      "segments": [{"index": 1, "stream_seq": 5, "at_ms": 1800000002000, "host": "h1"}, ...]}
 
 :func:`verify_grant_evidence` replays both in stream order through the same decisions the
-ledger makes (:func:`fleet.grant_events.decide_event`, :func:`fleet.grant_events.apply`,
+ledger makes (:func:`fleet.grant_events.check_event`, :func:`fleet.grant_events.apply`,
 :func:`fleet.grant_events.check_segment`, the kernel's step) and raises the first refusal
 by name; a record and evidence that pass are a run every segment of which its grant
 allowed. What it cannot see offline: the hosts the ledger had enrolled beyond those the
@@ -34,12 +34,12 @@ from fleet.errors import MalformedSegment, RecordError
 from fleet.grant import Terms
 from fleet.grant_errors import MalformedGrant
 from fleet.grant_events import (
-    MINT,
-    TRIGGER,
     GrantBook,
+    Mint,
+    Trigger,
     apply,
+    check_event,
     check_step,
-    decide_event,
     decode_event,
     event_ref,
 )
@@ -99,11 +99,12 @@ def evidence_events(events: Iterable[tuple[int, int, bytes]], chain: Sequence[by
     used: set[str] = set()
     for seq, at_ms, data in events:
         ev = decode_event(data, verify=False)  # accepted: checked when folded
-        if ev.kind == TRIGGER:
-            triggers.append((seq, at_ms, data, ev.fields["name"]))
+        f = ev.fields
+        if isinstance(f, Trigger):
+            triggers.append((seq, at_ms, data, f.name))
             continue
-        if ev.kind == MINT and ev.fields["standing"] in held:
-            used.add(ev.fields["trigger"])
+        if isinstance(f, Mint) and f.standing in held:
+            used.add(f.trigger)
         elif event_ref(ev) not in held:
             continue
         kept.append((seq, at_ms, data))
@@ -161,7 +162,7 @@ def verify_grant_evidence(record: RecordWire, evidence: bytes | dict[str, Any]) 
                 data = base64.b64decode(item.event, validate=True)
             except (binascii.Error, ValueError):
                 raise MalformedGrant(f"event at {seq} is not base64") from None
-            apply(book, decide_event(book, data, seq, item.at_ms, host_keys, run_at))
+            apply(book, check_event(book, data, seq, item.at_ms, host_keys, run_at))
             continue
         assert isinstance(item, _Segment)
         sealed = segment_from_wire(next(wires))

@@ -41,8 +41,8 @@ from typing import Any
 import msgspec
 
 from fleet.address import format_address, id_text, parse_address
-from fleet.control import ControlAccepted, ControlState
-from fleet.fold import Accepted, HostEntry, RunSlot
+from fleet.control import KINDS, ControlAccepted, ControlState, decide_bootstrap, keys_at
+from fleet.fold import Accepted, HostEntry, Refused, RunSlot
 from fleet.fold.batch import Incoming
 from fleet.grant_events import GrantAccepted, GrantBook, apply, decode_event, event_ref
 from fleet.merkle import leaf_hash
@@ -80,6 +80,11 @@ _SCHEMA = (
     "CREATE TABLE IF NOT EXISTS control_events (stream_seq INTEGER PRIMARY KEY,"
     " kind TEXT NOT NULL, operator TEXT NOT NULL, seq INTEGER NOT NULL, host TEXT,"
     " key TEXT NOT NULL, payload BLOB NOT NULL)",
+    # Offline (bootstrap) control events, decided at the watermark ``position``
+    # (fleet.control.decide_bootstrap): with control_events, a host's key history.
+    "CREATE TABLE IF NOT EXISTS bootstrap_events (id INTEGER PRIMARY KEY,"
+    " position INTEGER NOT NULL, kind TEXT NOT NULL, host TEXT NOT NULL, key TEXT NOT NULL,"
+    " at REAL NOT NULL)",
     "CREATE TABLE IF NOT EXISTS operators (key TEXT PRIMARY KEY, last_seq INTEGER NOT NULL,"
     " retired INTEGER NOT NULL DEFAULT 0)",
     "CREATE TABLE IF NOT EXISTS checkpoints (size INTEGER PRIMARY KEY, root BLOB NOT NULL,"
@@ -173,29 +178,36 @@ class LedgerStore(StoreReads):
     # -- hosts ----------------------------------------------------------------------------
 
     def enroll(self, name: str, public_key: str) -> None:
-        """Enroll (or re-key) a host; it is valid for stream positions after the watermark."""
+        """Enroll a host (valid for stream positions after the watermark), or re-key a known
+        one: an offline control event (:func:`fleet.control.decide_bootstrap`)."""
         try:
             check_host_name(name)
-            decode_key(public_key)
+            key = bytes(decode_key(public_key))
         except ValueError as exc:
             raise StoreError(str(exc)) from None
-        with self.transaction():
-            self._upsert_host(name, public_key, self.watermark(), None)
-            self._write_hosts_file()
+        self._bootstrap(name, key)
 
     def revoke(self, name: str) -> None:
-        """Refuse the host's segments after the current watermark; earlier ones stay."""
+        """Refuse the host's segments after the current watermark; earlier ones stay (an
+        offline control event, :func:`fleet.control.decide_bootstrap`)."""
+        self._bootstrap(name, None)
+
+    def _bootstrap(self, name: str, key: bytes | None) -> None:
+        """Decide an offline control event at the watermark by the host table's one rule
+        and write the entry it leaves (and ``hosts.json``) in one transaction."""
         with self.transaction():
-            cur = self.conn.execute(
-                "UPDATE hosts SET revoked_after = ? WHERE name = ? AND revoked_after IS NULL",
-                (self.watermark(), name),
-            )
-            if cur.rowcount == 0:
-                known = self.conn.execute("SELECT 1 FROM hosts WHERE name = ?", (name,))
-                if known.fetchone() is None:
+            hosts, position = self.hosts(), self.watermark()
+            d = decide_bootstrap(hosts, name, key, position)
+            if isinstance(d, Refused):
+                if key is None and d.detail.endswith("is not enrolled"):
                     raise StoreError(f"no enrolled host named {name!r}")
-            else:
-                self._bump_hosts_version()
+                raise StoreError(f"{d.rule}: {d.detail}")
+            kind = "revoke" if key is None else "rekey" if name in hosts else "enroll"
+            self.conn.execute("INSERT INTO bootstrap_events (position, kind, host, key, at)"
+                              " VALUES (?, ?, ?, ?, ?)",
+                              (position, kind, name, encode_key(d.public_key), time.time()))
+            self._upsert_host(d.name, encode_key(d.public_key), d.enrolled_after,
+                              d.revoked_after)
             self._write_hosts_file()
 
     def _upsert_host(self, name: str, public_key: str, enrolled_after: int,
@@ -293,11 +305,18 @@ class LedgerStore(StoreReads):
         row = self.conn.execute("SELECT last_seq FROM runs WHERE run = ?", (run,)).fetchone()
         if row is None:
             return keys
-        for host, key in self.conn.execute(
-                "SELECT host, key FROM control_events WHERE kind IN ('enroll', 'rekey')"
-                " AND stream_seq < ? ORDER BY stream_seq", (row[0],)):
-            keys[host] = key
-        return keys
+        return keys_at(keys, self.key_history(), row[0])
+
+    def key_history(self) -> list[tuple[int, int, str, str]]:
+        """The host table's history, in the order it was decided: (position, kind, host,
+        key) of every folded control event naming a host and every offline one (decided at
+        the watermark, so after a stream event at the same position)."""
+        kinds = {name: kind for kind, name in KINDS.items()}
+        rows = self.conn.execute(
+            "SELECT stream_seq, 0, stream_seq, kind, host, key FROM control_events"
+            " WHERE host IS NOT NULL UNION ALL"
+            " SELECT position, 1, id, kind, host, key FROM bootstrap_events ORDER BY 1, 2, 3")
+        return [(at, kinds[kind], host, key) for at, _, _, kind, host, key in rows]
 
     def control_rows(self, host: str | None = None) -> list[dict[str, Any]]:
         """The folded control events (a host's key history), in stream order."""

@@ -45,9 +45,9 @@ from fleet.grant_events import (
     GrantBook,
     amend_event,
     apply,
+    check_event,
     check_segment,
     checkpoint_event,
-    decide_event,
     decode_event,
     event_id,
     event_json,
@@ -448,7 +448,7 @@ def run_at_of(runs: dict[bytes, tuple[bytes, list[bytes]]]
 
 def decide_stream(steps: list[tuple[int, bytes | Seg]],
                   runs: dict[bytes, tuple[bytes, list[bytes]]]) -> list[str]:
-    """The decision of each step: events by ``decide_event`` (then ``apply``), segments by
+    """The decision of each step: events by ``check_event`` (then ``apply``), segments by
     ``check_segment`` under the book's effective terms at that point (a grant the book does
     not hold: ``UnknownGrant``, as a ledger that requires grants decides)."""
     book, keys, run_at = GrantBook(), host_keys(), run_at_of(runs)
@@ -462,7 +462,7 @@ def decide_stream(steps: list[tuple[int, bytes | Seg]],
                     continue
                 check_segment(held, step.host, step.manifest, step.energy_after_uj, at, 1)
             else:
-                apply(book, decide_event(book, step, seq, at, keys, run_at))
+                apply(book, check_event(book, step, seq, at, keys, run_at))
         except FleetError as exc:
             out.append(exc.rule)
             continue

@@ -475,7 +475,7 @@ def test_signatures_checked_beside_the_fold_decide_as_in_line() -> None:
     from nacl.signing import VerifyKey
 
     from fleet.errors import FleetError
-    from fleet.grant_events import GrantBook, apply, decide_event, signature_items
+    from fleet.grant_events import GrantBook, apply, check_event, signature_items
 
     def verdict(data: bytes) -> bool | None:
         items = signature_items(data)
@@ -492,8 +492,8 @@ def test_signatures_checked_beside_the_fold_decide_as_in_line() -> None:
         book, out = GrantBook(), []
         for n, (at_ms, data) in enumerate(events, start=1):
             try:
-                d = decide_event(book, data, n, at_ms, (), lambda _r, _i: None,
-                                 verdict(data) if beside else None)
+                d = check_event(book, data, n, at_ms, (), lambda _r, _i: None,
+                                verdict(data) if beside else None)
             except FleetError as exc:
                 out.append(exc.rule)
                 continue

@@ -76,8 +76,8 @@ def test_simulated_runs_fold_under_their_own_grants(nats_server: NatsServer,
     for data in held["events"]:
         ev = decode_event(data)
         assert ev.kind_name == "issue" and ev.signer == bytes(issuer.verify_key)
-        grants[format_address(grant_address(ev.fields["grant"]))] = decode_grant(
-            ev.fields["grant"])
+        grants[format_address(grant_address(ev.fields.grant))] = decode_grant(  # type: ignore[union-attr]
+            ev.fields.grant)  # type: ignore[union-attr]
     assert len(grants) == 6
     assert bytes(issuer.verify_key) not in held["host_keys"] + [bytes(agent.verify_key)]
     for _run, grants_id in held["runs"]:

@@ -53,7 +53,8 @@ from fleet.errors import (
     SubjectMismatch,
     UnknownHost,
 )
-from fleet.grant_events import GrantView, check_step
+from fleet.grant_book import GrantView
+from fleet.grant_gate import check_step
 from fleet.kernel import Step, genesis
 from fleet.leaf import encode_leaf
 from fleet.record import RunState, chain
