@@ -14,7 +14,7 @@ third, in two situations:
   so a ledger cannot hand over a record it never logged;
 * **resuming its own run** after a restart (:func:`verify_local`): the host rebuilds the
   run from genesis out of what it sealed (its outbox rows, after the record it adopted, if
-  any) and refuses when that differs from the state it saved (``runs.db``), so an edited
+  any) and refuses when that differs from the state it saved (in ``outbox.db``), so an edited
   state file can never make it seal a resume the record does not allow.
 
 Each refusal is a named :class:`ResumeRefused` and changes nothing.

@@ -13,10 +13,14 @@ rule and never leaves the host), seals it with the host's Ed25519 key and writes
 durable outbox before anything is sent. The publisher (``agents.publisher``) drains the
 outbox to JetStream.
 
-Crash safety: the outbox put is the commit point. The host then saves the run's state in
-``runs.db``; if it dies in between, :meth:`Host.open_run` finds the outbox row beyond the
-saved state and folds it in, so the run continues at the right index instead of sealing a
-second, different segment there (which the ledger would refuse as a fork).
+Crash safety: each segment is one durable step. The builder *prepares* it as a value (the
+sealed segment and the run's state after it; nothing is changed), the outbox *puts* both in
+one SQLite transaction (one file, one fsync: the commit point), and only then does the run
+*apply* it in memory. Killed before the put, nothing happened; after it, the outbox holds the
+segment and the state that follows it, so :meth:`Host.open_run` continues at the right index
+(never sealing a second, different segment there, which the ledger would refuse as a fork).
+A failed put leaves nothing to roll back. A folder written before this (run states in a
+second file, ``runs.db``) is moved over once when opened (agents.host_migration).
 """
 
 from __future__ import annotations
@@ -26,7 +30,6 @@ from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-import msgspec
 from nacl.signing import SigningKey
 
 from agents.adoption import (
@@ -38,19 +41,30 @@ from agents.adoption import (
     verify_local,
 )
 from agents.environment import Environment, resume_manifest
+from agents.host_migration import migrate_runs_db
 from agents.outbox import DEFAULT_KEEP_ACKED_BYTES, DEFAULT_LIMIT_BYTES, DEFAULT_RESERVE, Outbox
 from fleet.address import format_address
-from fleet.builder import RecordBuilder
+from fleet.attestation import Attestation
+from fleet.builder import RecordBuilder, execute_segment
 from fleet.errors import ManifestMismatch
 from fleet.manifest import Manifest
 from fleet.manifest_errors import EnvironmentMismatch
 from fleet.note import Verifier
 from fleet.record import RunState
-from fleet.run_codec import state_from_json, state_to_json
+from fleet.run_codec import decode_state, encode_state
 from fleet.seal import encode_key
-from fleet.segment import CallAccount, Claimed, Evicted, Snapshot
+from fleet.segment import (
+    CallAccount,
+    Claimed,
+    Closed,
+    Evicted,
+    Segment,
+    Snapshot,
+    resumed,
+    suspended,
+)
 from fleet.subjects import check_host_name, fleet_names, run_token
-from fleet.verify import fold_sealed, verify_state
+from fleet.verify import verify_state
 from fleet.wire import (
     SealedSegment,
     decode_envelope,
@@ -58,9 +72,7 @@ from fleet.wire import (
     encode_envelope,
     segment_id,
 )
-from plumbing import sqlite
 from plumbing.files import read_key_file, write_atomically, write_key_file
-from plumbing.transactions import immediate
 
 KEY_FILE = "host.key"
 PUB_FILE = "host.pub"
@@ -97,41 +109,34 @@ class Host:
         self.key = load_or_create_key(self.dir)
         self.outbox = Outbox(self.dir / "outbox.db", limit_bytes=outbox_limit, reserve=reserve,
                              keep_acked_bytes=keep_acked_bytes)
-        self._db = sqlite.connect(self.dir / "runs.db", busy_timeout_s=5.0)
+        migrate_runs_db(self.dir, self.outbox, self.key.verify_key)
         # Where to fetch a run's record (and the ledger's keys to check its proofs under)
         # when this host no longer holds all of it: set by the program that wires the host.
         self.ledger: tuple[RecordSource, list[Verifier]] | None = None
-        self._db.execute("CREATE TABLE IF NOT EXISTS runs (run TEXT PRIMARY KEY,"
-                         " state BLOB NOT NULL)")
 
     @property
     def public_key(self) -> str:
         return encode_key(bytes(self.key.verify_key))
 
     def close(self) -> None:
-        self._db.close()
         self.outbox.close()
 
     def open_run(self, unit_id: bytes, grants_id: bytes) -> HostRun:
         """Start a run, or pick up the one already recorded for this unit and grant set."""
         builder = RecordBuilder(self.key, unit_id, grants_id)
         run = format_address(builder.run)
-        row = self._db.execute("SELECT state FROM runs WHERE run = ?", (run,)).fetchone()
-        if row is not None:
-            builder.state = state_from_json(msgspec.json.decode(row[0]))
-        hr = HostRun(self, builder)
-        hr._catch_up()
-        return hr
+        saved = self.outbox.state(run)
+        if saved is not None:
+            builder.state = decode_state(saved)
+        return HostRun(self, builder)
 
     @contextmanager
     def starting_run(self, unit_id: bytes, grants_id: bytes) -> Iterator[HostRun]:
         """:meth:`open_run` for a first step that may still be refused (a warm slot evicted
-        since it was checked): the block runs in one ``runs.db`` transaction, so if it raises,
-        or the process dies inside it, ``runs.db`` is as it was and a refused start leaves no
-        run row. A segment the block sealed is in the outbox (the commit point) and is folded
-        in by the next :meth:`open_run` as after any crash."""
-        with immediate(self._db):
-            yield self.open_run(unit_id, grants_id)
+        since it was checked). Opening writes nothing: the run's row is written by the one
+        transaction that puts its first segment with its state, so if the block raises, or
+        the process dies inside it before that put, a refused start leaves no run row."""
+        yield self.open_run(unit_id, grants_id)
 
     def adopt_run(self, run: str, source: RecordSource, ledger_keys: Iterable[Verifier]
                   ) -> HostRun:
@@ -148,22 +153,21 @@ class Host:
         data = source.record(run)
         state = verify_adoption(run, data, lambda index: source.proof(run, index),
                                 list(ledger_keys))
-        held = self._db.execute("SELECT state FROM runs WHERE run = ?", (run,)).fetchone()
-        saved = (state_from_json(msgspec.json.decode(held[0])).index if held is not None
-                 else 0)
+        held = self.outbox.state(run)
+        saved = decode_state(held).index if held is not None else 0
         if (held is not None or self.outbox.payloads_after(run, 0)) and (
                 state.index <= saved or self.outbox.payloads_after(run, state.index)):
             # Only a record that went on past what this host holds (the run left and came
             # back parked: A -> B -> A) replaces its saved state.
             raise NotParked(f"run {run} already has segments on this host up to its record:"
                             " open it instead")
-        self.outbox.restart_run(run)  # a run stopped here before takes segments again
         path = self._adopted_path(run)
         path.parent.mkdir(exist_ok=True)
         write_atomically(path, data)
         builder = RecordBuilder(self.key, state.unit_id, state.grants_id)
         builder.state = state
-        self._save(run, builder)
+        # A run stopped here before takes segments again, from the adopted state.
+        self.outbox.save_state(run, encode_state(state), restart=True)
         hr = HostRun(self, builder)
         hr.verified = True
         return hr
@@ -195,11 +199,6 @@ class Host:
             payloads = self.outbox.payloads_after(run, start.index)
         return verify_local(hr.state, start, payloads, {self.name: self.key.verify_key})
 
-    def _save(self, run: str, builder: RecordBuilder) -> None:
-        self._db.execute("INSERT INTO runs (run, state) VALUES (?, ?) ON CONFLICT(run)"
-                         " DO UPDATE SET state = excluded.state",
-                         (run, msgspec.json.encode(state_to_json(builder.state))))
-
 
 class HostRun:
     """One run on its host. Methods return the sealed segment they wrote to the outbox."""
@@ -217,40 +216,25 @@ class HostRun:
     def state(self):  # noqa: ANN201 - RunState, kept loose to avoid a cycle in docs
         return self.builder.state
 
-    def _catch_up(self) -> None:
-        # The crash window: segments in the outbox beyond the saved state.
-        for payload in self.host.outbox.payloads_after(self.run, self.builder.state.index):
-            env = decode_envelope(payload)
-            fold_sealed(self.builder.state, env.sealed, self.host.key.verify_key)
-        self.host._save(self.run, self.builder)
-
-    def _emit(self, make: object) -> SealedSegment:
-        before = state_to_json(self.builder.state)
-        sealed: SealedSegment = make()  # type: ignore[operator]
+    def _emit(self, segment: Segment, attestation: Attestation | None = None) -> SealedSegment:
         b = self.builder
-        try:
-            # Inside the rollback: nothing that can refuse runs once the state has moved
-            # without the state moving back.
-            payload = encode_envelope(self.host.name, b.run, b.state.unit_id,
-                                      b.state.grants_id, sealed)
-            self.host.outbox.put(self.run, sealed.index, sealed.segment.kind, self.subject,
-                                 segment_id(payload), payload)
-        except BaseException:
-            b.state = state_from_json(before)
-            b.sealed.pop()
-            raise
-        b.sealed.clear()  # the outbox holds them; the host keeps only state
-        self.host._save(self.run, b)
-        return sealed
+        prepared = b.prepare(segment, attestation)  # a value: a refusal raises, nothing moved
+        sealed = prepared.sealed
+        payload = encode_envelope(self.host.name, b.run, b.state.unit_id, b.state.grants_id,
+                                  sealed)
+        # The one durable step: the segment and the state after it, one transaction.
+        self.host.outbox.put(self.run, sealed.index, sealed.segment.kind, self.subject,
+                             segment_id(payload), payload, encode_state(prepared.state))
+        return b.apply(prepared, keep=False)  # the outbox holds it; the host keeps only state
 
     def execute(self, *, uj: int, provenance: str, meter: str, journal_root: bytes,
                 outcome: str = "ok", calls: CallAccount | None = None) -> SealedSegment:
-        return self._emit(lambda: self.builder.execute(
-            uj=uj, provenance=provenance, meter=meter, journal_root=journal_root,
-            outcome=outcome, calls=calls))
+        return self._emit(*execute_segment(uj=uj, provenance=provenance, meter=meter,
+                                           journal_root=journal_root, outcome=outcome,
+                                           calls=calls))
 
     def suspend(self, snapshot: Snapshot, manifest: bytes) -> SealedSegment:
-        return self._emit(lambda: self.builder.suspend(snapshot, manifest))
+        return self._emit(suspended(snapshot, manifest))
 
     def resume(self, snapshot: Snapshot, manifest: bytes | None = None, *, idle_uj: int,
                provenance: str, meter: str,
@@ -266,8 +250,7 @@ class HostRun:
         address = resume_manifest(manifest, environment)
         recorded = self.builder.state.parked_manifest
         try:
-            return self._emit(lambda: self.builder.resume(snapshot, address, idle_uj,
-                                                          provenance, meter))
+            return self._emit(resumed(snapshot, address, idle_uj, provenance, meter))
         except ManifestMismatch as exc:
             # The record's rule (snapshot first, then manifest) decided; with an environment
             # given, its refusal is named for precondition 2 and carries both addresses.
@@ -284,15 +267,15 @@ class HostRun:
     def close(self, *, idle_uj: int | None = None, provenance: str | None = None,
               meter: str | None = None) -> SealedSegment:
         """Close the run; a parked run's close carries the idle energy its park drew."""
-        return self._emit(lambda: self.builder.close(idle_uj, provenance, meter))
+        return self._emit(Closed(idle_uj, provenance, meter))
 
     def claim(self, claimed: Claimed) -> SealedSegment:
         """Start this (fresh) run from a warm slot: agents.pool_records."""
-        return self._emit(lambda: self.builder.claim(claimed))
+        return self._emit(claimed)
 
     def evict(self, evicted: Evicted) -> SealedSegment:
         """Record an evicted slot in this pool's own run: agents.pool_records."""
-        return self._emit(lambda: self.builder.evict(evicted))
+        return self._emit(evicted)
 
 
 __all__ = ["Host", "HostKeyError", "HostRun", "load_or_create_key"]

@@ -11,16 +11,18 @@ Storage: one SQLite file per host, WAL journal, ``synchronous=FULL`` (every comm
 fsync'd). Table ``segments`` holds (id, run, idx, kind, subject, msg_id, payload,
 acked_seq, state) with state ``pending`` -> ``acked`` (or ``stopped``); table ``runs``
 holds per run the stream sequence of its last acknowledged segment (the next segment's
-``Nats-Expected-Last-Subject-Sequence``) and a ``stopped`` flag with its first reason (a
+``Nats-Expected-Last-Subject-Sequence``), a ``stopped`` flag with its first reason (a
 fork: the stream holds something else for that run; a duplicate of another message; a
-refusal by the ledger); table ``refusals`` holds the stream sequence of every ledger
-refusal acted on, so none stops a run twice (:mod:`agents.refusals`).
+refusal by the ledger) and ``state``, the host's state of the run after its newest segment
+(opaque bytes here, written by the same transaction as that segment: one file, one fsync
+per segment, no window between the two); table ``refusals`` holds the stream sequence of
+every ledger refusal acted on, so none stops a run twice (:mod:`agents.refusals`).
 
 Acked rows are kept as a record of what was sent, up to ``keep_acked_bytes`` of payload
 (default 256 MiB): past it, every ``PRUNE_EVERY`` acks, the oldest acked rows are deleted
 down to the bound, so a long-lived host's file stays bounded. Each run's newest row is never
-deleted, acked or not: a host killed between writing a segment and saving its run state
-catches up from it on restart (:meth:`agents.host.HostRun._catch_up`). A pruned row's
+deleted, acked or not (the segment its saved state ends at, which a different segment put
+at its index is checked against). A pruned row's
 index is no longer checked locally against a different segment put again; the broker's
 expected-last-sequence check still stops that run as a fork.
 
@@ -75,7 +77,8 @@ CREATE TABLE IF NOT EXISTS runs (
     run TEXT PRIMARY KEY,
     last_acked_seq INTEGER NOT NULL DEFAULT 0,
     stopped INTEGER NOT NULL DEFAULT 0,
-    stop_reason TEXT
+    stop_reason TEXT,
+    state BLOB
 );
 CREATE TABLE IF NOT EXISTS refusals (
     stream_seq INTEGER PRIMARY KEY,
@@ -162,6 +165,14 @@ def _widen_kinds(db: sqlite3.Connection) -> None:
     db.execute("DROP TABLE segments_before_pools")
 
 
+def _add_state(db: sqlite3.Connection) -> None:
+    """An outbox made before run states moved in (they were in ``runs.db``) has no
+    ``runs.state`` column: add it (agents.host_migration fills it)."""
+    columns = {row[1] for row in db.execute("PRAGMA table_info(runs)")}
+    if columns and "state" not in columns:
+        db.execute("ALTER TABLE runs ADD COLUMN state BLOB")
+
+
 class Outbox:
     """A durable, bounded queue of sealed segments waiting for JetStream's ack."""
 
@@ -192,6 +203,7 @@ class Outbox:
             for statement in _SCHEMA.split(";"):
                 if statement.strip():
                     self._db.execute(statement)
+            _add_state(self._db)
             # Kept up to date by mark_acked and prune, so the bound is checked without a scan.
             self._acked_bytes = self._payload_bytes(self._db, "acked")
 
@@ -225,11 +237,14 @@ class Outbox:
 
     # -- writing -------------------------------------------------------------------------
 
-    def put(self, run: str, idx: int, kind: Kind, subject: str, msg_id: str, payload: bytes) -> int:
-        """Store a sealed segment durably (fsync'd) and return its row id.
+    def put(self, run: str, idx: int, kind: Kind, subject: str, msg_id: str, payload: bytes,
+            state: bytes | None = None) -> int:
+        """Store a sealed segment durably (fsync'd) and return its row id; with ``state``,
+        the run's state after it, in the same transaction.
 
         Putting the same (run, idx, msg_id), or the same bytes, again returns the existing
-        id. Raises :class:`OutboxFull`, :class:`RunStopped` or :class:`OutboxConflict`.
+        id (and keeps the state stored with it). Raises :class:`OutboxFull`,
+        :class:`RunStopped` or :class:`OutboxConflict`.
         """
         if kind not in KINDS:
             raise ValueError(f"kind is one of {KINDS}, got {kind!r}")
@@ -257,7 +272,8 @@ class Outbox:
                 " VALUES (?, ?, ?, ?, ?, ?)",
                 (run, idx, kind, subject, msg_id, payload),
             )
-            db.execute("INSERT OR IGNORE INTO runs (run) VALUES (?)", (run,))
+            db.execute("INSERT INTO runs (run, state) VALUES (?, ?) ON CONFLICT (run) DO UPDATE"
+                       " SET state = coalesce(excluded.state, state)", (run, state))
             row_id = int(cur.lastrowid or 0)
         for listener in list(self._listeners):
             listener()
@@ -317,7 +333,21 @@ class Outbox:
         """Lift a run's stop (it came back to this host under a verified record): new
         segments of it are taken again; rows stopped before stay stopped, never sent."""
         with self._tx() as db:
-            db.execute("UPDATE runs SET stopped = 0, stop_reason = NULL WHERE run = ?", (run,))
+            self._lift_stop(db, run)
+
+    @staticmethod
+    def _lift_stop(db: sqlite3.Connection, run: str) -> None:
+        db.execute("UPDATE runs SET stopped = 0, stop_reason = NULL WHERE run = ?", (run,))
+
+    def save_state(self, run: str, state: bytes, *, restart: bool = False) -> None:
+        """Store ``run``'s state without a segment (a run adopted from its record, or moved
+        from an old ``runs.db``); ``restart``: and lift its stop (:meth:`restart_run`), in
+        the same transaction."""
+        with self._tx() as db:
+            db.execute("INSERT INTO runs (run, state) VALUES (?, ?) ON CONFLICT (run) DO UPDATE"
+                       " SET state = excluded.state", (run, state))
+            if restart:
+                self._lift_stop(db, run)
 
     def prune(self, keep_bytes: int = 0) -> int:
         """Delete the oldest acked rows until at most ``keep_bytes`` of acked payload remain,
@@ -383,6 +413,19 @@ class Outbox:
                 (run, idx),
             ).fetchall()
         return [bytes(p) for (p,) in rows]
+
+    def state(self, run: str) -> bytes | None:
+        """The run's state stored with its newest segment (or its adoption); None if none."""
+        with self._lock:
+            row = self._db.execute("SELECT state FROM runs WHERE run = ?", (run,)).fetchone()
+        return None if row is None or row[0] is None else bytes(row[0])
+
+    def runs(self) -> list[str]:
+        """Every run the outbox holds a segment or a state of."""
+        with self._lock:
+            rows = self._db.execute("SELECT run FROM runs UNION SELECT run FROM segments"
+                                    ).fetchall()
+        return [run for (run,) in rows]
 
     def last_acked_seq(self, run: str) -> int:
         """The stream sequence of the run's last acked segment; 0 if none is acked yet."""

@@ -9,8 +9,9 @@ run's first segment, ``claimed``, carries the slot's image park, manifest and ac
 segment. If the host dies between the two, claiming the same slot for the same run again
 seals the segment from the figures the pool stored (another run is refused, ``SlotClaimed``).
 A refused claim leaves nothing on the host: it is asked before the run is opened, and a slot
-ended in between (evicted, or claimed by another run) is refused inside the one ``runs.db``
-transaction that opened the run (:meth:`agents.host.Host.starting_run`), which rolls back.
+ended in between (evicted, or claimed by another run) is refused before the run's first
+segment is put (:meth:`agents.host.Host.starting_run`): opening a run writes nothing, and its
+row is written only by the transaction that puts that segment with the run's state.
 
 An **eviction** ends the slot unclaimed, then appends an ``evicted`` segment to the pool's
 own run, whose unit is ``BLAKE3("fleet.warmpool/1" || text(host) || text(pool))`` and whose

@@ -3,9 +3,17 @@
 Every call checks the segment with the record's rules before anything is hashed or sealed;
 a refused call raises the named rule and leaves the record as it was, so a refused segment
 never exists, let alone leaves the host.
+
+A segment is made in two steps: :func:`prepare` is a pure function of the run's state that
+returns a :class:`Prepared` value (the sealed segment and the state after it, the state given
+untouched), and :meth:`RecordBuilder.apply` moves the builder to it. A host puts the prepared
+segment and its state durably between the two (agents.host), so a failed put leaves nothing
+to roll back.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 from nacl.signing import SigningKey
 
@@ -18,6 +26,7 @@ from fleet.segment import (
     Claimed,
     Closed,
     Evicted,
+    Executed,
     Segment,
     Snapshot,
     executed,
@@ -27,9 +36,46 @@ from fleet.segment import (
 from fleet.wire import RecordWire, SealedSegment, segment_to_wire
 
 __all__ = [
+    "Prepared",
     "RecordBuilder",
+    "StalePrepared",
+    "execute_segment",
+    "prepare",
 ]
 
+
+class StalePrepared(ValueError):
+    """A prepared segment applied to a state it was not prepared from."""
+
+
+@dataclass(frozen=True, slots=True)
+class Prepared:
+    """A sealed segment and the run's state after it, not yet applied anywhere (``prior``:
+    the head it follows)."""
+
+    sealed: SealedSegment
+    state: RunState
+    prior: bytes
+
+
+def prepare(key: SigningKey, state: RunState, segment: Segment,
+            attestation: Attestation | None = None) -> Prepared:
+    """Check, chain and seal ``segment`` as the next of ``state``; ``state`` is not changed
+    (a refusal raises its named rule)."""
+    step, head = state.prepare(segment, attestation)
+    after = state.copy()
+    after.apply(step, head)
+    return Prepared(SealedSegment(after.index, segment, head,
+                                  seal(key, after.run, after.index, head), attestation), after,
+                    state.head)
+
+
+def execute_segment(*, uj: int, provenance: str, meter: str, journal_root: bytes,
+                    outcome: str = "ok", calls: CallAccount | None = None
+                    ) -> tuple[Executed, Attestation]:
+    """An executed segment and the attestation it commits to."""
+    att = make_attestation(uj, provenance, meter, journal_root, outcome)
+    return executed(att.address(), calls), att
 
 
 class RecordBuilder:
@@ -52,13 +98,23 @@ class RecordBuilder:
     def host_key_id(self) -> str:
         return key_id(bytes(self._key.verify_key))
 
+    def prepare(self, segment: Segment, attestation: Attestation | None = None) -> Prepared:
+        """The next segment and the state after it (:func:`prepare`); changes nothing."""
+        return prepare(self._key, self.state, segment, attestation)
+
+    def apply(self, prepared: Prepared, *, keep: bool = True) -> SealedSegment:
+        """Move to ``prepared``'s state (``keep``: and hold its segment for
+        :meth:`to_record`). A value prepared from another state is refused."""
+        if prepared.prior != self.state.head or prepared.state.run != self.state.run:
+            raise StalePrepared(f"segment {prepared.sealed.index} was not prepared from this"
+                                f" run's state at index {self.state.index}")
+        self.state = prepared.state
+        if keep:
+            self.sealed.append(prepared.sealed)
+        return prepared.sealed
+
     def _append(self, segment: Segment, attestation: Attestation | None = None) -> SealedSegment:
-        head = self.state.advance(segment, attestation)
-        index = self.state.index
-        out = SealedSegment(index, segment, head, seal(self._key, self.state.run, index, head),
-                            attestation)
-        self.sealed.append(out)
-        return out
+        return self.apply(self.prepare(segment, attestation))
 
     def execute(
         self,
@@ -70,8 +126,9 @@ class RecordBuilder:
         outcome: str = "ok",
         calls: CallAccount | None = None,
     ) -> SealedSegment:
-        att = make_attestation(uj, provenance, meter, journal_root, outcome)
-        return self._append(executed(att.address(), calls), att)
+        return self._append(*execute_segment(uj=uj, provenance=provenance, meter=meter,
+                                             journal_root=journal_root, outcome=outcome,
+                                             calls=calls))
 
     def suspend(self, snapshot: Snapshot, manifest: bytes) -> SealedSegment:
         return self._append(suspended(snapshot, manifest))

@@ -4,12 +4,15 @@ from __future__ import annotations
 
 from typing import Any
 
+import msgspec
+
 from fleet.address import format_address, parse_address
 from fleet.kernel import Energy
 from fleet.record import RunState
 from fleet.segment import ImageSnapshot, Snapshot, make_snapshot
 
-__all__ = ["snapshot_json", "state_from_json", "state_to_json"]
+__all__ = ["decode_state", "encode_state", "snapshot_json", "state_from_json",
+           "state_to_json"]
 from fleet.wait_proof import WaitTracker
 
 
@@ -68,3 +71,12 @@ def state_from_json(doc: dict[str, Any]) -> RunState:
     state.wait = WaitTracker(set(w["dispatched"]), set(w["resolved"]), w["accounted"],
                              w["unaccounted"], w["first_malformed"], w["first_blocked"])
     return state
+
+
+def encode_state(state: RunState) -> bytes:
+    """The state as the JSON bytes a host stores beside its newest segment."""
+    return msgspec.json.encode(state_to_json(state))
+
+
+def decode_state(data: bytes) -> RunState:
+    return state_from_json(msgspec.json.decode(data))

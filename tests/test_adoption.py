@@ -188,17 +188,18 @@ def test_an_adopted_run_resumes_only_with_the_recorded_snapshot_and_manifest(fle
 
 
 def test_a_host_refuses_to_resume_its_own_run_from_an_edited_state(fleet: Fleet):
-    """Edit runs.db so the parked snapshot differs: after a restart the host verifies its
-    run from its own sealed segments and refuses (StateMismatch) before sealing anything."""
+    """Edit the saved run state (in outbox.db) so the parked snapshot differs: after a
+    restart the host verifies its run from its own sealed segments and refuses
+    (StateMismatch) before sealing anything."""
     a = _parked_on_a(fleet)
     host = fleet.hosts["A"]
     path = host.dir
     host.close()
-    db = sqlite3.connect(path / "runs.db")
-    (state,) = db.execute("SELECT state FROM runs").fetchone()
+    db = sqlite3.connect(path / "outbox.db")
+    (state,) = db.execute("SELECT state FROM runs WHERE run = ?", (a.run,)).fetchone()
     doc = msgspec.json.decode(state)
     doc["parked"] = {"transcript": format_address(digest(b"forged"))}
-    db.execute("UPDATE runs SET state = ?", (msgspec.json.encode(doc),))
+    db.execute("UPDATE runs SET state = ? WHERE run = ?", (msgspec.json.encode(doc), a.run))
     db.commit()
     db.close()
     again = Host("A", path)

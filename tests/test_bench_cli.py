@@ -136,3 +136,15 @@ def test_bench_adopt_prints_its_phases(tmp_path):
     assert doc["segments"] == 40 and doc["record_bytes"] > 40 * 300
     assert doc["adopt_ms"] >= doc["fetch_ms"] + doc["prove_ms"] > 0
     assert doc["verify_over_bare_ed25519"] > 0
+
+
+def test_bench_host_prints_its_segment_cost():
+    """`fleet bench host` times durable host segments and reports the median round; a zero
+    size is refused with one line and a non-zero exit."""
+    result = CliRunner().invoke(fleet_cli, ["bench", "host", "--segments", "5", "--rounds",
+                                            "2", "--json"], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.output)
+    assert doc["segments"] == 5 and len(doc["rounds_us"]) == 2 and doc["segment_us"] > 0
+    refused = CliRunner().invoke(fleet_cli, ["bench", "host", "--segments", "0"])
+    assert refused.exit_code != 0 and "at least 1" in refused.output

@@ -1,5 +1,6 @@
-"""Faults on the host side, with real processes: a host SIGKILLed between writing a segment
-to its outbox and publishing it, and between the broker's PubAck and recording it; and a
+"""Faults on the host side, with real processes: a host SIGKILLed right before its one
+durable step (the outbox put of a segment with its run state), between that put and applying
+it in memory (and publishing it), and between the broker's PubAck and recording it; and a
 PubAck lost on the way. Nothing may be lost and nothing duplicated, in the stream or in the
 ledger's log."""
 
@@ -31,9 +32,10 @@ RUNS = 2
 
 # The host program: two runs of six segments (executed, executed, suspended, resumed,
 # executed, closed), each segment published as soon as it is written. The kill point is
-# patched in: SIGKILL right after the Nth outbox put commits (before the host saves its run
-# state and before anything is sent), or right before the Nth PubAck is recorded (the broker
-# has stored the segment). Run again without a kill point, it picks its runs up and ends them.
+# patched in: SIGKILL right before the Nth outbox put (the segment prepared, nothing durable),
+# right after it commits (before the run applies it and before anything is sent), or right
+# before the Nth PubAck is recorded (the broker has stored the segment). Run again without a
+# kill point, it picks its runs up and ends them.
 HOST_PROGRAM = r'''
 import asyncio, os, signal, sys
 from pathlib import Path
@@ -52,7 +54,13 @@ def kill_on_nth():
     if count[0] == nth:
         os.kill(os.getpid(), signal.SIGKILL)
 
-if point == "after-outbox-put":
+if point == "before-outbox-put":
+    put = Outbox.put
+    def patched_put(self, *a, **k):
+        kill_on_nth()
+        return put(self, *a, **k)
+    Outbox.put = patched_put
+elif point == "after-outbox-put":
     put = Outbox.put
     def patched_put(self, *a, **k):
         row = put(self, *a, **k)
@@ -124,16 +132,31 @@ def _outbox_rows(host_dir: Path) -> list[tuple[str, int, str, str]]:
     return outbox_rows(host_dir)
 
 
+def _check_states(host_dir: Path, rows: list[tuple[str, int, str, str]]) -> None:
+    """Reopened, the host's state of each run ends at its newest outbox row and equals the
+    run rebuilt from its sealed segments."""
+    host = Host("h1", host_dir)
+    try:
+        for u in range(RUNS):
+            hr = host.open_run(digest(b"unit-%d" % u), digest(b"grants"))
+            assert hr.state.index == max((r[1] for r in rows if r[0] == hr.run), default=0)
+            host.verified_state(hr)  # raises StateMismatch if the saved state differs
+    finally:
+        host.close()
+
+
 @pytest.mark.parametrize(("point", "nth"), [
+    ("before-outbox-put", 4), ("before-outbox-put", 9),
     ("after-outbox-put", 4), ("after-outbox-put", 9),
     ("after-puback-before-record", 4), ("after-puback-before-record", 9),
 ])
 def test_host_sigkilled_then_restarted_loses_and_duplicates_nothing(
     nats_server: NatsServer, tmp_path: Path, point: str, nth: int
 ) -> None:
-    """A host SIGKILLed right after its Nth outbox write (nothing sent, run state unsaved) or
-    right before recording its Nth PubAck (the broker has the segment): restarted, it
-    publishes every segment exactly once and the ledger folds each as one leaf."""
+    """A host SIGKILLed right before its Nth outbox put, right after it (nothing sent, not
+    applied in memory) or right before recording its Nth PubAck (the broker has the
+    segment): its saved states match its rows, and restarted, it publishes every segment
+    exactly once and the ledger folds each as one leaf."""
     host_dir = tmp_path / "h1"
     data = _enrolled_ledger(tmp_path, host_dir)
     total = SEGMENTS_PER_RUN * RUNS
@@ -142,12 +165,16 @@ def test_host_sigkilled_then_restarted_loses_and_duplicates_nothing(
         crashed = _host_program(host_dir, nats_server.url, point, nth)
         assert crashed.returncode == -signal.SIGKILL, crashed.stderr
         rows = _outbox_rows(host_dir)
-        assert len(rows) == nth  # the Nth segment was written before the kill
         pending = [r for r in rows if r[3] == "pending"]
-        assert len(pending) == 1 and pending[0] == rows[-1]
+        if point == "before-outbox-put":
+            assert len(rows) == nth - 1 and pending == []  # the Nth never became durable
+        else:
+            assert len(rows) == nth  # the Nth segment was written before the kill
+            assert len(pending) == 1 and pending[0] == rows[-1]
+        _check_states(host_dir, rows)
         before = len(stream_messages(nats_server.url))
         # After the put: not sent yet. Before the ack was recorded: already in the stream.
-        assert before == (nth - 1 if point == "after-outbox-put" else nth)
+        assert before == (nth if point == "after-puback-before-record" else nth - 1)
         resumed = _host_program(host_dir, nats_server.url, "none", 0)
         assert resumed.returncode == 0, resumed.stderr
         assert "remaining 0" in resumed.stdout

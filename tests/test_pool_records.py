@@ -196,7 +196,8 @@ class EvictedInTheGap(WarmPool):
 def test_a_slot_ended_between_the_check_and_the_claim_leaves_no_run_row(tmp_path, end,
                                                                          refusal):
     """A slot evicted (or claimed by another run) after check_claim passed and before claim
-    is refused, and the run opened for it leaves no row in runs.db and nothing in the outbox."""
+    is refused, and the run opened for it leaves no run row (in any of the host's files)
+    and nothing in the outbox."""
     host = Host("h1", tmp_path / "h1")
     pool = EvictedInTheGap(tmp_path / "h1" / "pool.db", "py311", end)
     try:
@@ -321,7 +322,7 @@ def test_cli_claim_and_evict_with_host_seal_the_record_and_mistakes_exit_2(tmp_p
 
 
 def test_a_run_state_stored_before_warm_pools_reads_with_no_claim_or_overhead(site):
-    """A run state saved without claim/overhead keys (a host's runs.db or a ledger's store
+    """A run state saved without claim/overhead keys (a host's old runs.db or a ledger's store
     from before) reads back with both at zero and the same total."""
     from fleet.run_codec import state_from_json, state_to_json
 

@@ -51,7 +51,7 @@ def segments(data: Path, host: str) -> list[Any]:
 
 
 def _runs(h: Host) -> list[str]:
-    return [r[0] for r in h._db.execute("SELECT run FROM runs").fetchall()]
+    return h.outbox.runs()
 
 
 def test_killed_before_the_result_is_journaled_the_step_retries_with_its_key(tmp_path: Path):
