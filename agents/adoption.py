@@ -3,7 +3,7 @@ preconditions, checked on the host.
 
 A host **must** refuse to resume unless the offered snapshot is the one recorded at the
 park, the resuming environment's manifest is the recorded one, and the record verifies from
-genesis. The first two are the record's own rules (:mod:`fleet.kernel`, through the host's
+genesis. The first two are the record's own rules (:mod:`fleet.record.kernel`, through the host's
 builder: ``SnapshotMismatch``, ``ManifestMismatch``, nothing sealed). This module does the
 third, in two situations:
 
@@ -27,13 +27,13 @@ from typing import Any, Protocol
 
 from fleet.address import format_address, parse_address
 from fleet.errors import FleetError
-from fleet.log_errors import LogError
-from fleet.note import Verifier
-from fleet.phases import PARKED
-from fleet.proof_bundle import verify_bundle
-from fleet.record import RunState
-from fleet.verify import fold_sealed, verify_state
-from fleet.wire import decode_envelope, decode_record
+from fleet.log.log_errors import LogError
+from fleet.log.note import Verifier
+from fleet.log.proof_bundle import verify_bundle
+from fleet.record.phases import PARKED
+from fleet.record.record import RunState
+from fleet.record.verify import fold_sealed, verify_state
+from fleet.record.wire import decode_envelope, decode_record
 
 
 class RecordSource(Protocol):

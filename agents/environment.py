@@ -2,10 +2,10 @@
 
 A run parks with the address of the manifest of the environment it ran in. Before a host
 seals a resume it turns the environment it will resume in - the devcontainer.json it runs,
-an already built manifest file, or a :class:`~fleet.manifest.Manifest` - into that
+an already built manifest file, or a :class:`~fleet.env.manifest.Manifest` - into that
 environment's manifest address and offers it to the record's own rule
-(:func:`fleet.kernel.resumed_step`, which checks the snapshot first, then the manifest). The
-host names that rule's ManifestMismatch :class:`~fleet.manifest_errors.EnvironmentMismatch`
+(:func:`fleet.record.kernel.resumed_step`, which checks the snapshot first, then the manifest). The
+host names that rule's ManifestMismatch :class:`~fleet.env.manifest_errors.EnvironmentMismatch`
 (nothing sealed, nothing queued, the run's state unchanged). A declaration the allowlist
 refuses, or a manifest file that does not verify, is refused by its own name.
 
@@ -19,8 +19,8 @@ import os
 from collections.abc import Iterable
 from pathlib import Path
 
-from fleet.manifest import Manifest, read_environment
-from fleet.note import Verifier
+from fleet.env.manifest import Manifest, read_environment
+from fleet.log.note import Verifier
 
 Environment = Manifest | str | os.PathLike[str]
 
@@ -37,7 +37,8 @@ def environment_manifest(environment: Environment,
 def resume_manifest(manifest: bytes | None, environment: Environment | None) -> bytes:
     """The manifest address a resume offers: ``manifest`` as given (an old caller's raw
     32 bytes), or ``environment``'s manifest address. Either is checked by the record's rule
-    alone (:func:`fleet.kernel.resumed_step`: the snapshot first, then the manifest); the host
+    alone (:func:`fleet.record.kernel.resumed_step`: the snapshot first, then the manifest); the
+    host
     renames that rule's ManifestMismatch EnvironmentMismatch when an environment was given."""
     if (manifest is None) == (environment is None):
         raise TypeError("resume takes the manifest address or the environment, exactly one")

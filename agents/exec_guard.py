@@ -44,15 +44,15 @@ guarantee) and the seccomp filter of :mod:`agents.seccomp_filter` (no ``memfd_cr
 no mounts, no namespaces, no descriptors taken from other processes). A watchdog process
 kills the group if the supervisor dies (:mod:`agents.unit_cgroup`). A host without fanotify
 permission events, cgroup v2, namespaces or the filter refuses to start it
-(:class:`~fleet.exec_errors.ExecGuardUnavailable`).
+(:class:`~fleet.env.exec_errors.ExecGuardUnavailable`).
 
 Evidence. Every denial, and in allow-listed mode the first allow of each content address
 per access kind and interval, goes to the exec journal with the bytes' and the policy's
-addresses (:mod:`agents.exec_journal_store`, :mod:`fleet.exec_journal`).
+addresses (:mod:`agents.exec_journal_store`, :mod:`fleet.env.exec_journal`).
 
 This module is the shell: it reads events, hashes, leases and answers. The verdict for
 the bytes under the policy and the lease's outcome, and what of it is journaled, are the
-core's (:func:`fleet.exec_decision.judge`, :class:`fleet.exec_decision.JournalBook`).
+core's (:func:`fleet.env.exec_decision.judge`, :class:`fleet.env.exec_decision.JournalBook`).
 
 The hosting process opens files through the host's mounts, so it raises no events and
 cannot wait on itself.
@@ -85,7 +85,7 @@ from agents.unit_caps import CapabilityDrop
 from agents.unit_cgroup import CgroupUnavailable, UnitGroup, Watchdog
 from agents.unit_ns import NamespaceUnavailable, UnitNamespace, unshare_cgroup
 from fleet.address import format_address
-from fleet.exec_decision import (
+from fleet.env.exec_decision import (
     EXEC,
     LEASE_HELD,
     LEASE_NONE,
@@ -97,8 +97,8 @@ from fleet.exec_decision import (
     is_exec_syscall,
     judge,
 )
-from fleet.exec_errors import ExecGuardUnavailable
-from fleet.exec_policy import ExecPolicy
+from fleet.env.exec_errors import ExecGuardUnavailable
+from fleet.env.exec_policy import ExecPolicy
 
 __all__ = ["ExecGuard", "GuardStats", "reachable_filesystems"]
 
@@ -597,7 +597,7 @@ def _exe_of(pid: int) -> tuple[int, int] | None:
 
 def _take_lease(fd: int) -> str:
     """A read lease on the event's file, so no writer can get in before the kernel denies
-    writes for the exec: :data:`~fleet.exec_decision.LEASE_HELD`, or why not (a writer
+    writes for the exec: :data:`~fleet.env.exec_decision.LEASE_HELD`, or why not (a writer
     holds the file open, or the filesystem has no leases); :func:`judge` weighs it."""
     try:
         # A lease break signals the file's owner: make that SIGURG (ignored by default)

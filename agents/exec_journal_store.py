@@ -1,15 +1,15 @@
 """The exec journal's file: a small SQLite database in the run's host folder.
 
 Tables: ``meta`` (the run it belongs to, when given), ``entries`` (interval, seq, an
-entry's fields, and ``body``, its canonical bytes of :mod:`fleet.exec_journal`, kept in
+entry's fields, and ``body``, its canonical bytes of :mod:`fleet.env.exec_journal`, kept in
 the file's format for outside readers) and ``intervals`` (each sealed interval's root and
 entry count). What is journaled, each entry's numbering, bytes and chain are the core's
-(:class:`~fleet.exec_decision.JournalBook`), kept in memory as entries arrive (so
+(:class:`~fleet.env.exec_decision.JournalBook`), kept in memory as entries arrive (so
 :meth:`ExecJournal.root` is exact at once); this shell adds the lock, the clock and the
 file: rows are written by one writer thread in batches, so a decision never waits for an
 fsync. Resuming and reading rebuild each entry from its fields; reading checks every
-stored byte of an entry with the core (:func:`~fleet.exec_journal.check_body`: its body
-against its fields; :func:`~fleet.exec_journal.interval_report`: its fields by the
+stored byte of an entry with the core (:func:`~fleet.env.exec_journal.check_body`: its body
+against its fields; :func:`~fleet.env.exec_journal.interval_report`: its fields by the
 interval's root), and :func:`read_journal` lists the entries that fail, by seq.
 """
 
@@ -23,10 +23,10 @@ from pathlib import Path
 from typing import Any
 
 from fleet.address import format_address, parse_address
+from fleet.env.exec_decision import JOURNAL_ALWAYS, JOURNAL_FIRST, JournalBook, Verdict
+from fleet.env.exec_journal import JournalEntry, check_body, interval_report
+from fleet.env.exec_policy import ALLOW, VERDICTS, code_of
 from fleet.errors import FleetError
-from fleet.exec_decision import JOURNAL_ALWAYS, JOURNAL_FIRST, JournalBook, Verdict
-from fleet.exec_journal import JournalEntry, check_body, interval_report
-from fleet.exec_policy import ALLOW, VERDICTS, code_of
 from plumbing import sqlite
 from plumbing.transactions import immediate
 
@@ -77,7 +77,7 @@ class ExecJournal:
 
     def record(self, verdict: Verdict, path: str) -> JournalEntry | None:
         """Journal the guard's ``verdict`` in the current interval if the core's rule keeps
-        it (:meth:`fleet.exec_decision.JournalBook.admit`); ``None`` if not."""
+        it (:meth:`fleet.env.exec_decision.JournalBook.admit`); ``None`` if not."""
         with self._lock:
             got = self._book.admit(verdict, time.time_ns(), path)
             if got is None:
@@ -205,7 +205,7 @@ def read_journal(path: Path | str) -> dict[str, Any]:
 
 def _rows(db: Any, where: str, args: tuple[Any, ...]) -> Iterator[tuple[int, JournalEntry]]:
     """(interval, entry) of the stored rows, rebuilt from their columns: the chain is the
-    core's (:class:`~fleet.exec_journal.JournalChain`) over these, never a stored copy."""
+    core's (:class:`~fleet.env.exec_journal.JournalChain`) over these, never a stored copy."""
     for row in db.execute("SELECT interval, seq, time_ns, access, verdict, cause, bytes,"
                           " policy, label, path FROM entries " + where, args):
         yield row[0], _entry(row[1:])

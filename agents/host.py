@@ -44,16 +44,16 @@ from agents.environment import Environment, resume_manifest
 from agents.host_migration import migrate_runs_db
 from agents.outbox import DEFAULT_KEEP_ACKED_BYTES, DEFAULT_LIMIT_BYTES, DEFAULT_RESERVE, Outbox
 from fleet.address import format_address
-from fleet.attestation import Attestation
-from fleet.builder import RecordBuilder, execute_segment
+from fleet.env.manifest import Manifest
+from fleet.env.manifest_errors import EnvironmentMismatch
 from fleet.errors import ManifestMismatch
-from fleet.manifest import Manifest
-from fleet.manifest_errors import EnvironmentMismatch
-from fleet.note import Verifier
-from fleet.record import RunState
-from fleet.run_codec import decode_state, encode_state
-from fleet.seal import encode_key
-from fleet.segment import (
+from fleet.log.note import Verifier
+from fleet.record.attestation import Attestation
+from fleet.record.builder import RecordBuilder, execute_segment
+from fleet.record.record import RunState
+from fleet.record.run_codec import decode_state, encode_state
+from fleet.record.seal import encode_key
+from fleet.record.segment import (
     CallAccount,
     Claimed,
     Closed,
@@ -63,15 +63,15 @@ from fleet.segment import (
     resumed,
     suspended,
 )
-from fleet.subjects import check_host_name, fleet_names, run_token
-from fleet.verify import verify_state
-from fleet.wire import (
+from fleet.record.verify import verify_state
+from fleet.record.wire import (
     SealedSegment,
     decode_envelope,
     decode_record,
     encode_envelope,
     segment_id,
 )
+from fleet.subjects import check_host_name, fleet_names, run_token
 from plumbing.files import read_key_file, write_atomically, write_key_file
 
 KEY_FILE = "host.key"

@@ -2,7 +2,7 @@
 
 Until then a host kept each run's state in a second SQLite file, ``runs.db`` (table
 ``runs (run TEXT PRIMARY KEY, state BLOB NOT NULL)``, the state as
-:func:`fleet.run_codec.state_to_json` JSON), saved after the outbox put: a host killed
+:func:`fleet.record.run_codec.state_to_json` JSON), saved after the outbox put: a host killed
 between the two left segments in the outbox beyond the saved state. Opening such a folder
 moves every run's state into ``outbox.db`` once, folding in the segments beyond it (the
 last time that gap is repaired: from now on a segment and its state are one transaction),
@@ -19,10 +19,10 @@ from typing import Final
 from nacl.signing import VerifyKey
 
 from agents.outbox import Outbox
-from fleet.record import RunState
-from fleet.run_codec import decode_state, encode_state
-from fleet.verify import fold_sealed
-from fleet.wire import decode_envelope
+from fleet.record.record import RunState
+from fleet.record.run_codec import decode_state, encode_state
+from fleet.record.verify import fold_sealed
+from fleet.record.wire import decode_envelope
 from plumbing import sqlite
 
 OLD_FILE: Final = "runs.db"

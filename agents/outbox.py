@@ -2,7 +2,7 @@
 
 Why: nothing sealed may be lost (ARCHITECTURE, principle 4). A host writes a segment here in
 one fsync'd transaction, the publisher sends it to JetStream with its content address as
-``Nats-Msg-Id`` (:func:`fleet.wire.segment_id`: BLAKE3 of the whole envelope), and only
+``Nats-Msg-Id`` (:func:`fleet.record.wire.segment_id`: BLAKE3 of the whole envelope), and only
 JetStream's acknowledgement moves it to ``acked``. A crash at
 any point leaves the segment either still pending (it is sent again; the broker or the
 publisher's fork check recognises it) or acked with its stream sequence.
@@ -48,7 +48,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final, Literal
 
-from fleet.kernel import EXECUTED, KINDS
+from fleet.record.kernel import EXECUTED, KINDS
 from plumbing import sqlite
 from plumbing.transactions import immediate
 
@@ -254,7 +254,7 @@ class Outbox:
             ).fetchone()
             if held is not None:
                 # The same bytes under another id form (a row written before ids named the
-                # whole envelope, fleet.wire.segment_id) are the same segment.
+                # whole envelope, fleet.record.wire.segment_id) are the same segment.
                 if held[1] != msg_id and bytes(held[2]) != payload:
                     raise OutboxConflict(run, idx, held[1], msg_id)
                 return int(held[0])

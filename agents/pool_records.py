@@ -26,13 +26,13 @@ from __future__ import annotations
 
 from agents.host import Host, HostRun
 from agents.warm_pool import Accrued, Slot, WarmPool
-from fleet import kernel
 from fleet.address import format_address, parse_address
-from fleet.kernel import NO_GRANTS, pool_unit
-from fleet.pool_errors import SlotClaimed
-from fleet.record import RunState
-from fleet.segment import Claimed, Evicted, ImageSnapshot
-from fleet.wire import SealedSegment
+from fleet.env.pool_errors import SlotClaimed
+from fleet.record import kernel
+from fleet.record.kernel import NO_GRANTS, pool_unit
+from fleet.record.record import RunState
+from fleet.record.segment import Claimed, Evicted, ImageSnapshot
+from fleet.record.wire import SealedSegment
 
 __all__ = ["claimed_segment", "evict_to_record", "evicted_segment", "pool_run",
            "record_evictions", "start_from_slot"]

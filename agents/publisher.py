@@ -3,7 +3,7 @@
 Why: a sealed segment is only as safe as the outbox it sits in until the broker has it. This
 shell sends each pending row with two headers and moves it to ``acked`` on the PubAck:
 
-- ``Nats-Msg-Id`` = the id of the whole sealed envelope (``fleet.wire.segment_id``), so a
+- ``Nats-Msg-Id`` = the id of the whole sealed envelope (``fleet.record.wire.segment_id``), so a
   resend is recognised and no other sender's message is taken for it;
 - ``Nats-Expected-Last-Subject-Sequence`` = the stream sequence of the run's last acked
   segment (``0`` for its first). The server reads 0 as "this subject holds nothing yet"
@@ -23,7 +23,7 @@ single-replica (R1) stream checks the expected sequence first and answers 10071.
 and bytes, the segment had landed and counts as acked at that sequence; otherwise the stream
 holds something this host did not chain there — a fork. A ``duplicate: true`` ack is
 checked the same way against the message the stream holds at the sequence it names: the id
-binds the whole envelope (:func:`fleet.wire.segment_id`), so anything but this very segment
+binds the whole envelope (:func:`fleet.record.wire.segment_id`), so anything but this very segment
 there (an old host's head id, a squatter's) means this one was dropped, not recorded. A
 fork, such a duplicate, or any other refusal stops that run in the outbox with its reason
 (never overwritten, never retried) and is reported to ``on_stop`` and the log; other runs go

@@ -15,7 +15,7 @@ signed by the issuer for the agent; its address is the run's ``grants_id``. The 
 bytes are a function of the seed, the host's folder and the run's number, so a restarted
 simulator opens the same runs under the same grants. Before the first segment of any run is
 written, the host publishes each grant's ISSUE event on the fleet's grant subject
-(``Nats-Msg-Id`` = :func:`fleet.grant_events.event_id`) and remembers it in
+(``Nats-Msg-Id`` = :func:`fleet.fold.grant_events.event_id`) and remembers it in
 ``sim.grants.issued``, so a restart does not present a grant twice.
 """
 
@@ -31,8 +31,8 @@ from nacl.signing import SigningKey
 
 from agents.publisher import TRANSIENT, Backoff
 from fleet.address import digest
-from fleet.grant import grant_address, make_terms, sign_grant
-from fleet.grant_events import event_id, issue_event
+from fleet.fold.grant_events import event_id, issue_event
+from fleet.grants.grant import grant_address, make_terms, sign_grant
 
 __all__ = ["DEFAULT_SEED", "SIM_BUDGET_UJ", "SimGrants", "sim_keys"]
 

@@ -30,10 +30,10 @@ from agents.publisher import Publisher
 from agents.refusals import RefusalWatcher
 from agents.sim_grants import SimGrants
 from fleet.address import digest
-from fleet.manifest import Manifest, manifest_of_text, read_manifest_file, sign
-from fleet.manifest_errors import ManifestError
-from fleet.note import Verifier, signer_from_seed
-from fleet.segment import CallAccount, Snapshot, make_snapshot
+from fleet.env.manifest import Manifest, manifest_of_text, read_manifest_file, sign
+from fleet.env.manifest_errors import ManifestError
+from fleet.log.note import Verifier, signer_from_seed
+from fleet.record.segment import CallAccount, Snapshot, make_snapshot
 from fleet.subjects import run_token
 from plumbing.files import write_atomically
 from plumbing.nats_connect import connect

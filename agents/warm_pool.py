@@ -20,9 +20,9 @@ A **claim** hands the slot to one run and returns its accrued energy (:class:`Ac
 claiming run's record is to carry it, so a fast start shows its joule price in the run's
 total. An **eviction** ends the slot unclaimed and returns the same sum as the pool's
 **overhead**. A slot is claimed or evicted once: claiming an evicted slot is refused
-(:class:`~fleet.pool_errors.SlotEvicted`), a claimed one too
-(:class:`~fleet.pool_errors.SlotClaimed`), an unknown one
-(:class:`~fleet.pool_errors.UnknownSlot`); a refusal changes nothing. State lives in one
+(:class:`~fleet.env.pool_errors.SlotEvicted`), a claimed one too
+(:class:`~fleet.env.pool_errors.SlotClaimed`), an unknown one
+(:class:`~fleet.env.pool_errors.UnknownSlot`); a refusal changes nothing. State lives in one
 SQLite file and every change is one ``BEGIN IMMEDIATE`` transaction, so two processes
 claiming the same slot get one claim and one refusal.
 
@@ -52,8 +52,8 @@ from agents.energy import (
     reading,
 )
 from fleet.address import digest, format_address, parse_address
-from fleet.kernel import check_digest, encode_text, snapshot_bytes
-from fleet.pool_errors import SlotClaimed, SlotEvicted, UnknownSlot
+from fleet.env.pool_errors import SlotClaimed, SlotEvicted, UnknownSlot
+from fleet.record.kernel import check_digest, encode_text, snapshot_bytes
 from plumbing import sqlite
 from plumbing.transactions import immediate
 

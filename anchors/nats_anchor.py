@@ -17,8 +17,8 @@ import nats
 from nats.aio.client import Client
 
 from anchors.base import Anchor, AnchorError, ProofSource, Receipt
-from fleet.checkpoint import parse_checkpoint
-from fleet.note import parse_note
+from fleet.log.checkpoint import parse_checkpoint
+from fleet.log.note import parse_note
 
 
 class NatsAnchor(Anchor):

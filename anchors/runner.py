@@ -20,7 +20,7 @@ from collections.abc import Sequence
 
 from anchors.base import Anchor, AnchorError
 from anchors.store import AnchorStore
-from fleet.cosignature import cosigned_note
+from fleet.log.cosignature import cosigned_note
 from fleet.subjects import DEFAULT_FLEET
 from plumbing.anchoring import CheckpointSource, Publish
 

@@ -37,8 +37,8 @@ from rfc3161_client import (
 )
 
 from anchors.base import Anchor, AnchorError, ProofSource, Receipt
-from fleet.log_errors import BadTimestamp
-from fleet.note import parse_note
+from fleet.log.log_errors import BadTimestamp
+from fleet.log.note import parse_note
 
 QUERY_TYPE = "application/timestamp-query"
 REPLY_TYPE = "application/timestamp-reply"
@@ -66,7 +66,7 @@ def verify_receipt(receipt: str, body: str, roots: Sequence[x509.Certificate],
                    nonce: int | None = None) -> str:
     """Check a base64 TimeStampResp against checkpoint ``body``; returns its genTime (ISO).
 
-    Raises :class:`~fleet.log_errors.BadTimestamp` naming what failed.
+    Raises :class:`~fleet.log.log_errors.BadTimestamp` naming what failed.
     """
     try:
         response = decode_timestamp_response(base64.b64decode(receipt, validate=True))

@@ -9,11 +9,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from anchors.base import Anchor, AnchorError, ProofSource, Receipt
-from fleet.cosignature import WitnessKey, parse_signature_lines, parse_witness_key
-from fleet.cosignature import verify_cosignature_lines as verify_lines
-from fleet.log_errors import LogError
-from fleet.note import parse_note
-from fleet.witness import SIZE_CONTENT_TYPE, format_request
+from fleet.log.cosignature import WitnessKey, parse_signature_lines, parse_witness_key
+from fleet.log.cosignature import verify_cosignature_lines as verify_lines
+from fleet.log.log_errors import LogError
+from fleet.log.note import parse_note
+from fleet.log.witness import SIZE_CONTENT_TYPE, format_request
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,5 @@
-"""``fleet witness serve``: a C2SP tlog-witness HTTP endpoint around :func:`fleet.witness.decide`.
+"""``fleet witness serve``: a C2SP tlog-witness HTTP endpoint around
+:func:`fleet.log.witness.decide`.
 
 The witness knows the logs' verifier keys (the key name is the log's origin) and keeps,
 per origin, the last checkpoint it cosigned in one JSON state file. Checking a request
@@ -23,9 +24,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-from fleet.cosignature import WitnessSigner
-from fleet.note import Verifier
-from fleet.witness import WitnessState, decide
+from fleet.log.cosignature import WitnessSigner
+from fleet.log.note import Verifier
+from fleet.log.witness import WitnessState, decide
 from plumbing.files import write_atomically
 
 log = logging.getLogger(__name__)

@@ -20,7 +20,7 @@ from typing import Any
 
 import aiohttp
 
-from fleet.tiles import TILE_WIDTH, Tile
+from fleet.log.tiles import TILE_WIDTH, Tile
 
 
 def _tiles(size: int, rng: random.Random) -> list[str]:

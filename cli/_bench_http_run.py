@@ -29,7 +29,7 @@ from cli._bench_ingest_run import (
     wait_folded,
 )
 from cli._wiring import make_ledger, start_ledger_http
-from fleet.seal import encode_key
+from fleet.record.seal import encode_key
 from ledger.service import LedgerConfig
 from ledger.stream import ensure_stream
 from plumbing.nats_connect import connect

@@ -34,13 +34,13 @@ from nacl.signing import SigningKey
 from nats.js.api import AckPolicy, ConsumerConfig
 
 from fleet.address import digest, format_address
-from fleet.builder import RecordBuilder
-from fleet.grant import grant_address, make_terms, sign_grant
-from fleet.grant_events import decode_event, event_id, issue_event
-from fleet.seal import encode_key
-from fleet.segment import CallAccount, make_snapshot
+from fleet.fold.grant_events import decode_event, event_id, issue_event
+from fleet.grants.grant import grant_address, make_terms, sign_grant
+from fleet.record.builder import RecordBuilder
+from fleet.record.seal import encode_key
+from fleet.record.segment import CallAccount, make_snapshot
+from fleet.record.wire import encode_envelope, segment_id
 from fleet.subjects import DEFAULT_FLEET, STREAM, segment_subject
-from fleet.wire import encode_envelope, segment_id
 from ledger.pull import ack_all
 from ledger.puller import Puller
 from ledger.seal_verifiers import VERIFIER
@@ -103,7 +103,7 @@ BENCH_AGENT = SigningKey(digest(b"fleet-bench/agent"))
 def bench_grant(run_no: int, hosts: list[str], manifest: bytes, now_ms: int) -> bytes:
     """The ISSUE event of run ``run_no``'s own grant: its scope, a budget far above what the
     run spends, a day's window around ``now_ms``, the bench's hosts and its one manifest
-    (so every rule of :func:`fleet.grant_events.check_segment` is checked and passes)."""
+    (so every rule of :func:`fleet.fold.grant_events.check_segment` is checked and passes)."""
     terms = make_terms([f"/bench/{run_no}"], 10**12, now_ms - 3_600_000, now_ms + 86_400_000,
                        hosts=hosts, manifests=[manifest])
     return issue_event(BENCH_ISSUER, sign_grant(BENCH_ISSUER, bytes(BENCH_AGENT.verify_key),

@@ -10,9 +10,9 @@ from agents.host import Host
 from agents.simulate import host_environments
 from cli._app import CheckFailed, UserError
 from fleet.address import digest
-from fleet.manifest_errors import EnvironmentMismatch
-from fleet.phases import PARKED
-from fleet.segment import make_snapshot
+from fleet.env.manifest_errors import EnvironmentMismatch
+from fleet.record.phases import PARKED
+from fleet.record.segment import make_snapshot
 
 
 def refused_resume(folder: Path) -> dict[str, str]:

@@ -22,7 +22,7 @@ from agents.seccomp_filter import SeccompUnavailable, current_arch
 from agents.unit_cgroup import CgroupUnavailable, cgroup2_mount, own_group
 from agents.unit_ns import NamespaceUnavailable, UnitNamespace
 from fleet.address import format_address
-from fleet.exec_policy import ExecPolicy
+from fleet.env.exec_policy import ExecPolicy
 
 DENIED_EXIT = 126  # the unit's first program was refused: nothing of the unit ran
 

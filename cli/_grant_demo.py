@@ -12,9 +12,9 @@ from agents.sim_grants import sim_keys
 from cli._app import CheckFailed
 from cli._embedded import wait_folded
 from fleet.address import digest, format_address
-from fleet.grant import grant_address, make_terms, sign_grant
-from fleet.grant_events import NO_AMENDMENT, amend_event, event_id, issue_event
-from fleet.seal import encode_key
+from fleet.fold.grant_events import NO_AMENDMENT, amend_event, event_id, issue_event
+from fleet.grants.grant import grant_address, make_terms, sign_grant
+from fleet.record.seal import encode_key
 from ledger import views
 from ledger.store import LedgerStore
 

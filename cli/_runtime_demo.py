@@ -35,11 +35,11 @@ async def runtime_demo(workdir: Path) -> dict[str, Any]:
     from cli._samples import example_file
     from cli._wiring import LedgerRecordSource, ledger_keys
     from fleet.address import format_address
-    from fleet.grant import grant_address, make_terms, sign_grant
-    from fleet.grant_events import event_id, issue_event
-    from fleet.proof_bundle import verify_bundle
-    from fleet.verify import verify_record
-    from fleet.wire import decode_record
+    from fleet.fold.grant_events import event_id, issue_event
+    from fleet.grants.grant import grant_address, make_terms, sign_grant
+    from fleet.log.proof_bundle import verify_bundle
+    from fleet.record.verify import verify_record
+    from fleet.record.wire import decode_record
     from ledger import views
     from ledger.client import call
     from plumbing.nats_connect import connect

@@ -21,10 +21,10 @@ from anchors.runner import AnchorRunner
 from anchors.store import AnchorStore
 from cli._app import FLEET
 from cli._common import text_or_file
-from fleet.note import Verifier, parse_verifier_key
-from fleet.record_file import join_pages
+from fleet.log.note import Verifier, parse_verifier_key
+from fleet.record.record_file import join_pages
+from fleet.record.wire import RecordWire, decode_record, encode_record
 from fleet.subjects import fleet_names
-from fleet.wire import RecordWire, decode_record, encode_record
 from ledger.client import call
 from ledger.http import HttpServers, Readiness, Throttle, start_servers
 from ledger.log_reader import LogReader
@@ -112,7 +112,7 @@ def host_ledger_keys(host_dir: Path, vkey: str | None) -> list[Verifier]:
     """A host command's ``--vkey`` (default: ``ledger.vkey`` in the host's folder), or a
     one-line UserError."""
     from cli._app import UserError
-    from fleet.log_errors import LogError
+    from fleet.log.log_errors import LogError
 
     key_text = vkey if vkey is not None else str(host_dir / "ledger.vkey")
     if vkey is None and not (host_dir / "ledger.vkey").exists():

@@ -6,10 +6,10 @@ from pathlib import Path
 from typing import Any
 
 from cli._app import CheckFailed, UserError
-from fleet.anchor_bundle import AnchorReport, verify_anchors
-from fleet.checkpoint import Checkpoint
-from fleet.log_errors import LogError, MalformedKey
-from fleet.note import Verifier
+from fleet.log.anchor_bundle import AnchorReport, verify_anchors
+from fleet.log.checkpoint import Checkpoint
+from fleet.log.log_errors import LogError, MalformedKey
+from fleet.log.note import Verifier
 
 
 def load_witness_keys(values: tuple[str, ...]) -> list[Any]:

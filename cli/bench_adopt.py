@@ -53,11 +53,11 @@ async def _measure(workdir: Path, segments: int, repeats: int) -> dict[str, Any]
     from cli._embedded import embedded_ledger
     from cli._wiring import LedgerRecordSource
     from fleet.address import digest, format_address
-    from fleet.builder import RecordBuilder
-    from fleet.seal import encode_key, seal_message
-    from fleet.segment import make_snapshot
+    from fleet.record.builder import RecordBuilder
+    from fleet.record.seal import encode_key, seal_message
+    from fleet.record.segment import make_snapshot
+    from fleet.record.wire import encode_envelope, segment_id
     from fleet.subjects import segment_subject
-    from fleet.wire import encode_envelope, segment_id
 
     key = SigningKey(bytes([7]) * 32)
     b = RecordBuilder(key, digest(b"bench-adopt/unit"), digest(b"bench-adopt/grants"))

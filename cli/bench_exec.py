@@ -115,7 +115,7 @@ def measure(execs: int, rounds: int, binary: Path, *, marks: str = "all",
     from agents.exec_guard import ExecGuard
     from agents.scratch_fs import tmpfs
     from fleet.address import digest
-    from fleet.exec_policy import build_policy
+    from fleet.env.exec_policy import build_policy
 
     policy = build_policy("allow", [(digest(b"some other program"), "deny", "other")])
     samples: dict[str, list[float]] = {"baseline": [], "cached": [], "cold": [], "outside": [],

@@ -79,7 +79,7 @@ def _enroll_host(url: str, base: Path) -> None:
     """Host h1's key, enrolled by a published event once a replica made the stream."""
     from agents.host import load_or_create_key
     from cli.operator_cmds import publish_event
-    from fleet.control import ENROLL
+    from fleet.fold.control import ENROLL
 
     (base / "host").mkdir()
     key = bytes(load_or_create_key(base / "host").verify_key)

@@ -33,7 +33,7 @@ from typing import Any
 import click
 
 from cli._app import UserError, bench
-from fleet.leaf import encode_leaf
+from fleet.log.leaf import encode_leaf
 
 IMPLS = ("ours", "pymerkle")
 _RUN = sha256(b"bench run").digest()
@@ -62,7 +62,7 @@ def _timed(calls: list[Callable[[], object]]) -> list[float]:
 
 
 def _run_ours(path: Path, leaves: int, batch: int) -> tuple[float, Any]:
-    from fleet.merkle import leaf_hashes
+    from fleet.log.merkle import leaf_hashes
     from ledger.tree_store import open_tree_store
 
     store = open_tree_store(path)

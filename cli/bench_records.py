@@ -12,11 +12,11 @@ from nacl.signing import SigningKey
 
 from cli._app import bench
 from fleet.address import digest
-from fleet.builder import RecordBuilder
-from fleet.seal import seal_message
-from fleet.segment import CallAccount, make_snapshot
-from fleet.verify import verify_record
-from fleet.wire import decode_record, encode_record
+from fleet.record.builder import RecordBuilder
+from fleet.record.seal import seal_message
+from fleet.record.segment import CallAccount, make_snapshot
+from fleet.record.verify import verify_record
+from fleet.record.wire import decode_record, encode_record
 
 
 def sample_record(segments: int) -> RecordBuilder:

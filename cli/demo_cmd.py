@@ -21,12 +21,12 @@ async def _demo(workdir: Path, hosts: int, runs: int) -> dict[str, Any]:
     from cli._env_demo import refused_resume
     from cli._grant_demo import overspending_run
     from cli._sim_procs import spawn_simulators
-    from fleet.checkpoint import open_checkpoint
-    from fleet.note import parse_verifier_key
-    from fleet.proof_bundle import verify_bundle
+    from fleet.log.checkpoint import open_checkpoint
+    from fleet.log.note import parse_verifier_key
+    from fleet.log.proof_bundle import verify_bundle
+    from fleet.record.verify import verify_record
+    from fleet.record.wire import decode_envelope, decode_record
     from fleet.subjects import segment_subject
-    from fleet.verify import verify_record
-    from fleet.wire import decode_envelope, decode_record
     from ledger import views
     from ledger.client import call
 

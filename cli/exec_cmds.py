@@ -23,10 +23,9 @@ import click
 from cli._app import CheckFailed, UserError, cli
 from cli._common import emit_json
 from fleet.address import format_address, parse_address
-from fleet.errors import MalformedAddress
-from fleet.exec_errors import ExecError, ExecGuardUnavailable
-from fleet.exec_journal import UNPINNED
-from fleet.exec_policy import (
+from fleet.env.exec_errors import ExecError, ExecGuardUnavailable
+from fleet.env.exec_journal import UNPINNED
+from fleet.env.exec_policy import (
     ALLOW,
     DENY,
     ExecPolicy,
@@ -34,6 +33,7 @@ from fleet.exec_policy import (
     policy_from_json,
     policy_to_json,
 )
+from fleet.errors import MalformedAddress
 
 
 @cli.group("exec")
@@ -278,8 +278,8 @@ def audit_journal(journal: dict[str, Any], data: bytes, what: str) -> list[dict[
     journal root, with that interval's counts (``interval``: ``None`` when no interval has
     that root, e.g. a root folded with a replay journal's)."""
     from fleet.errors import FleetError
-    from fleet.verify import verify_record
-    from fleet.wire import ExecutedWire, decode_record
+    from fleet.record.verify import verify_record
+    from fleet.record.wire import ExecutedWire, decode_record
 
     try:
         record = decode_record(data)

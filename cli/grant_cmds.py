@@ -1,5 +1,5 @@
-"""``fleet grant``: keys, grants and grant events (:mod:`fleet.grant`,
-:mod:`fleet.grant_events`; the operator's guide is ``docs/grants.md``).
+"""``fleet grant``: keys, grants and grant events (:mod:`fleet.grants.grant`,
+:mod:`fleet.fold.grant_events`; the operator's guide is ``docs/grants.md``).
 
 A grant file holds a grant's canonical bytes, nothing else; a grant is named on the
 command line by such a file or by its ``b3:`` address (then asked from the ledger). Every
@@ -37,7 +37,7 @@ def grant() -> None:
 
 def parse_public(value: str, what: str) -> bytes:
     """A public key (32 bytes) from hex, base64, or a file holding either."""
-    from fleet.seal import decode_key
+    from fleet.record.seal import decode_key
 
     try:
         text = text_or_file(value)
@@ -149,9 +149,9 @@ def _duration_ms(value: str) -> int:
 
 def build_terms(opts: dict[str, Any], base: Any = None, now_ms: int | None = None) -> Any:
     """Terms from ``--terms`` and the options over it; keys left out keep ``base``'s (a
-    :class:`fleet.grant.Terms`, or None: scopes, budget and expiry must be given)."""
-    from fleet.grant import terms_from_json
-    from fleet.grant_errors import GrantError
+    :class:`fleet.grants.grant.Terms`, or None: scopes, budget and expiry must be given)."""
+    from fleet.grants.grant import terms_from_json
+    from fleet.grants.grant_errors import GrantError
 
     obj: dict[str, Any] = {}
     if opts.get("terms_file"):
@@ -186,8 +186,8 @@ def _terms_given(opts: dict[str, Any]) -> bool:
 
 def read_grant_file(path: Path) -> tuple[bytes, Any]:
     """A grant file's bytes and the grant in them (canonical; not yet verified)."""
-    from fleet.grant import decode_grant
-    from fleet.grant_errors import GrantError
+    from fleet.grants.grant import decode_grant
+    from fleet.grants.grant_errors import GrantError
 
     try:
         data = path.read_bytes()
@@ -226,7 +226,7 @@ def publish_grant_event(url: str, nkey: Path | None, data: bytes, retry: bool = 
 
     from cli.operator_cmds import _publish, ledger_decision
     from fleet.address import digest, format_address, retry_id
-    from fleet.grant_events import decode_event, event_id
+    from fleet.fold.grant_events import decode_event, event_id
     from fleet.subjects import fleet_names
     from ledger.nats_config import ISSUER, inbox_prefix
 
@@ -281,7 +281,7 @@ def _key_option(text: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]
 
 
 def _event(build: Callable[[], bytes]) -> bytes:
-    from fleet.grant_errors import GrantError
+    from fleet.grants.grant_errors import GrantError
 
     try:
         return build()
@@ -292,8 +292,8 @@ def _event(build: Callable[[], bytes]) -> bytes:
 def _issuable(data: bytes) -> bytes:
     """``data``, a grant the ledger's ISSUE would take (bar the enrolled host keys, not
     known here), or its refusal."""
-    from fleet.grant import decode_grant
-    from fleet.grant_events import check_issuable
+    from fleet.fold.grant_events import check_issuable
+    from fleet.grants.grant import decode_grant
 
     check_issuable(decode_grant(data), ())
     return data
@@ -322,8 +322,8 @@ def grant_issue(key_file: Path, subject: str, out: Path, url: str | None, nkey: 
     """Sign a grant; prints its address (a run's grants_id). With --nats, also publish its
     ISSUE event so ledgers hold runs under it to it."""
     from fleet.address import format_address
-    from fleet.grant import grant_address, sign_grant
-    from fleet.grant_events import issue_event
+    from fleet.fold.grant_events import issue_event
+    from fleet.grants.grant import grant_address, sign_grant
 
     issuer = load_key(key_file)
     subject_key = parse_public(subject, "--subject")
@@ -356,8 +356,8 @@ def grant_issue(key_file: Path, subject: str, out: Path, url: str | None, nkey: 
 def grant_show(what: str, url: str, nkey: Path | None, as_json: bool) -> None:
     """A grant file, or a grant the ledger holds (b3: address: with its effective terms,
     amendments, mints and history)."""
-    from fleet.grant import grant_json, verify_grant
-    from fleet.grant_errors import GrantError
+    from fleet.grants.grant import grant_json, verify_grant
+    from fleet.grants.grant_errors import GrantError
 
     if _is_address(what):
         _address(what)
@@ -457,9 +457,9 @@ def grant_verify(grant_file: Path, parent_file: Path | None, at_ms: int | None) 
     expiry not passed; with --parent, that it is that grant's child and only tightens it.
     Exit 1 with one line when a check fails."""
     from fleet.address import format_address
-    from fleet.grant import check_narrows, grant_address, verify_grant
-    from fleet.grant_errors import GrantError
-    from fleet.grant_events import check_child_of, check_issuable
+    from fleet.fold.grant_events import check_child_of, check_issuable
+    from fleet.grants.grant import check_narrows, grant_address, verify_grant
+    from fleet.grants.grant_errors import GrantError
 
     def check(path: Path) -> tuple[bytes, Any]:
         data, g = read_grant_file(path)
@@ -507,9 +507,9 @@ def grant_mint(key_file: Path, standing: str, trigger: str, subject: str, out: P
     from dataclasses import replace
 
     from fleet.address import format_address
-    from fleet.grant import check_narrows, grant_address, sign_grant
-    from fleet.grant_errors import GrantError
-    from fleet.grant_events import mint_event
+    from fleet.fold.grant_events import mint_event
+    from fleet.grants.grant import check_narrows, grant_address, sign_grant
+    from fleet.grants.grant_errors import GrantError
 
     holder = load_key(key_file)
     child_subject = parse_public(subject, "--subject")
@@ -559,7 +559,7 @@ def _terms_to_check(url: str, nkey: Path | None, what: str, key: str
     """A grant named by its file or its address: its address, the terms a pre-check reads
     (the ledger's ``key`` terms; only when no ledger answers, the file's issued terms, or
     None for an address), the ledger's document, and what the check is against."""
-    from fleet.grant import grant_address, terms_from_json
+    from fleet.grants.grant import grant_address, terms_from_json
 
     if _is_address(what):
         address, terms = _address(what), None
@@ -586,7 +586,7 @@ def _amendment(url: str, nkey: Path | None, what: str, seq: int | None,
     (amended, as its AMEND rule reads them); only when no ledger answers, the grant file's
     issued terms (said: checked offline only), or None for an address (said: not checked).
     ``--seq``/``--previous`` override the ledger's numbering."""
-    from fleet.grant_events import NO_AMENDMENT
+    from fleet.fold.grant_events import NO_AMENDMENT
 
     if (seq is None) != (previous is None):
         raise UserError("give both --seq and --previous, or neither (then the ledger is asked)")
@@ -606,9 +606,9 @@ def _publish_amend(key_file: Path, what: str, url: str, nkey: Path | None, seq: 
                    previous: str | None, make: Callable[[Any], Any], as_json: bool,
                    label: str, retry: bool) -> None:
     from fleet.address import format_address
-    from fleet.grant import check_narrows
-    from fleet.grant_errors import GrantError
-    from fleet.grant_events import amend_event
+    from fleet.fold.grant_events import amend_event
+    from fleet.grants.grant import check_narrows
+    from fleet.grants.grant_errors import GrantError
 
     issuer = load_key(key_file)
     address, own, n, prev, checked = _amendment(url, nkey, what, seq, previous)
@@ -667,7 +667,7 @@ def grant_revoke(what: str, key_file: Path, seq: int | None, previous: str | Non
                  nkey: Path | None, as_json: bool, retry: bool) -> None:
     """Amend a grant to nothing: every later segment of its runs (and of its children's) is
     refused GrantRevoked; a close still folds."""
-    from fleet.grant import nothing
+    from fleet.grants.grant import nothing
 
     def make(own: Any) -> Any:
         if own is None:
@@ -686,7 +686,7 @@ def grant_revoke(what: str, key_file: Path, seq: int | None, previous: str | Non
 def grant_trigger(name: str, key_file: Path, url: str, nkey: Path | None,
                   as_json: bool, retry: bool) -> None:
     """Raise a trigger: one mint of a standing grant whose policy names this key may use it."""
-    from fleet.grant_events import trigger_event
+    from fleet.fold.grant_events import trigger_event
 
     key = load_key(key_file)
     report = publish_grant_event(url, nkey, _event(lambda: trigger_event(key, name)), retry)
@@ -710,7 +710,7 @@ def grant_checkpoint(key_file: Path, run_id: str, index: int | None, head: str |
     """Checkpoint the agent's own state, bound to the run's head: kept in the run's grant
     history (fleet run show)."""
     from fleet.address import digest
-    from fleet.grant_events import checkpoint_event
+    from fleet.fold.grant_events import checkpoint_event
     from ledger.nats_config import ISSUER, inbox_prefix
 
     agent = load_key(key_file)

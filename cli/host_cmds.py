@@ -63,7 +63,7 @@ def _control(fn: Any) -> Any:
 
 def _publish(kind: int, name: str, pubkey: str | None, url: str | None, nkey: Path | None,
              key_file: Path | None, seq: int | None, as_json: bool) -> None:
-    """Publish a control event of ``kind`` (a :mod:`fleet.control` kind constant)."""
+    """Publish a control event of ``kind`` (a :mod:`fleet.fold.control` kind constant)."""
     from cli.operator_cmds import _report, parse_vkey, publish_event
 
     if url is None or key_file is None:
@@ -76,7 +76,7 @@ def _keyed(kind: int, name: str, pubkey: str, data: Path | None, url: str | None
            nkey: Path | None, key_file: Path | None, seq: int | None, as_json: bool) -> None:
     """An enrollment or a re-key: published, or (an enrollment only) written offline into
     the store in ``data``. ``pubkey``: the key's text or a file holding it."""
-    from fleet.control import REKEY
+    from fleet.fold.control import REKEY
 
     if data is None:
         return _publish(kind, name, pubkey, url, nkey, key_file, seq, as_json)
@@ -100,7 +100,7 @@ def host_enroll(name: str, pubkey: str, data: Path | None, url: str | None,
                 nkey: Path | None, key_file: Path | None, seq: int | None,
                 as_json: bool) -> None:
     """Let ledgers fold segments sealed by this host key (after the event's position)."""
-    from fleet.control import ENROLL
+    from fleet.fold.control import ENROLL
 
     _keyed(ENROLL, name, pubkey, data, url, nkey, key_file, seq, as_json)
 
@@ -111,7 +111,7 @@ def host_enroll(name: str, pubkey: str, data: Path | None, url: str | None,
 def host_revoke(name: str, data: Path | None, url: str | None, nkey: Path | None,
                 key_file: Path | None, seq: int | None, as_json: bool) -> None:
     """Refuse the host's later segments; its earlier ones stay in the log."""
-    from fleet.control import REVOKE
+    from fleet.fold.control import REVOKE
 
     if data is None:
         return _publish(REVOKE, name, None, url, nkey, key_file, seq, as_json)
@@ -129,7 +129,7 @@ def host_rekey(name: str, pubkey: str, data: Path | None, url: str | None,
                nkey: Path | None, key_file: Path | None, seq: int | None,
                as_json: bool) -> None:
     """Replace the host's key for later segments (earlier ones stay, under the old key)."""
-    from fleet.control import REKEY
+    from fleet.fold.control import REKEY
 
     _keyed(REKEY, name, pubkey, data, url, nkey, key_file, seq, as_json)
 
@@ -242,7 +242,7 @@ def _one_host(name: str, host_dir: Path, runs: int, servers: list[str], nkey: Pa
               grants: tuple[str, list[str]] | None = None) -> dict:
     from agents.host import HostKeyError, load_or_create_key
     from agents.simulate import simulate_host
-    from fleet.seal import encode_key
+    from fleet.record.seal import encode_key
     from fleet.subjects import check_host_name
 
     try:
@@ -280,7 +280,7 @@ def _one_host(name: str, host_dir: Path, runs: int, servers: list[str], nkey: Pa
     if moving is not None:
         from agents.simulate import Migration
         from cli._wiring import LedgerRecordSource, ledger_keys
-        from fleet.log_errors import LogError
+        from fleet.log.log_errors import LogError
 
         fraction, vkey, folder, peers = moving
         try:

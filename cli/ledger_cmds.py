@@ -214,8 +214,8 @@ def _offline_identity(data: Path) -> tuple[str | None, str | None]:
     """(origin, verifier key text) of a ledger folder, from ``ledger.key`` (checked: the
     ledger cannot start with a broken one), else from the public ``ledger.vkey`` (e.g. an
     auditor's copy without the secret); (None, None) when the folder has neither."""
-    from fleet.log_errors import LogError
-    from fleet.note import parse_signer_key, parse_verifier_key
+    from fleet.log.log_errors import LogError
+    from fleet.log.note import parse_signer_key, parse_verifier_key
     from ledger.keys import KEY_FILE, VKEY_FILE
 
     try:
@@ -490,7 +490,7 @@ def run_adopt(run_id: str, host_dir: Path, name: str | None, vkey: str | None, a
     from agents.host import Host
     from cli._wiring import LedgerRecordSource, host_ledger_keys
     from fleet.address import format_address
-    from fleet.run_codec import snapshot_json
+    from fleet.record.run_codec import snapshot_json
 
     keys = host_ledger_keys(host_dir, vkey)
     host = Host(name or host_dir.resolve().name, host_dir)

@@ -16,10 +16,10 @@ import click
 
 from cli._app import CheckFailed, UserError, cli
 from cli._common import api, nats_options
-from fleet.checkpoint import parse_checkpoint
-from fleet.log_errors import LogError, MalformedKey
-from fleet.note import Verifier, generate_signer, open_note, parse_verifier_key, valid_name
-from fleet.proof_bundle import verify_bundle
+from fleet.log.checkpoint import parse_checkpoint
+from fleet.log.log_errors import LogError, MalformedKey
+from fleet.log.note import Verifier, generate_signer, open_note, parse_verifier_key, valid_name
+from fleet.log.proof_bundle import verify_bundle
 from plumbing.files import write_secret
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]")

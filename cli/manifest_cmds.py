@@ -17,10 +17,10 @@ import click
 from cli._app import CheckFailed, UserError, cli
 from cli.log_cmds import load_verifiers
 from cli.record_cmds import read_input
-from fleet.log_errors import MalformedKey
-from fleet.manifest import Manifest, SignedManifest, manifest_of_text, read_manifest_file, sign
-from fleet.manifest_errors import ManifestError
-from fleet.note import Signer, parse_signer_key
+from fleet.env.manifest import Manifest, SignedManifest, manifest_of_text, read_manifest_file, sign
+from fleet.env.manifest_errors import ManifestError
+from fleet.log.log_errors import MalformedKey
+from fleet.log.note import Signer, parse_signer_key
 from plumbing.files import write_atomically
 
 json_option = click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")

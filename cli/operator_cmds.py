@@ -1,5 +1,5 @@
 """Operator commands: ``operator keygen`` and ``operator rotate``, and the publishing of
-control events (``fleet host enroll|revoke|rekey --nats``; :mod:`fleet.control`).
+control events (``fleet host enroll|revoke|rekey --nats``; :mod:`fleet.fold.control`).
 
 The operator's signing key never reaches a ledger: ledgers are given its verifier key
 (``fleet ledger serve --operator-vkey``) and fold the signed events from the stream.
@@ -34,7 +34,7 @@ def operator_keygen(out: Path, as_json: bool) -> None:
     """Make an operator key; prints its verifier key (give it to every ledger)."""
     from nacl.signing import SigningKey
 
-    from fleet.seal import encode_key
+    from fleet.record.seal import encode_key
     from plumbing.files import write_atomically, write_key_file
 
     out.mkdir(parents=True, exist_ok=True)
@@ -66,7 +66,7 @@ def operator_keygen(out: Path, as_json: bool) -> None:
 def operator_rotate(new_vkey: str, key_file: Path, url: str, nkey: Path | None,
                     seq: int | None, as_json: bool) -> None:
     """Hand control over to a new operator key: later events by this key are refused."""
-    from fleet.control import OPERATOR
+    from fleet.fold.control import OPERATOR
 
     report = publish_event(url, nkey, key_file, OPERATOR, "", parse_vkey(new_vkey), seq)
     _report(report, as_json)
@@ -75,7 +75,7 @@ def operator_rotate(new_vkey: str, key_file: Path, url: str, nkey: Path | None,
 def parse_vkey(value: str) -> bytes:
     """32 key bytes from base64 text or a file holding it; a bad one is a one-line error."""
     from cli._common import text_or_file
-    from fleet.seal import decode_key
+    from fleet.record.seal import decode_key
 
     try:
         return bytes(decode_key(text_or_file(value)))
@@ -94,8 +94,8 @@ def operator_vkeys(values: tuple[str, ...]) -> tuple[bytes, ...]:
 def publish_event(url: str, nkey: Path | None, key_file: Path, kind: int, host: str,
                   key: bytes | None, seq: int | None) -> dict[str, Any]:
     """Sign and publish one control event; returns its stream position and id."""
-    from fleet.control import KINDS, encode_event, event_id, sign_event
-    from fleet.control_errors import MalformedControl
+    from fleet.fold.control import KINDS, encode_event, event_id, sign_event
+    from fleet.fold.control_errors import MalformedControl
     from fleet.subjects import fleet_names
 
     signer = load_key(key_file)
@@ -119,7 +119,7 @@ async def _publish(servers: list[str], nkey: Path | None, subject: str, data: by
     """Publish one signed event to the stream (deduplicated by ``msg_id``, default the
     control event's id); its stream sequence, and whether the broker took it for a duplicate
     (then the sequence is the earlier copy's). ``inbox``: the NATS user's own prefix."""
-    from fleet.control import event_id
+    from fleet.fold.control import event_id
     from plumbing.nats_connect import connect
 
     nc = await connect(servers, nkey, name="fleet-operator", inbox_prefix=inbox)

@@ -176,7 +176,7 @@ def pool_claim(slot: str, data: Path, name: str, run_id: str | None, host_name: 
     if unit is None or grants is None:
         raise UserError("--host needs --unit and --grants (the run's identity)")
     ids = (_address(unit, "--unit"), _address(grants, "--grants"))
-    from fleet.kernel import genesis
+    from fleet.record.kernel import genesis
 
     run = format_address(genesis(*ids))  # type: ignore[arg-type]
     if run_id is not None and _address(run_id, "--run") != parse_address(run):

@@ -9,11 +9,11 @@ import click
 
 from cli._app import CheckFailed, UserError, cli
 from fleet.errors import FleetError
-from fleet.grant import terms_json
-from fleet.grant_verify import GrantCheck, verify_grant_evidence
-from fleet.verify import RecordReport, verify_record
-from fleet.wait_proof import verdict_json
-from fleet.wire import decode_record
+from fleet.fold.grant_verify import GrantCheck, verify_grant_evidence
+from fleet.grants.grant import terms_json
+from fleet.record.verify import RecordReport, verify_record
+from fleet.record.wait_proof import verdict_json
+from fleet.record.wire import decode_record
 
 
 def read_input(path: str) -> bytes:

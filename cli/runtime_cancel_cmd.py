@@ -111,8 +111,8 @@ async def _cancel_elsewhere(host: Any, store: Any, drain: Any, doc: dict[str, An
     from agents.runtime.runtime import park_transcript, transcript_idle
     from cli._wiring import LedgerRecordSource, host_ledger_keys
     from fleet.address import format_address
-    from fleet.runtime_errors import JournalTampered
-    from fleet.wait_proof import verdict_json
+    from fleet.record.wait_proof import verdict_json
+    from fleet.runtime.runtime_errors import JournalTampered
 
     keys = host_ledger_keys(host_dir, vkey)
     source = LedgerRecordSource(url, nkey, host=host.name if nkey is not None else None)

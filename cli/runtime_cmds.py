@@ -105,7 +105,7 @@ def _grant(value: str | None) -> str | None:
         return None
     from fleet.address import format_address, parse_address
     from fleet.errors import FleetError
-    from fleet.grant import grant_address
+    from fleet.grants.grant import grant_address
 
     if value.startswith("b3:"):
         try:

@@ -77,7 +77,7 @@ def make_app(token: bytes, rt: Any, host: Any, store: Any, nc: Any) -> web.Appli
     from agents.runtime.runtime import load_workflow
     from cli.runtime_cmds import NoSuchRun, RunExists
     from fleet.errors import FleetError
-    from fleet.runtime_errors import SignalConflict
+    from fleet.runtime.runtime_errors import SignalConflict
     from fleet.subjects import run_token
 
     starts = asyncio.Lock()

@@ -1,5 +1,5 @@
 """``fleet runtime export`` and ``fleet runtime verify``: a runtime run's journal as a file,
-and that journal checked against the run's record offline (:mod:`fleet.runtime_verify`).
+and that journal checked against the run's record offline (:mod:`fleet.runtime.runtime_verify`).
 The commands only load files (or ask the ledger for the record); the core decides."""
 
 from __future__ import annotations
@@ -38,12 +38,12 @@ def bucket_keys(url: str, nkey: Path | None, addresses: list[str]) -> dict[str, 
 def journal_file(run: str, host_dir: Path,
                  fetch: Callable[[list[str]], dict[str, list[str]]] | None = None
                  ) -> dict[str, Any]:
-    """The export file (:func:`fleet.runtime_verify.journal_json`) of ``run`` as the host
+    """The export file (:func:`fleet.runtime.runtime_verify.journal_json`) of ``run`` as the host
     folder's ``runtime.db`` holds it: every entry with its hash, each ciphertext, and the
     key and salt of each value not shredded (keys the host no longer holds from ``fetch``,
     the fleet's key bucket; without it such values read as shredded)."""
     from agents.runtime.journal import DB_NAME, Journal
-    from fleet.runtime_verify import journal_json
+    from fleet.runtime.runtime_verify import journal_json
 
     if not (host_dir / DB_NAME).exists():
         raise UserError(f"no runtime journal in {host_dir}")
@@ -112,9 +112,9 @@ def runtime_verify(run_id: str, record_file: str | None, journal_path: str | Non
     opens to its address (shredded values are listed, not errors). With --record and
     --journal nothing is asked of anyone. Exit 1 names the first mismatch."""
     from fleet.errors import FleetError
-    from fleet.runtime_verify import parse_journal, report_json, verify_runtime
-    from fleet.wait_proof import verdict_json
-    from fleet.wire import decode_record
+    from fleet.record.wait_proof import verdict_json
+    from fleet.record.wire import decode_record
+    from fleet.runtime.runtime_verify import parse_journal, report_json, verify_runtime
 
     if journal_path is None and host_dir is None:
         raise UserError("give the journal: --journal FILE or --data HOST_FOLDER")

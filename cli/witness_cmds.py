@@ -12,7 +12,7 @@ import click
 
 from cli._app import UserError, cli
 from cli.log_cmds import load_verifiers
-from fleet.log_errors import MalformedKey
+from fleet.log.log_errors import MalformedKey
 
 
 @cli.group()
@@ -26,7 +26,7 @@ def witness() -> None:
               help="Directory for NAME.key (mode 0600) and NAME.vkey.")
 def witness_keygen(name: str, out_dir: Path) -> None:
     """Generate a cosignature/v1 (type 0x04) Ed25519 witness key pair named NAME."""
-    from fleet.cosignature import generate_witness_signer
+    from fleet.log.cosignature import generate_witness_signer
     from plumbing.files import write_secret
 
     try:
@@ -66,7 +66,7 @@ def witness_serve(key_file: Path, log_vkeys: tuple[str, ...], state_dir: Path, l
                   prefix: str) -> None:
     """Serve POST <prefix>/add-checkpoint until SIGINT/SIGTERM."""
     from anchors.witness_server import Witness, WitnessHTTPServer
-    from fleet.cosignature import parse_witness_signer
+    from fleet.log.cosignature import parse_witness_signer
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     try:

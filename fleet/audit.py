@@ -26,7 +26,7 @@ slots decoded from its folded segments, when each was folded) and :func:`audit` 
 - **effects**: runtime steps declared effectful that take no idempotency key, and those of
   them run again after an unknown outcome (possible duplicate effects), read off the call
   account ids' marks (docs/spec/runtime.md);
-- **grant refusals**: the ledger's refusals by a grant rule (:mod:`fleet.grant_errors`):
+- **grant refusals**: the ledger's refusals by a grant rule (:mod:`fleet.grants.grant_errors`):
   segments a run's grant did not allow, and grant events not taken, by rule.
 
 ``since`` (Unix time) keeps runs active since then, parks that ended (or are still
@@ -42,12 +42,11 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from fleet import grant_errors
-from fleet.kernel import CLAIMED, CLOSED, EVICTED, RESUMED, SUSPENDED
-from fleet.record import RunState
-from fleet.runtime_journal import account_marks
-from fleet.wait_proof import verdict_json
-from fleet.wire import (
+from fleet.grants import grant_errors
+from fleet.record.kernel import CLAIMED, CLOSED, EVICTED, RESUMED, SUSPENDED
+from fleet.record.record import RunState
+from fleet.record.wait_proof import verdict_json
+from fleet.record.wire import (
     ClaimedWire,
     ClosedWire,
     EvictedWire,
@@ -56,6 +55,7 @@ from fleet.wire import (
     SuspendedWire,
     envelope_wire,
 )
+from fleet.runtime.runtime_journal import account_marks
 
 __all__ = ["FORMS", "GRANT_RULES", "SEGMENT_KINDS", "VERDICTS", "AuditPark", "AuditRun",
            "audit", "audit_run", "effect_calls", "effect_flags", "format_uj", "format_when",
@@ -130,7 +130,7 @@ class AuditRun:
     overhead_uj: dict[str, int] = field(default_factory=dict)  # slots evicted (a pool's run)
     slots: Sequence[tuple[str, str, int]] = ()  # (slot, "claimed"|"evicted", segment)
     # (segment, call id) of the runtime's call-account ids with an effect mark
-    # (fleet.runtime_journal.account_marks): effectful steps without an idempotency key.
+    # (fleet.runtime.runtime_journal.account_marks): effectful steps without an idempotency key.
     effects: Sequence[tuple[int, str]] = ()
 
 
@@ -169,7 +169,7 @@ def audit_run(run: str, host: str, phase: str, state: RunState,
 
 def effect_calls(rows: Iterable[tuple[str, int, bytes]]) -> dict[str, list[tuple[int, str]]]:
     """Per run, ``(segment, call id)`` of every executed segment's account id that carries
-    an effect mark (fleet.runtime_journal: ``!unkeyed``), from ``(run, index, message)``
+    an effect mark (fleet.runtime.runtime_journal: ``!unkeyed``), from ``(run, index, message)``
     rows in index order."""
     out: dict[str, list[tuple[int, str]]] = {}
     for run, idx, payload in rows:

@@ -9,7 +9,8 @@ Each record refusal says who is at fault by its base class (and its ``fault`` te
 
 * :class:`WireError` (``"wire"``): bytes that do not decode to a well-formed segment;
 * :class:`RuleError` (``"record"``): a well-formed segment that breaks a rule of the
-  record (:mod:`fleet.kernel`). Raised by :class:`fleet.builder.RecordBuilder` to the host
+  record (:mod:`fleet.record.kernel`). Raised by :class:`fleet.record.builder.RecordBuilder` to the
+  host
   program calling it, a rule or wire error is that program's misuse of the API: it asked
   for a segment the record forbids, and nothing was sealed. Raised by the fold or by
   ``fleet verify``, it is bad bytes from whoever sealed them;

@@ -171,7 +171,7 @@ class FleetNames:
 
     @property
     def grant_subject(self) -> str:
-        """``<fleet>.ctl.grant``: grant events (fleet.grant_events), in the fleet's stream."""
+        """``<fleet>.ctl.grant``: grant events (fleet.fold.grant_events), in the fleet's stream."""
         return f"{self.control}.grant"
 
     def is_control(self, subject: str) -> bool:

@@ -9,7 +9,7 @@ error header (code and one-line description) that the CLI prints as is.
     fleet.api.run          {"run"}                     -> run status (with its "grant")
     fleet.api.grant        {"grant"}                   -> a folded grant (ledger.grant_views)
     fleet.api.grant_evidence {"run"}                   -> the run's grant evidence
-                                                          (fleet.grant_verify)
+                                                          (fleet.fold.grant_verify)
     fleet.api.runs         {}                          -> {"runs": [...]}
     fleet.api.export       {"run"}                     -> the run's record file
     fleet.api.rejections   {"limit"?, "host"?, "run"?, "stream_seq"?} -> {"rejections": [...]}
@@ -41,7 +41,7 @@ from nats.micro.request import Request
 from nats.micro.service import Service
 
 from fleet.errors import FleetError
-from fleet.grant_events import GrantBook
+from fleet.fold.grant_events import GrantBook
 from fleet.subjects import FleetNames
 from ledger import views
 from ledger.audit_rows import audit_store

@@ -11,7 +11,7 @@ from typing import Any
 
 from fleet.audit import GRANT_RULES, SEGMENT_KINDS, AuditRun, audit, audit_run
 from fleet.audit import effect_calls as marked_calls
-from fleet.runtime_journal import UNKEYED
+from fleet.runtime.runtime_journal import UNKEYED
 from fleet.subjects import is_grant_subject
 from ledger.store import LedgerStore
 from ledger.store_reads import SegmentRow

@@ -24,14 +24,13 @@ from aiohttp import web
 from fleet.audit import format_uj as _uj
 from fleet.audit import format_when as _when
 from fleet.audit import park_form
-from fleet.checkpoint import parse_checkpoint
-from fleet.merkle import leaf_hash
-from fleet.note import parse_note
-from fleet.run_codec import state_from_json
-from fleet.runtime_journal import account_marks
-from fleet.segment import CallAccount
-from fleet.wait_proof import verdict_json, waited_inside, why
-from fleet.wire import (
+from fleet.log.checkpoint import parse_checkpoint
+from fleet.log.merkle import leaf_hash
+from fleet.log.note import parse_note
+from fleet.record.run_codec import state_from_json
+from fleet.record.segment import CallAccount
+from fleet.record.wait_proof import verdict_json, waited_inside, why
+from fleet.record.wire import (
     ClaimedWire,
     ClosedWire,
     EvictedWire,
@@ -40,6 +39,7 @@ from fleet.wire import (
     SuspendedWire,
     envelope_wire,
 )
+from fleet.runtime.runtime_journal import account_marks
 from ledger.log_reader import LogReader, decimal
 
 _STYLE = """

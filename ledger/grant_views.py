@@ -12,10 +12,10 @@ from typing import Any
 
 from fleet.address import format_address, parse_address
 from fleet.errors import FleetError
-from fleet.grant import grant_json, terms_json
-from fleet.grant_events import NO_AMENDMENT, GrantBook, chain_of, event_json
-from fleet.grant_verify import evidence_events, evidence_json
-from fleet.kernel import NO_GRANTS
+from fleet.fold.grant_events import NO_AMENDMENT, GrantBook, chain_of, event_json
+from fleet.fold.grant_verify import evidence_events, evidence_json
+from fleet.grants.grant import grant_json, terms_json
+from fleet.record.kernel import NO_GRANTS
 from ledger.store import LedgerStore
 
 
@@ -91,7 +91,7 @@ def run_grant(store: LedgerStore, book: GrantBook, grants_id: str, run: str,
 
 
 def grant_evidence(store: LedgerStore, book: GrantBook, run_text: str) -> dict[str, Any]:
-    """The run's grant evidence (:mod:`fleet.grant_verify`): what an auditor needs beside
+    """The run's grant evidence (:mod:`fleet.fold.grant_verify`): what an auditor needs beside
     its record file to recompute every grant decision the ledger made about it."""
     run = _address(run_text)
     slot = store.load_run(run)

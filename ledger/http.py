@@ -42,8 +42,8 @@ from typing import Any
 
 from aiohttp import web
 
-from fleet.log_errors import MalformedTilePath
-from fleet.tiles import Tile, parse_tile_path
+from fleet.log.log_errors import MalformedTilePath
+from fleet.log.tiles import Tile, parse_tile_path
 from ledger.log_reader import LogReader, decimal
 from ledger.metrics import CONTENT_TYPE, FoldMetrics, render
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from fleet.note import Signer, generate_signer, parse_signer_key
+from fleet.log.note import Signer, generate_signer, parse_signer_key
 from plumbing.files import write_secret
 
 KEY_FILE = "ledger.key"

@@ -2,7 +2,7 @@
 
 Everything here answers "up to the latest signed size": a tile or entry bundle is there
 when the newest signed checkpoint's tree holds it, and a *partial* one only when some
-signed checkpoint had exactly that partial tile (:func:`fleet.tiles.partial_sizes`), as the
+signed checkpoint had exactly that partial tile (:func:`fleet.log.tiles.partial_sizes`), as the
 spec asks. A tile's hashes are one row of the tree store's nodes at level ``8 * L``
 (:meth:`ledger.tree_store.TreeStore.node_row`); an entry bundle's entries are the fleet
 leaves, rebuilt from the segments table (whose rowid is the leaf index + 1).
@@ -18,11 +18,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from fleet.address import parse_address
-from fleet.cosignature import cosigned_note
-from fleet.leaf import encode_leaf
-from fleet.log_errors import MissingNode
-from fleet.tiles import Tile, encode_entry_bundle, partial_sizes
-from fleet.tlog_proof import format_tlog_proof
+from fleet.log.cosignature import cosigned_note
+from fleet.log.leaf import encode_leaf
+from fleet.log.log_errors import MissingNode
+from fleet.log.tiles import Tile, encode_entry_bundle, partial_sizes
+from fleet.log.tlog_proof import format_tlog_proof
 from ledger.store import ReadOnlyStore
 from plumbing.anchoring import ReceiptStore
 

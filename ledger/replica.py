@@ -46,8 +46,8 @@ from nats.js.api import KeyValueConfig
 from nats.js.errors import BucketNotFoundError
 from nats.js.kv import KeyValue
 
-from fleet.checkpoint import parse_checkpoint
-from fleet.note import Signer, open_note
+from fleet.log.checkpoint import parse_checkpoint
+from fleet.log.note import Signer, open_note
 from fleet.subjects import DEFAULT_FLEET, FleetNames
 from plumbing.nats_connect import bucket_keys
 

@@ -17,8 +17,8 @@ from nats.js.errors import BucketNotFoundError, NotFoundError, ObjectNotFoundErr
 
 from fleet.address import format_address, parse_address
 from fleet.errors import FleetError
-from fleet.runtime_journal import chain_hashes, open_blob, value_addresses
-from fleet.runtime_verify import parse_journal
+from fleet.runtime.runtime_journal import chain_hashes, open_blob, value_addresses
+from fleet.runtime.runtime_verify import parse_journal
 from fleet.subjects import FleetNames, run_token
 
 _MISSING = (NotFoundError, BucketNotFoundError, ObjectNotFoundError)

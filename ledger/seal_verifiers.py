@@ -1,6 +1,6 @@
 """The ledger's batch seal check: libsodium (PyNaCl), or ed25519-dalek where installed.
 
-Both give the verdicts of the pure core's :func:`fleet.seal.check_seal` (libsodium's
+Both give the verdicts of the pure core's :func:`fleet.record.seal.check_seal` (libsodium's
 ``crypto_sign_verify_detached``); ``fleet verify`` keeps to PyNaCl. ed25519-dalek's
 ``verify_strict`` checks a seal in about three quarters of libsodium's time on the
 benchmark machine (``fleet bench records``: 70 us against 90-96 us), and seals are most of

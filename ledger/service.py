@@ -29,7 +29,6 @@ from nats.aio.client import Client
 from nats.js import JetStreamContext
 from nats.js.errors import FetchTimeoutError
 
-from fleet.checkpoint import check_consistent_then_sign, make_checkpoint, parse_checkpoint
 from fleet.fold import HostEntry, Refused, batch_addresses
 from fleet.fold.batch import (
     BatchChanges,
@@ -42,9 +41,10 @@ from fleet.fold.batch import (
 from fleet.fold.cache import RunCache
 from fleet.fold.policy import checkpoint_due, leads_signing
 from fleet.fold.route import Route, Router
-from fleet.note import Signer, parse_note
+from fleet.log.checkpoint import check_consistent_then_sign, make_checkpoint, parse_checkpoint
+from fleet.log.note import Signer, parse_note
+from fleet.record.wire import EnvelopeWire, envelope_wire
 from fleet.subjects import fleet_names
-from fleet.wire import EnvelopeWire, envelope_wire
 from ledger.api import LedgerApi, ServiceFacts
 from ledger.commit_pipeline import CommitPipeline
 from ledger.keys import load_or_create_signer
@@ -89,7 +89,7 @@ class LedgerConfig:
     # ("auto" defers to the FLEET_PULLER environment variable).
     puller: str = "auto"
     # The operator verifier keys (32 bytes each) control events are checked under
-    # (fleet.control); rotations in the stream hand over to later keys.
+    # (fleet.fold.control); rotations in the stream hand over to later keys.
     operator_vkeys: tuple[bytes, ...] = ()
     # One of several replicas sharing origin and key (ledger.replica): the lease's time to
     # live in seconds; None, a single ledger that always signs and anchors.
@@ -97,7 +97,7 @@ class LedgerConfig:
     # The fleet this ledger belongs to: the prefix of its stream, subjects, API and buckets
     # (fleet.subjects.fleet_names; "fleet" is today's names).
     fleet: str = "fleet"
-    # How runs are held to their grants (fleet.grant_events): "enforce" holds every run
+    # How runs are held to their grants (fleet.fold.grant_events): "enforce" holds every run
     # whose grant was presented to it and folds the others under no grant; "require"
     # refuses a run whose grant was not presented (UnknownGrant).
     grants: str = "enforce"

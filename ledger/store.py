@@ -41,15 +41,15 @@ from typing import Any
 import msgspec
 
 from fleet.address import format_address, id_text, parse_address
-from fleet.control import KINDS, ControlAccepted, ControlState, decide_bootstrap, keys_at
 from fleet.fold import Accepted, HostEntry, Refused, RunSlot
 from fleet.fold.batch import Incoming
-from fleet.grant_events import GrantAccepted, GrantBook, apply, decode_event, event_ref
-from fleet.merkle import leaf_hash
-from fleet.run_codec import state_from_json, state_to_json
-from fleet.seal import decode_key, encode_key
+from fleet.fold.control import KINDS, ControlAccepted, ControlState, decide_bootstrap, keys_at
+from fleet.fold.grant_events import GrantAccepted, GrantBook, apply, decode_event, event_ref
+from fleet.log.merkle import leaf_hash
+from fleet.record.run_codec import state_from_json, state_to_json
+from fleet.record.seal import decode_key, encode_key
+from fleet.record.wire import envelope_wire
 from fleet.subjects import check_host_name
-from fleet.wire import envelope_wire
 from ledger.store_reads import StoreReads
 from ledger.tree_store import TreeStore
 from plumbing import sqlite
@@ -75,13 +75,13 @@ _SCHEMA = (
     " subject TEXT NOT NULL, host TEXT, run TEXT, idx INTEGER, rule TEXT NOT NULL,"
     " detail TEXT NOT NULL, payload BLOB NOT NULL, at REAL NOT NULL)",
     "CREATE INDEX IF NOT EXISTS rejections_rule ON rejections (rule)",
-    # Control events folded from the stream (fleet.control) and the operator keys they
+    # Control events folded from the stream (fleet.fold.control) and the operator keys they
     # are decided with: the hosts they enroll are rows of ``hosts`` with source 'stream'.
     "CREATE TABLE IF NOT EXISTS control_events (stream_seq INTEGER PRIMARY KEY,"
     " kind TEXT NOT NULL, operator TEXT NOT NULL, seq INTEGER NOT NULL, host TEXT,"
     " key TEXT NOT NULL, payload BLOB NOT NULL)",
     # Offline (bootstrap) control events, decided at the watermark ``position``
-    # (fleet.control.decide_bootstrap): with control_events, a host's key history.
+    # (fleet.fold.control.decide_bootstrap): with control_events, a host's key history.
     "CREATE TABLE IF NOT EXISTS bootstrap_events (id INTEGER PRIMARY KEY,"
     " position INTEGER NOT NULL, kind TEXT NOT NULL, host TEXT NOT NULL, key TEXT NOT NULL,"
     " at REAL NOT NULL)",
@@ -89,8 +89,8 @@ _SCHEMA = (
     " retired INTEGER NOT NULL DEFAULT 0)",
     "CREATE TABLE IF NOT EXISTS checkpoints (size INTEGER PRIMARY KEY, root BLOB NOT NULL,"
     " note TEXT NOT NULL, at REAL NOT NULL)",
-    # Grant events folded from the stream (fleet.grant_events), in stream order: the grant
-    # book is rebuilt from them (the one state change, fleet.grant_events.apply). ``ref``:
+    # Grant events folded from the stream (fleet.fold.grant_events), in stream order: the grant
+    # book is rebuilt from them (the one state change, fleet.fold.grant_events.apply). ``ref``:
     # the grant an event concerns (the run, for a checkpoint), for a run's history.
     "CREATE TABLE IF NOT EXISTS grant_events (stream_seq INTEGER PRIMARY KEY,"
     " kind TEXT NOT NULL, signer TEXT NOT NULL, ref TEXT NOT NULL, at_ms INTEGER NOT NULL,"
@@ -179,7 +179,7 @@ class LedgerStore(StoreReads):
 
     def enroll(self, name: str, public_key: str) -> None:
         """Enroll a host (valid for stream positions after the watermark), or re-key a known
-        one: an offline control event (:func:`fleet.control.decide_bootstrap`)."""
+        one: an offline control event (:func:`fleet.fold.control.decide_bootstrap`)."""
         try:
             check_host_name(name)
             key = bytes(decode_key(public_key))
@@ -189,7 +189,7 @@ class LedgerStore(StoreReads):
 
     def revoke(self, name: str) -> None:
         """Refuse the host's segments after the current watermark; earlier ones stay (an
-        offline control event, :func:`fleet.control.decide_bootstrap`)."""
+        offline control event, :func:`fleet.fold.control.decide_bootstrap`)."""
         self._bootstrap(name, None)
 
     def _bootstrap(self, name: str, key: bytes | None) -> None:
@@ -331,7 +331,7 @@ class LedgerStore(StoreReads):
                        state: ControlState) -> None:
         """The batch's accepted control events, the host entries they left, and the
         operators as the batch's control state (``state``, changed by the one state
-        change, :func:`fleet.control.apply`) leaves them."""
+        change, :func:`fleet.fold.control.apply`) leaves them."""
         db = self.conn
         for d, payload in accepted:
             ev = d.event
@@ -353,7 +353,7 @@ class LedgerStore(StoreReads):
 
     def grant_book(self) -> GrantBook:
         """The grant book as the folded events left it (replayed through the one state
-        change, :func:`fleet.grant_events.apply`)."""
+        change, :func:`fleet.fold.grant_events.apply`)."""
         book = GrantBook()
         for seq, at_ms, data in self.grant_events():
             # Accepted when folded: their signatures were checked then.

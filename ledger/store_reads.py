@@ -19,8 +19,8 @@ from typing import NamedTuple
 
 import msgspec
 
-from fleet.record import RunState
-from fleet.run_codec import state_from_json
+from fleet.record.record import RunState
+from fleet.record.run_codec import state_from_json
 
 
 class CheckpointRow(NamedTuple):
@@ -100,7 +100,7 @@ class StoreReads:
 
     def signed_size_between(self, start: int, stop: int, at_most: int) -> bool:
         """Whether a checkpoint was signed at a size in ``start .. stop - 1`` and at most
-        ``at_most`` (a partial tile's, :func:`fleet.tiles.partial_sizes`)."""
+        ``at_most`` (a partial tile's, :func:`fleet.log.tiles.partial_sizes`)."""
         return self.conn.execute(
             "SELECT 1 FROM checkpoints WHERE size >= ? AND size < ? AND size <= ? LIMIT 1",
             (start, stop, at_most)).fetchone() is not None
@@ -144,7 +144,7 @@ class StoreReads:
 
     def executed_with_mark(self, mark: str, run: str | None = None) -> list[SegmentRow]:
         """The executed segments (of ``run``, or all) whose message bytes contain ``mark``
-        (a call-account id mark, fleet.runtime_journal): only those need decoding."""
+        (a call-account id mark, fleet.runtime.runtime_journal): only those need decoding."""
         where = "kind = 'executed' AND instr(payload, CAST(? AS BLOB)) > 0"
         if run is None:
             return self._segment_rows(where, (mark,))

@@ -1,7 +1,7 @@
 """SQLite storage of the fleet log's Merkle tree: complete-subtree hashes in per-level strips.
 
 What is stored
-    Every complete subtree node ``(level, index)`` (see :mod:`fleet.merkle`) - leaves
+    Every complete subtree node ``(level, index)`` (see :mod:`fleet.log.merkle`) - leaves
     included - packed ``STRIP`` = 63 consecutive hashes of one level to a row::
 
         tree_nodes(id INTEGER PRIMARY KEY, hashes BLOB)   id = level << 48 | index // 63
@@ -41,8 +41,8 @@ import sqlite3
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
-from fleet.log_errors import InvalidProofRequest, MissingNode
-from fleet.merkle import (
+from fleet.log.log_errors import InvalidProofRequest, MissingNode
+from fleet.log.merkle import (
     EMPTY_ROOT,
     HASH_SIZE,
     NodeId,
@@ -54,7 +54,7 @@ from fleet.merkle import (
     plan_nodes,
     root_plan,
 )
-from fleet.merkle_append import compact_nodes, compact_root, extend
+from fleet.log.merkle_append import compact_nodes, compact_root, extend
 from plumbing import sqlite
 
 STRIP = 63

@@ -16,18 +16,18 @@ from typing import Any
 import msgspec
 
 from fleet.address import parse_address
-from fleet.anchor_bundle import anchor_fields
-from fleet.checkpoint import parse_checkpoint
 from fleet.errors import FleetError
-from fleet.grant_events import GrantBook
-from fleet.leaf import encode_leaf
-from fleet.note import parse_note
-from fleet.proof_bundle import build_bundle
-from fleet.record_file import join_pages
-from fleet.run_codec import state_from_json
-from fleet.runtime_journal import account_marks
-from fleet.wait_proof import verdict_json
-from fleet.wire import EnvelopeWire, RecordWire, encode_record, envelope_wire
+from fleet.fold.grant_events import GrantBook
+from fleet.log.anchor_bundle import anchor_fields
+from fleet.log.checkpoint import parse_checkpoint
+from fleet.log.leaf import encode_leaf
+from fleet.log.note import parse_note
+from fleet.log.proof_bundle import build_bundle
+from fleet.record.record_file import join_pages
+from fleet.record.run_codec import state_from_json
+from fleet.record.wait_proof import verdict_json
+from fleet.record.wire import EnvelopeWire, RecordWire, encode_record, envelope_wire
+from fleet.runtime.runtime_journal import account_marks
 from ledger.audit_rows import effect_calls
 from ledger.grant_views import run_grant
 from ledger.store import LedgerStore
@@ -163,14 +163,14 @@ def export_record(store: LedgerStore, run: str) -> bytes:
     """The run's record file (``fleet verify`` reads it), rebuilt from the folded messages:
     sealed under one ``host_key``, or, for a run that moved between hosts, with each host's
     key in ``hosts`` and each segment naming the host that sealed it: the whole record as
-    one page, joined (:func:`fleet.record_file.join_pages`)."""
+    one page, joined (:func:`fleet.record.record_file.join_pages`)."""
     return encode_record(join_pages([_page(store, run, 1, -1)]))
 
 
 def export_page(store: LedgerStore, run: str, first: int, limit: int) -> bytes:
     """Segments ``first`` .. ``first + limit - 1`` of the run's record, each naming the host
     that sealed it, with those hosts' keys: a page of the record, for records too large for
-    one reply (:func:`fleet.record_file.join_pages` puts the pages back together)."""
+    one reply (:func:`fleet.record.record_file.join_pages` puts the pages back together)."""
     return encode_record(_page(store, run, first, limit))
 
 

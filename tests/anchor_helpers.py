@@ -15,7 +15,7 @@ import nats
 
 from cli._wiring import make_ledger
 from fleet.address import format_address
-from fleet.seal import encode_key
+from fleet.record.seal import encode_key
 from ledger import views
 from ledger.service import Ledger, LedgerConfig
 

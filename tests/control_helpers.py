@@ -11,8 +11,8 @@ from typing import Any
 from nacl.signing import SigningKey
 
 from fleet.address import digest
-from fleet.builder import RecordBuilder
-from fleet.control import ENROLL, OPERATOR, REKEY, REVOKE, encode_event, sign_event
+from fleet.fold.control import ENROLL, OPERATOR, REKEY, REVOKE, encode_event, sign_event
+from fleet.record.builder import RecordBuilder
 from fleet.subjects import control_subject
 
 from fault_helpers import GRANTS, SealedRun, fold_in_random_batches, sealed_run

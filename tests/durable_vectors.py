@@ -15,12 +15,12 @@ from typing import Any
 from nacl.signing import SigningKey
 
 from fleet.address import digest, format_address, parse_address
-from fleet.attestation import make_attestation
 from fleet.errors import RecordError
-from fleet.kernel import NO_GRANTS, pool_unit
-from fleet.record import RunState, genesis
-from fleet.seal import encode_key, seal
-from fleet.segment import (
+from fleet.record.attestation import make_attestation
+from fleet.record.kernel import NO_GRANTS, pool_unit
+from fleet.record.record import RunState, genesis
+from fleet.record.seal import encode_key, seal
+from fleet.record.segment import (
     CallAccount,
     Claimed,
     Closed,
@@ -31,7 +31,7 @@ from fleet.segment import (
     resumed,
     suspended,
 )
-from fleet.wait_proof import verdict_json
+from fleet.record.wait_proof import verdict_json
 
 PATH = Path(__file__).resolve().parent.parent / "docs" / "spec" / "vectors" / "durable.json"
 SEAL_SEED = bytes(range(32))

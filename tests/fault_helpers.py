@@ -36,15 +36,22 @@ from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 
 from fleet import errors
 from fleet.address import digest, format_address
-from fleet.builder import RecordBuilder
 from fleet.fold import Accepted, Admission, BatchRuns, HostEntry, Message, Refused, RunSlot, decide
-from fleet.leaf import encode_leaf
-from fleet.record import RunState, chain
-from fleet.run_codec import state_to_json
-from fleet.seal import seal
-from fleet.segment import CallAccount, Claimed, Evicted, ImageSnapshot, Segment, make_snapshot
+from fleet.log.leaf import encode_leaf
+from fleet.record.builder import RecordBuilder
+from fleet.record.record import RunState, chain
+from fleet.record.run_codec import state_to_json
+from fleet.record.seal import seal
+from fleet.record.segment import (
+    CallAccount,
+    Claimed,
+    Evicted,
+    ImageSnapshot,
+    Segment,
+    make_snapshot,
+)
+from fleet.record.wire import SealedSegment, decode_envelope, encode_envelope
 from fleet.subjects import STREAM, segment_subject
-from fleet.wire import SealedSegment, decode_envelope, encode_envelope
 
 FLEET = [sys.executable, "-m", "cli"]
 

@@ -12,7 +12,7 @@ from typing import Any
 
 from nacl.signing import SigningKey
 
-from fleet.control import (
+from fleet.fold.control import (
     ENROLL,
     KINDS,
     OPERATOR,

@@ -14,13 +14,13 @@ from typing import Any
 from nacl.signing import SigningKey
 
 from fleet.address import digest, format_address
-from fleet.builder import RecordBuilder
-from fleet.control import ENROLL, encode_event, event_id, sign_event
-from fleet.grant import make_terms, sign_grant
-from fleet.grant_events import event_id as grant_event_id
-from fleet.grant_events import issue_event
-from fleet.segment import make_snapshot
-from fleet.wire import encode_envelope, segment_id
+from fleet.fold.control import ENROLL, encode_event, event_id, sign_event
+from fleet.fold.grant_events import event_id as grant_event_id
+from fleet.fold.grant_events import issue_event
+from fleet.grants.grant import make_terms, sign_grant
+from fleet.record.builder import RecordBuilder
+from fleet.record.segment import make_snapshot
+from fleet.record.wire import encode_envelope, segment_id
 
 OUT = Path(__file__).parent.parent / "docs" / "spec" / "vectors" / "message_ids.json"
 

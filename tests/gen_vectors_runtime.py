@@ -8,7 +8,9 @@ from pathlib import Path
 from typing import Any
 
 from fleet.address import format_address, parse_address
-from fleet.runtime_journal import (
+from fleet.record.segment import CallAccount
+from fleet.record.wait_proof import WaitTracker, verdict_json
+from fleet.runtime.runtime_journal import (
     args_hash,
     blob_address,
     canon,
@@ -17,8 +19,6 @@ from fleet.runtime_journal import (
     interval_account,
     interval_root,
 )
-from fleet.segment import CallAccount
-from fleet.wait_proof import WaitTracker, verdict_json
 
 PATH = Path(__file__).resolve().parent.parent / "docs" / "spec" / "vectors" / "runtime.json"
 

@@ -11,7 +11,7 @@ from typing import Any
 from agents.runtime.checkpoint import _mac, mac_key, pack
 from agents.runtime.journal import Entry
 from fleet.address import format_address
-from fleet.runtime_journal import canon, entry_hash, genesis
+from fleet.runtime.runtime_journal import canon, entry_hash, genesis
 
 PATH = (Path(__file__).resolve().parent.parent / "docs" / "spec" / "vectors"
         / "runtime-checkpoint.json")

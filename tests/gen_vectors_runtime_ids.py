@@ -9,9 +9,9 @@ from pathlib import Path
 from typing import Any
 
 from fleet.address import format_address
-from fleet.manifest import manifest_of
-from fleet.runtime_identity import code_digest, code_version, run_manifest, stamped
-from fleet.runtime_journal import signal_digest
+from fleet.env.manifest import manifest_of
+from fleet.runtime.runtime_identity import code_digest, code_version, run_manifest, stamped
+from fleet.runtime.runtime_journal import signal_digest
 
 PATH = Path(__file__).resolve().parent.parent / "docs" / "spec" / "vectors" / "runtime_ids.json"
 

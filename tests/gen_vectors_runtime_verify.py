@@ -15,9 +15,11 @@ from nacl.secret import SecretBox
 from nacl.signing import SigningKey
 
 from fleet.address import format_address
-from fleet.builder import RecordBuilder
 from fleet.errors import FleetError
-from fleet.runtime_journal import (
+from fleet.record.builder import RecordBuilder
+from fleet.record.segment import CallAccount, make_snapshot
+from fleet.record.wire import decode_record, encode_record
+from fleet.runtime.runtime_journal import (
     blob_address,
     canon,
     chain_hashes,
@@ -26,9 +28,7 @@ from fleet.runtime_journal import (
     run_ids,
     runtime_manifest,
 )
-from fleet.runtime_verify import journal_json, parse_journal, report_json, verify_runtime
-from fleet.segment import CallAccount, make_snapshot
-from fleet.wire import decode_record, encode_record
+from fleet.runtime.runtime_verify import journal_json, parse_journal, report_json, verify_runtime
 
 PATH = Path(__file__).resolve().parent.parent / "docs" / "spec" / "vectors" / \
     "runtime_verify.json"

@@ -10,9 +10,7 @@ from typing import Any
 from nacl.signing import SigningKey
 
 from fleet.address import digest
-from fleet.builder import RecordBuilder
-from fleet.grant import MintPolicy, Terms, grant_address, make_terms, sign_grant
-from fleet.grant_events import (
+from fleet.fold.grant_events import (
     NO_AMENDMENT,
     amend_event,
     checkpoint_event,
@@ -20,7 +18,9 @@ from fleet.grant_events import (
     mint_event,
     trigger_event,
 )
-from fleet.seal import encode_key
+from fleet.grants.grant import MintPolicy, Terms, grant_address, make_terms, sign_grant
+from fleet.record.builder import RecordBuilder
+from fleet.record.seal import encode_key
 from fleet.subjects import DEFAULT_FLEET
 from ledger.service import Ledger, LedgerConfig
 

@@ -22,7 +22,23 @@ from nacl.signing import SigningKey
 
 from fleet.address import digest, format_address, parse_address
 from fleet.errors import FleetError
-from fleet.grant import (
+from fleet.fold.grant_events import (
+    EVENT_DOMAIN,
+    NO_AMENDMENT,
+    GrantBook,
+    amend_event,
+    apply,
+    check_event,
+    check_segment,
+    checkpoint_event,
+    decode_event,
+    event_id,
+    event_json,
+    issue_event,
+    mint_event,
+    trigger_event,
+)
+from fleet.grants.grant import (
     GRANT_DOMAIN,
     MintPolicy,
     Terms,
@@ -38,22 +54,6 @@ from fleet.grant import (
     terms_from_json,
     terms_json,
     verify_grant,
-)
-from fleet.grant_events import (
-    EVENT_DOMAIN,
-    NO_AMENDMENT,
-    GrantBook,
-    amend_event,
-    apply,
-    check_event,
-    check_segment,
-    checkpoint_event,
-    decode_event,
-    event_id,
-    event_json,
-    issue_event,
-    mint_event,
-    trigger_event,
 )
 
 PATH = Path(__file__).resolve().parent.parent / "docs" / "spec" / "vectors" / "standing.json"

@@ -17,10 +17,10 @@ from nacl.signing import SigningKey
 
 from fleet.address import format_address, parse_address
 from fleet.errors import RecordError
-from fleet.record import RunState, chain
-from fleet.seal import encode_key, seal
-from fleet.verify import verify_record
-from fleet.wire import RecordWire, SealedSegment, decode_record, segment_to_wire
+from fleet.record.record import RunState, chain
+from fleet.record.seal import encode_key, seal
+from fleet.record.verify import verify_record
+from fleet.record.wire import RecordWire, SealedSegment, decode_record, segment_to_wire
 
 import durable_vectors as dv
 

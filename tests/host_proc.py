@@ -27,7 +27,7 @@ from agents.refusals import RefusalWatcher
 from cli._wiring import LedgerRecordSource, ledger_keys
 from fleet.address import digest
 from fleet.errors import FleetError
-from fleet.segment import make_snapshot
+from fleet.record.segment import make_snapshot
 from plumbing.nats_connect import connect
 
 MANIFEST = digest(b"moving-runs/manifest")

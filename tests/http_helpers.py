@@ -16,10 +16,10 @@ from pathlib import Path
 import nats
 
 from fleet.address import format_address
-from fleet.checkpoint import make_checkpoint, sign_checkpoint
-from fleet.leaf import encode_leaf
-from fleet.merkle import leaf_hash
-from fleet.seal import encode_key
+from fleet.log.checkpoint import make_checkpoint, sign_checkpoint
+from fleet.log.leaf import encode_leaf
+from fleet.log.merkle import leaf_hash
+from fleet.record.seal import encode_key
 from ledger.keys import load_or_create_signer
 from ledger.store import LedgerStore
 

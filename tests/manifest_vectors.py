@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from fleet.address import digest
-from fleet.manifest import (
+from fleet.env.manifest import (
     FORMAT,
     SIGNATURE_DOMAIN,
     Manifest,
@@ -26,8 +26,8 @@ from fleet.manifest import (
     sign,
     signature_message,
 )
-from fleet.manifest_errors import ManifestError
-from fleet.note import signer_from_seed
+from fleet.env.manifest_errors import ManifestError
+from fleet.log.note import signer_from_seed
 
 ROOT = Path(__file__).resolve().parent.parent
 PATH = ROOT / "docs" / "spec" / "vectors" / "manifest.json"

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from fleet.merkle import NodeId, assemble, consistency_plan, inclusion_plan, plan_nodes
-from fleet.merkle_append import extend
+from fleet.log.merkle import NodeId, assemble, consistency_plan, inclusion_plan, plan_nodes
+from fleet.log.merkle_append import extend
 
 
 def node_map(hashes: list[bytes]) -> dict[NodeId, bytes]:

@@ -1,6 +1,6 @@
 """RFC 9162 §2.1 written straight from the text (recursive MTH, PATH, PROOF), for tests only.
 
-Deliberately slow and literal: the fast planner in fleet.merkle is checked against it.
+Deliberately slow and literal: the fast planner in fleet.log.merkle is checked against it.
 """
 
 from __future__ import annotations

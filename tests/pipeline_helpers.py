@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from agents.host import PUB_FILE, load_or_create_key
-from fleet.proof_bundle import verify_bundle
+from fleet.log.proof_bundle import verify_bundle
 from ledger.client import call
 from plumbing.natsd import free_ports
 
@@ -130,9 +130,9 @@ def host_keys(base: Path, names: list[str]) -> dict[str, str]:
 
 def outbox_rows(host_dir: Path) -> list[tuple[str, int, str, str]]:
     """(run, idx, head, state) of every segment a host wrote (the head read from the
-    sealed envelope; its msg id is the envelope's, ``fleet.wire.segment_id``)."""
+    sealed envelope; its msg id is the envelope's, ``fleet.record.wire.segment_id``)."""
     from fleet.address import format_address
-    from fleet.wire import decode_envelope
+    from fleet.record.wire import decode_envelope
 
     db = _ro(host_dir / "outbox.db")
     try:

@@ -6,8 +6,8 @@ from hypothesis import strategies as st
 from nacl.signing import SigningKey
 
 from fleet.address import digest
-from fleet.builder import RecordBuilder
-from fleet.segment import CallAccount, make_snapshot
+from fleet.record.builder import RecordBuilder
+from fleet.record.segment import CallAccount, make_snapshot
 
 KEY = SigningKey(bytes([1]) * 32)
 MANIFEST = digest(b"manifest")

@@ -7,10 +7,10 @@ import sqlite3
 from pathlib import Path
 from typing import Any
 
-from fleet.checkpoint import parse_checkpoint
-from fleet.merkle import verify_consistency
-from fleet.note import parse_note
-from fleet.seal import encode_key
+from fleet.log.checkpoint import parse_checkpoint
+from fleet.log.merkle import verify_consistency
+from fleet.log.note import parse_note
+from fleet.record.seal import encode_key
 
 from fault_helpers import LedgerProc, fleet, host_key, store_summary
 

@@ -13,7 +13,7 @@ from nacl.secret import SecretBox
 
 from agents.runtime.journal import DB_NAME, Journal
 from fleet.address import parse_address
-from fleet.runtime_journal import canon, chain_hashes
+from fleet.runtime.runtime_journal import canon, chain_hashes
 
 
 def _db(host_dir: Path) -> sqlite3.Connection:

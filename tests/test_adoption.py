@@ -17,9 +17,9 @@ from agents.adoption import HeadNotLogged, NotParked, RecordInvalid, StateMismat
 from agents.host import Host
 from fleet.address import digest, format_address
 from fleet.errors import ManifestMismatch, SnapshotMismatch
-from fleet.segment import make_snapshot
-from fleet.verify import verify_record
-from fleet.wire import decode_record
+from fleet.record.segment import make_snapshot
+from fleet.record.verify import verify_record
+from fleet.record.wire import decode_record
 from ledger import views
 from ledger.service import Ledger, LedgerConfig
 
@@ -218,8 +218,8 @@ def test_the_record_in_pages_joins_to_the_whole_export(fleet: Fleet):
     """A record fetched in pages (each naming every segment's host) joins to exactly the
     ledger's whole export: the single-host form for a run that never moved, the multi-host
     form for one that did."""
-    from fleet.record_file import join_pages
-    from fleet.wire import encode_record
+    from fleet.record.record_file import join_pages
+    from fleet.record.wire import encode_record
 
     a = _parked_on_a(fleet)
     still = fleet.hosts["C"].open_run(digest(b"unit-stays"), GRANTS)

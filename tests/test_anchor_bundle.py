@@ -12,8 +12,8 @@ from tsa_helpers import OpenSslTsa, make_ca
 from anchors.base import AnchorConfig
 from anchors.runner import COSIGNED_SUBJECT
 from anchors.witness_server import RunningWitness, Witness
-from fleet.cosignature import cosignatures, generate_witness_signer
-from fleet.note import generate_signer
+from fleet.log.cosignature import cosignatures, generate_witness_signer
+from fleet.log.note import generate_signer
 
 ORIGIN = "fleet-ledger.local/anchored"
 
@@ -100,7 +100,7 @@ def test_prove_carries_cosignatures_and_require_witnesses_counts_them(nats_serve
 
 def _later_bundle(log, fork=None):
     """A bundle (anchor keys only) on size 5 whose witness receipt covers size 9."""
-    from fleet.cosignature import parse_witness_key
+    from fleet.log.cosignature import parse_witness_key
 
     witness = generate_witness_signer("witness.test/w1")
     later = fork or log
@@ -121,9 +121,9 @@ def test_a_later_anchored_checkpoint_counts_only_through_its_consistency_proof()
     import pytest
     from witness_helpers import MemLog
 
-    from fleet.anchor_bundle import verify_anchors
-    from fleet.checkpoint import open_checkpoint
-    from fleet.log_errors import RootMismatch
+    from fleet.log.anchor_bundle import verify_anchors
+    from fleet.log.checkpoint import open_checkpoint
+    from fleet.log.log_errors import RootMismatch
 
     signer = generate_signer(ORIGIN)
     log = MemLog(signer, 9)

@@ -13,8 +13,8 @@ from tsa_helpers import OpenSslTsa
 from anchors.base import AnchorConfig
 from anchors.witness_server import RunningWitness, Witness
 from fleet.address import parse_address
-from fleet.cosignature import generate_witness_signer
-from fleet.witness import format_request, parse_request
+from fleet.log.cosignature import generate_witness_signer
+from fleet.log.witness import format_request, parse_request
 from ledger.keys import load_or_create_signer
 from plumbing.testing import running_server
 

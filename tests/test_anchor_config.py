@@ -6,7 +6,7 @@ import pytest
 
 from anchors.base import load_anchor_config
 from anchors.factory import build_anchor
-from fleet.cosignature import generate_witness_signer
+from fleet.log.cosignature import generate_witness_signer
 
 
 def test_config_resolves_relative_paths_and_builds_anchors(tmp_path):

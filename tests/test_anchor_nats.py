@@ -10,7 +10,7 @@ import nats
 from anchor_helpers import anchored, publish_run, running_ledger, wait_for
 
 from anchors.base import AnchorConfig
-from fleet.checkpoint import open_checkpoint
+from fleet.log.checkpoint import open_checkpoint
 from ledger import views
 from plumbing.testing import running_server
 

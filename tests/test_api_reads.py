@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from anchor_helpers import publish_run, wait_for
 
-from fleet.seal import encode_key
+from fleet.record.seal import encode_key
 from ledger.client import ApiError, call
 from ledger.service import Ledger, LedgerConfig
 from plumbing.natsd import NatsServer

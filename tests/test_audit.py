@@ -11,7 +11,7 @@ from http_helpers import enroll_h1, publish, serving
 
 from fleet.address import format_address
 from fleet.audit import AuditPark, AuditRun, audit
-from fleet.segment import CallAccount
+from fleet.record.segment import CallAccount
 
 from fault_helpers import MANIFEST, SealedRun, sealed_run
 from pipeline_helpers import cli, wait_for

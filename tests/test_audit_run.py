@@ -4,8 +4,8 @@ state and its folded messages, no store and no broker."""
 from __future__ import annotations
 
 from fleet.audit import SEGMENT_KINDS, audit_run
-from fleet.kernel import CLAIMED, CLOSED, EXECUTED, RESUMED, SUSPENDED
-from fleet.wire import ClaimedWire, envelope_wire
+from fleet.record.kernel import CLAIMED, CLOSED, EXECUTED, RESUMED, SUSPENDED
+from fleet.record.wire import ClaimedWire, envelope_wire
 
 from fault_helpers import sealed_run
 

@@ -62,8 +62,8 @@ def test_bench_ingest_grants_compares_folds_with_and_without_grants():
 def test_the_grant_mode_holds_every_run_to_its_grant(monkeypatch):
     """Grants of a 1 µJ budget: every run's first segment is refused OverBudget, so the
     grant mode's fold fails the bench (its runs are really held to their grants)."""
-    from fleet.grant import make_terms, sign_grant
-    from fleet.grant_events import issue_event
+    from fleet.fold.grant_events import issue_event
+    from fleet.grants.grant import make_terms, sign_grant
 
     def tiny(run_no: int, hosts: list[str], manifest: bytes, now_ms: int) -> bytes:
         terms = make_terms([f"/bench/{run_no}"], 1, now_ms - 60_000, now_ms + 600_000)

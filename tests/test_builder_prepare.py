@@ -1,4 +1,4 @@
-"""The builder's pure prepare and its apply (fleet.builder): a segment is a value until
+"""The builder's pure prepare and its apply (fleet.record.builder): a segment is a value until
 applied, and only to the state it was prepared from."""
 
 from __future__ import annotations
@@ -7,10 +7,10 @@ import pytest
 from nacl.signing import SigningKey
 
 from fleet.address import digest
-from fleet.builder import RecordBuilder, StalePrepared, execute_segment
 from fleet.errors import FleetError
-from fleet.run_codec import state_to_json
-from fleet.segment import Closed, make_snapshot, resumed
+from fleet.record.builder import RecordBuilder, StalePrepared, execute_segment
+from fleet.record.run_codec import state_to_json
+from fleet.record.segment import Closed, make_snapshot, resumed
 
 
 def _builder() -> RecordBuilder:

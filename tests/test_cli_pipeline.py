@@ -24,7 +24,7 @@ import pytest
 from test_nats_config import running
 
 from agents.simulate import plan
-from fleet.merkle import verify_consistency
+from fleet.log.merkle import verify_consistency
 from ledger.nats_config import write_config
 from ledger.stream import ensure_stream
 from plumbing.natsd import NatsServer

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from http_helpers import publish
 
-from fleet.seal import encode_key
+from fleet.record.seal import encode_key
 from plumbing.natsd import NatsServer
 
 from fault_helpers import LedgerProc, fleet, host_key, sealed_run, store_summary, wait_until

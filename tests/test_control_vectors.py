@@ -12,8 +12,8 @@ from gen_vectors_control import OUT, render
 from nacl.signing import SigningKey, VerifyKey
 
 from fleet.address import digest
-from fleet.control import ControlAccepted, ControlState, apply, decide_control, decode_event
-from fleet.control_errors import MalformedControl
+from fleet.fold.control import ControlAccepted, ControlState, apply, decide_control, decode_event
+from fleet.fold.control_errors import MalformedControl
 
 VECTORS = json.loads(Path(OUT).read_text())
 

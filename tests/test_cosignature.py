@@ -12,15 +12,15 @@ import pytest
 from nacl.exceptions import BadSignatureError
 from nacl.signing import VerifyKey
 
-from fleet.cosignature import (
+from fleet.log.cosignature import (
     cosignatures,
     parse_witness_key,
     parse_witness_signer,
     verify_cosignature_lines,
 )
-from fleet.log_errors import BadSignature, MalformedKey
-from fleet.note import parse_note, parse_verifier_key
-from fleet.witness import WitnessState, decide
+from fleet.log.log_errors import BadSignature, MalformedKey
+from fleet.log.note import parse_note, parse_verifier_key
+from fleet.log.witness import WitnessState, decide
 
 VECTORS = Path(__file__).parent.parent / "docs" / "spec" / "vectors" / "cosignature.json"
 DATA = json.loads(VECTORS.read_text(encoding="utf-8"))
@@ -52,7 +52,7 @@ def _independent_verify(vkey_text: str, body: str, line: str) -> int | None:
 
 @pytest.mark.parametrize("case", DATA["cosignature_cases"], ids=lambda c: c["name"])
 def test_cosignature_cases_agree_with_an_independent_check(case):
-    """Each vector line gets the same verdict from fleet.cosignature and from a check written
+    """Each vector line gets the same verdict from fleet.log.cosignature and from a check written
     straight from the spec."""
     key = parse_witness_key(DATA["witness_vkey"])
     body = DATA["checkpoint"]
@@ -89,7 +89,7 @@ def test_witness_keys_are_type_0x04_not_note_keys():
 
 @pytest.mark.parametrize("case", DATA["add_checkpoint_cases"], ids=lambda c: c["name"])
 def test_add_checkpoint_cases(case):
-    """fleet.witness.decide gives each vector request its recorded status and response body."""
+    """fleet.log.witness.decide gives each vector request its recorded status and response body."""
     log = parse_verifier_key(DATA["log_vkey"])
     state = {}
     if case["witness_size"] is not None:

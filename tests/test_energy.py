@@ -19,7 +19,7 @@ from agents.energy import (
     transcript_park_idle,
 )
 from fleet.errors import ValueOutOfRange
-from fleet.kernel import encode_text
+from fleet.record.kernel import encode_text
 
 
 def _zone(root: Path, name: str, label: str, value: int, max_range: int = 1000) -> Path:

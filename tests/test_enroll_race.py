@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from fleet.seal import encode_key
+from fleet.record.seal import encode_key
 from ledger.service import Ledger, LedgerConfig
 from ledger.store import HostsChanged, LedgerStore
 

@@ -9,8 +9,9 @@ import pytest
 from control_helpers import operator_key
 from nacl.signing import SigningKey
 
-from fleet import kernel, signed_event
-from fleet.control import (
+from fleet.errors import ValueOutOfRange
+from fleet.fold import HostEntry, Refused
+from fleet.fold.control import (
     CONTROL_DOMAIN,
     ENROLL,
     REKEY,
@@ -23,10 +24,7 @@ from fleet.control import (
     keys_at,
     sign_event,
 )
-from fleet.errors import ValueOutOfRange
-from fleet.fold import HostEntry, Refused
-from fleet.grant_errors import MalformedGrant
-from fleet.grant_events import (
+from fleet.fold.grant_events import (
     EVENT_DOMAIN,
     GrantBook,
     Trigger,
@@ -34,7 +32,10 @@ from fleet.grant_events import (
     decode_event,
     trigger_event,
 )
-from fleet.seal import encode_key
+from fleet.grants import signed_event
+from fleet.grants.grant_errors import MalformedGrant
+from fleet.record import kernel
+from fleet.record.seal import encode_key
 from fleet.text import encode_text
 from ledger.store import LedgerStore, StoreError
 

@@ -1,4 +1,4 @@
-"""The exec guard's decisions as pure functions (fleet.exec_decision, fleet.exec_journal):
+"""The exec guard's decisions as pure functions (fleet.env.exec_decision, fleet.env.exec_journal):
 the verdict for bytes under a policy and lease state, what the journal keeps, its entries'
 bytes and the stored-body check. No root, no fanotify, no files."""
 
@@ -7,8 +7,7 @@ from __future__ import annotations
 import pytest
 
 from fleet.address import digest, format_address
-from fleet.errors import ValueOutOfRange
-from fleet.exec_decision import (
+from fleet.env.exec_decision import (
     JOURNAL_ALWAYS,
     JOURNAL_FIRST,
     JOURNAL_NEVER,
@@ -21,15 +20,16 @@ from fleet.exec_decision import (
     is_exec_syscall,
     judge,
 )
-from fleet.exec_errors import JournalEntryMismatch
-from fleet.exec_journal import (
+from fleet.env.exec_errors import JournalEntryMismatch
+from fleet.env.exec_journal import (
     MAX_PATH,
     check_body,
     entry_bytes,
     interval_report,
     journal_root,
 )
-from fleet.exec_policy import ExecPolicy, build_policy
+from fleet.env.exec_policy import ExecPolicy, build_policy
+from fleet.errors import ValueOutOfRange
 
 EVIL, TOOL, OTHER = digest(b"evil"), digest(b"tool"), digest(b"other")
 DENYLIST = build_policy("allow", [(EVIL, "deny", "evil")])

@@ -29,8 +29,8 @@ import pytest
 from agents.exec_guard import ExecGuard
 from agents.exec_journal_store import ExecJournal, read_journal
 from fleet.address import digest, format_address
-from fleet.exec_errors import ExecGuardUnavailable
-from fleet.exec_policy import ExecPolicy, build_policy, policy_to_json
+from fleet.env.exec_errors import ExecGuardUnavailable
+from fleet.env.exec_policy import ExecPolicy, build_policy, policy_to_json
 
 from exec_helpers import build_programs, drive, install, require_guard, run_in_unit, tmpfs
 

@@ -17,7 +17,7 @@ from agents.exec_guard import ExecGuard
 from agents.host_linux import Mount
 from agents.unit_caps import CapabilityDrop
 from agents.unit_ns import kernel_files_plan
-from fleet.exec_policy import build_policy
+from fleet.env.exec_policy import build_policy
 
 from exec_helpers import require_guard
 

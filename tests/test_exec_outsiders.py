@@ -21,7 +21,7 @@ from pathlib import Path
 
 from agents.exec_guard import ExecGuard
 from fleet.address import digest
-from fleet.exec_policy import ExecPolicy, build_policy
+from fleet.env.exec_policy import ExecPolicy, build_policy
 
 from exec_helpers import build_programs, install, require_guard, tmpfs
 

@@ -25,7 +25,7 @@ import pytest
 
 from agents.exec_guard import ExecGuard
 from fleet.address import digest
-from fleet.exec_policy import build_policy
+from fleet.env.exec_policy import build_policy
 
 from exec_helpers import DRIVER, build_programs, install, require_guard, tmpfs
 

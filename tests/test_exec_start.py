@@ -15,7 +15,7 @@ from agents import fanotify
 from agents.exec_guard import file_mounts
 from agents.unit_ns import UnitNamespace
 from fleet.address import digest
-from fleet.exec_policy import build_policy, policy_to_json
+from fleet.env.exec_policy import build_policy, policy_to_json
 
 from exec_helpers import build_programs, install, require_guard, tmpfs
 

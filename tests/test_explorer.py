@@ -16,7 +16,7 @@ import pytest
 from http_helpers import enroll_h1, http_get, publish, serving
 
 from fleet.address import format_address
-from fleet.segment import CallAccount
+from fleet.record.segment import CallAccount
 
 from fault_helpers import sealed_run
 from pipeline_helpers import wait_for

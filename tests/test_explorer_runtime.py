@@ -11,7 +11,7 @@ from http_helpers import enroll_h1, http_get, publish, serving
 from test_explorer import Dom
 
 from fleet.address import format_address
-from fleet.segment import CallAccount
+from fleet.record.segment import CallAccount
 
 from fault_helpers import sealed_run
 from pipeline_helpers import wait_for

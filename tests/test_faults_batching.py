@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from test_fuzz_fold import mutate, reseal
 
-from fleet.seal import encode_key
+from fleet.record.seal import encode_key
 from fleet.subjects import SEGMENTS
 from ledger.pull import FetchPuller
 from ledger.puller import Puller

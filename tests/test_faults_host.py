@@ -19,7 +19,7 @@ from nats.js.api import Header
 from agents.host import Host, load_or_create_key
 from agents.publisher import Backoff, Publisher
 from fleet.address import digest
-from fleet.seal import encode_key
+from fleet.record.seal import encode_key
 from ledger.store import LedgerStore
 from plumbing.natsd import NatsServer
 
@@ -43,7 +43,7 @@ from agents.host import Host
 from agents.outbox import Outbox
 from agents.publisher import Backoff, Publisher
 from fleet.address import digest
-from fleet.segment import CallAccount, make_snapshot
+from fleet.record.segment import CallAccount, make_snapshot
 from plumbing.nats_connect import connect
 
 host_dir, url, point, nth = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])

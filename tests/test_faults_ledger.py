@@ -22,7 +22,7 @@ import nats
 import pytest
 from nats.js.api import Header
 
-from fleet.seal import encode_key
+from fleet.record.seal import encode_key
 from fleet.subjects import STREAM
 from ledger.store import LedgerStore
 from ledger.stream import consumer_name

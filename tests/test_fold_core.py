@@ -8,12 +8,12 @@ from fleet.fold import decide as decide_one
 from fleet.fold.batch import BatchHeads, Incoming, decide_batch, merge_seals, seal_items
 from fleet.fold.cache import RunCache
 from fleet.fold.fast import batch_addresses
+from fleet.fold.grant_events import GrantBook
 from fleet.fold.policy import checkpoint_due, leads_signing
 from fleet.fold.route import CONTROL, GRANT, SEGMENT, Router
-from fleet.grant_events import GrantBook
-from fleet.record import RunState
+from fleet.record.record import RunState
+from fleet.record.wire import envelope_wire
 from fleet.subjects import DEFAULT_FLEET, fleet_names
-from fleet.wire import envelope_wire
 
 from fault_helpers import host_key, sealed_run
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from fleet.seal import encode_key
+from fleet.record.seal import encode_key
 from ledger.stream import consumer_name
 from plumbing.natsd import NatsServer
 

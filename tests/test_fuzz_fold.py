@@ -40,10 +40,10 @@ from hypothesis import strategies as st
 from fleet.address import format_address
 from fleet.errors import FleetError
 from fleet.fold import Accepted, Message, Refused, decide
-from fleet.record import chain
-from fleet.seal import encode_key, seal
-from fleet.verify import verify_record
-from fleet.wire import decode_envelope, decode_record
+from fleet.record.record import chain
+from fleet.record.seal import encode_key, seal
+from fleet.record.verify import verify_record
+from fleet.record.wire import decode_envelope, decode_record
 
 from fault_helpers import RULES, PureFold, SealedRun, entry, host_key, sealed_run
 

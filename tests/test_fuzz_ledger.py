@@ -14,7 +14,7 @@ import nats
 import pytest
 from test_fuzz_fold import mutate, reseal
 
-from fleet.seal import encode_key
+from fleet.record.seal import encode_key
 from fleet.subjects import REJECTIONS
 from ledger.store import LedgerStore
 from ledger.stream import ensure_stream
@@ -190,8 +190,8 @@ def test_mutants_through_the_ledgers_fold_and_store(tmp_path: Path) -> None:
     summary.check_leaves()
     # Every run the ledger holds verifies offline from genesis under its host's key: only
     # segments a host sealed, obeying every rule, became leaves.
-    from fleet.verify import verify_record
-    from fleet.wire import decode_record
+    from fleet.record.verify import verify_record
+    from fleet.record.wire import decode_record
     from ledger.views import export_record
 
     store = LedgerStore(data)

@@ -13,9 +13,9 @@ from pathlib import Path
 from typing import Any
 
 from fleet.address import digest, format_address
-from fleet.grant import grant_address, nothing, sign_grant
-from fleet.grant_events import event_id
-from fleet.seal import encode_key
+from fleet.fold.grant_events import event_id
+from fleet.grants.grant import grant_address, nothing, sign_grant
+from fleet.record.seal import encode_key
 from plumbing.natsd import NatsServer
 
 import grant_helpers as gh

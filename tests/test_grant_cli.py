@@ -13,7 +13,7 @@ from http_helpers import enroll_h1, publish
 
 from cli.grant_cmds import load_key
 from fleet.address import digest, format_address
-from fleet.grant import decode_grant, make_terms, sign_grant
+from fleet.grants.grant import decode_grant, make_terms, sign_grant
 from plumbing.natsd import NatsServer
 
 from fault_helpers import LedgerProc, fleet, store_summary, wait_until

@@ -14,7 +14,17 @@ from blake3 import blake3
 from nacl.signing import VerifyKey
 
 from fleet.address import digest, format_address, parse_address
-from fleet.grant import (
+from fleet.fold.grant_events import (
+    amend_event,
+    checkpoint_event,
+    decode_event,
+    event_id,
+    event_json,
+    issue_event,
+    mint_event,
+    trigger_event,
+)
+from fleet.grants.grant import (
     check_narrows,
     decode_grant,
     grant_json,
@@ -26,17 +36,7 @@ from fleet.grant import (
     terms_from_json,
     terms_json,
 )
-from fleet.grant_events import (
-    amend_event,
-    checkpoint_event,
-    decode_event,
-    event_id,
-    event_json,
-    issue_event,
-    mint_event,
-    trigger_event,
-)
-from fleet.segment import Claimed, ImageSnapshot
+from fleet.record.segment import Claimed, ImageSnapshot
 
 import grant_vectors as gv
 from fault_helpers import host_key
@@ -67,7 +67,7 @@ def test_the_keys_are_the_stated_seeds_and_the_hosts_the_ledger_tests_enroll() -
 
 
 def _layout(case: dict[str, Any]) -> bytes:
-    """The grant's bytes from its JSON alone, by the spec's layout (not fleet.grant)."""
+    """The grant's bytes from its JSON alone, by the spec's layout (not fleet.grants.grant)."""
     t = case["terms"]
 
     def text(s: str) -> bytes:
@@ -271,7 +271,7 @@ def decode_event_kind(data: bytes) -> str | None:
 
 def test_the_streams_cover_every_rule_of_an_event_and_a_segment() -> None:
     """Every grant refusal has a vector (in the streams or the byte cases)."""
-    from fleet import grant_errors
+    from fleet.grants import grant_errors
 
     named = {n for n in grant_errors.__all__
              if n not in ("GrantError", "GrantEventError", "GrantRefusal")}

@@ -10,7 +10,7 @@ import pytest
 
 from fleet.address import digest, format_address
 from fleet.audit import grant_refusals
-from fleet.grant import grant_address
+from fleet.grants.grant import grant_address
 from ledger import views
 from ledger.audit_rows import audit_store
 from ledger.grant_views import GrantNotFound, grant_status

@@ -13,11 +13,11 @@ import pytest
 from agents.host import Host, load_or_create_key
 from agents.outbox import RunStopped
 from fleet.address import digest, format_address
-from fleet.builder import RecordBuilder
-from fleet.run_codec import state_to_json
-from fleet.segment import make_snapshot
+from fleet.record.builder import RecordBuilder
+from fleet.record.run_codec import state_to_json
+from fleet.record.segment import make_snapshot
+from fleet.record.wire import encode_envelope
 from fleet.subjects import fleet_names
-from fleet.wire import encode_envelope
 
 GRANTS = digest(b"migration/grants")
 MANIFEST = digest(b"migration/manifest")

@@ -10,8 +10,8 @@ import pytest
 from agents.host import Host
 from agents.outbox import OutboxFull
 from fleet.address import digest
-from fleet.run_codec import state_to_json
-from fleet.segment import make_snapshot
+from fleet.record.run_codec import state_to_json
+from fleet.record.segment import make_snapshot
 
 GRANTS = digest(b"host-step/grants")
 MANIFEST = digest(b"host-step/manifest")

@@ -1,4 +1,4 @@
-"""The record's rules live in one kernel (fleet.kernel): both decoders (the object API and
+"""The record's rules live in one kernel (fleet.record.kernel): both decoders (the object API and
 the wire fast path) and every consumer of them (fleet verify, the ledger's fold) decide by it."""
 
 from __future__ import annotations
@@ -10,25 +10,25 @@ import pytest
 from blake3 import blake3
 from nacl.signing import SigningKey
 
-import fleet.kernel
-from fleet import kernel
+import fleet.record.kernel
 from fleet.address import digest, format_address, parse_address
-from fleet.builder import RecordBuilder
 from fleet.errors import FleetError, MalformedSnapshot, RecordError, RuleError
 from fleet.fold import Accepted, Admission, BatchRuns, HostEntry, Message, Refused, decide
 from fleet.fold.fast import decide_message, fast_decide
-from fleet.record import RunState
-from fleet.segment import ImageSnapshot, make_snapshot
-from fleet.subjects import segment_subject
-from fleet.verify import verify_record
-from fleet.verify_fast import fast_check, segment_addresses, step
-from fleet.wire import (
+from fleet.record import kernel
+from fleet.record.builder import RecordBuilder
+from fleet.record.record import RunState
+from fleet.record.segment import ImageSnapshot, make_snapshot
+from fleet.record.verify import verify_record
+from fleet.record.verify_fast import fast_check, segment_addresses, step
+from fleet.record.wire import (
     SegmentWire,
     decode_record,
     encode_envelope,
     encode_record,
     envelope_wire,
 )
+from fleet.subjects import segment_subject
 
 import durable_vectors as dv
 
@@ -47,7 +47,7 @@ class IdleOverCap(RuleError):
 def idle_cap(monkeypatch: pytest.MonkeyPatch):  # type: ignore[no-untyped-def]
     """A switch that adds the made-up rule to the kernel's resume rule, as a new rule
     would be added (records are built before it is switched on, so they are sealed)."""
-    real = fleet.kernel.resumed_step
+    real = fleet.record.kernel.resumed_step
 
     def capped(run, index, body, snapshot, manifest, idle_uj, provenance):  # type: ignore[no-untyped-def]
         step_ = real(run, index, body, snapshot, manifest, idle_uj, provenance)
@@ -55,7 +55,7 @@ def idle_cap(monkeypatch: pytest.MonkeyPatch):  # type: ignore[no-untyped-def]
             raise IdleOverCap("a park drew more than the cap", segment=index)
         return step_
 
-    return lambda: monkeypatch.setattr(fleet.kernel, "resumed_step", capped)
+    return lambda: monkeypatch.setattr(fleet.record.kernel, "resumed_step", capped)
 
 
 def _record_with_big_park() -> RecordBuilder:
@@ -168,7 +168,7 @@ _NO_SEAL = "A" * 86 + "=="
 
 
 def _wire_replay(unit: str, grants: str, steps: list[dict]) -> dict:
-    """Replay vector steps through the wire decoder (fleet.verify_fast.step) and the
+    """Replay vector steps through the wire decoder (fleet.record.verify_fast.step) and the
     kernel's state change, producing what dv.run_steps produces through objects."""
     state = RunState.open(parse_address(unit), parse_address(grants))
     results: list[dict] = []
@@ -243,7 +243,7 @@ def test_kernel_refusals_are_named_errors_not_python_errors():
 
 
 def test_snapshot_parts_inverts_snapshot_bytes_and_refuses_other_bytes():
-    """The kernel decodes the park forms it encodes (fleet.segment builds its objects from
+    """The kernel decodes the park forms it encodes (fleet.record.segment builds its objects from
     that); any other length or form byte is a MalformedSnapshot."""
     a, b = digest(b"a"), digest(b"b")
     for parts in ((a, None, None), (a, b, None), (None, None, b)):

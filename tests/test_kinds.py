@@ -1,4 +1,5 @@
-"""The kinds table (fleet.kinds) is what the wire structs and the fast path's address walk hold."""
+"""The kinds table (fleet.record.kinds) is what the wire structs and the fast path's address walk
+hold."""
 
 from __future__ import annotations
 
@@ -8,14 +9,14 @@ from typing import Any
 
 import pytest
 
-from fleet import kernel
 from fleet.address import format_address, parse_address
 from fleet.errors import FleetError
-from fleet.kinds import KINDS, MAX_INDEX, TABLE, index_in_range
-from fleet.phases import PARKED, RAN
-from fleet.segment import Segment
-from fleet.verify_fast import segment_addresses, step
-from fleet.wire import (
+from fleet.record import kernel
+from fleet.record.kinds import KINDS, MAX_INDEX, TABLE, index_in_range
+from fleet.record.phases import PARKED, RAN
+from fleet.record.segment import Segment
+from fleet.record.verify_fast import segment_addresses, step
+from fleet.record.wire import (
     WIRE_KIND,
     AttestationWire,
     CallsWire,

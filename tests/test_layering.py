@@ -6,6 +6,10 @@ TYPE_CHECKING:``, relative ones, and ``importlib.import_module("...")`` with a l
 name. The shells never import one another; they meet through protocols in ``plumbing``
 (docs/architecture.md). The core also imports no I/O, the same list as
 tests/test_core_purity.py, here statically so that an import inside a function counts.
+
+Inside the core, the subpackages keep an order of their own (CORE_ORDER: the root modules,
+record, log, env, runtime, grants, fold, then fleet.audit), and across all the packages no
+modules import one another round a circle at module level (TYPE_CHECKING imports included).
 """
 
 from __future__ import annotations
@@ -110,7 +114,7 @@ from typing import TYPE_CHECKING
 
 import msgspec
 
-from fleet.merkle import leaf_hash
+from fleet.log.merkle import leaf_hash
 from ledger import views
 from plumbing.files import write_secret
 import anchors.store
@@ -171,3 +175,155 @@ def test_the_fold_core_is_a_package_of_the_core():
     names = {module for module, _path in modules("fleet")}
     assert {"fleet.fold", "fleet.fold.batch", "fleet.fold.route", "fleet.fold.policy",
             "fleet.fold.cache", "fleet.fold.reference", "fleet.fold.fast"} <= names
+
+
+# The core's own order, lowest first: a module may import only its own unit and those before
+# it. The root modules (address, errors, text, subjects) are what every unit uses;
+# fleet.audit reads the whole record, so it stands last.
+CORE_ORDER: tuple[str, ...] = (
+    "fleet", "fleet.record", "fleet.log", "fleet.env", "fleet.runtime", "fleet.grants",
+    "fleet.fold", "fleet.audit",
+)
+
+
+def core_unit(module: str) -> str:
+    """The unit of CORE_ORDER a core module belongs to (its subpackage, or the root)."""
+    parts = module.split(".")
+    if len(parts) > 1 and (sub := ".".join(parts[:2])) in CORE_ORDER:
+        return sub
+    return "fleet"
+
+
+def order_violations(module: str, source: str, path: str, is_package: bool = False) -> list[str]:
+    """One line per import of the core module ``module`` of a unit later than its own."""
+    rank = CORE_ORDER.index(core_unit(module))
+    return [f"{path}:{line}: {module} imports {name}: {core_unit(module)} comes before "
+            f"{core_unit(name)}"
+            for line, name in imported_names(ast.parse(source, path), module, is_package)
+            if name.split(".")[0] == "fleet" and CORE_ORDER.index(core_unit(name)) > rank]
+
+
+def test_the_core_order_names_every_subpackage():
+    """Every subpackage of fleet/ has its place in CORE_ORDER, and the root keeps only the
+    modules every unit uses (a new module goes into a subpackage)."""
+    subpackages = {f"fleet.{p.parent.name}" for p in (ROOT / "fleet").glob("*/__init__.py")}
+    assert subpackages == set(CORE_ORDER) - {"fleet", "fleet.audit"}
+    root = {p.stem for p in (ROOT / "fleet").glob("*.py")}
+    assert root == {"__init__", "address", "errors", "text", "subjects", "audit"}
+
+
+def test_the_core_units_import_only_earlier_ones():
+    """No core module imports a unit after its own in CORE_ORDER (any import, anywhere)."""
+    bad = [v for module, path in modules("fleet")
+           for v in order_violations(module, path.read_text(), str(path.relative_to(ROOT)),
+                                     path.name == "__init__.py")]
+    assert not bad, "imports against the core's order:\n" + "\n".join(bad)
+
+
+def test_the_order_checker_flags_an_upward_import():
+    """The order checker names an import of a later unit, even one inside a function."""
+    source = "from fleet.address import id_text\n\n\ndef f():\n    from fleet.fold import Refused\n"
+    assert order_violations("fleet.record.bad", source, "fleet/record/bad.py") == [
+        "fleet/record/bad.py:5: fleet.record.bad imports fleet.fold: fleet.record comes "
+        "before fleet.fold"]
+    assert order_violations("fleet.fold.ok", source, "fleet/fold/ok.py") == []
+
+
+def module_level_imports(source: str, module: str, is_package: bool,
+                         known: frozenset[str]) -> set[str]:
+    """The first-party modules ``module`` imports when it is itself imported: statements at
+    module level and in class bodies, under ``if``/``try``/``with`` (``if TYPE_CHECKING:``
+    included, so the annotations could be evaluated). Imports inside functions are left
+    out: they run later, when every module is loaded. ``from p import x`` counts ``p.x``
+    when that is a module, else ``p``."""
+    package = module if is_package else module.rpartition(".")[0]
+    found: set[str] = set()
+
+    def visit(statements: list[ast.stmt]) -> None:
+        for node in statements:
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                continue
+            if isinstance(node, ast.Import):
+                found.update(alias.name for alias in node.names)
+            elif isinstance(node, ast.ImportFrom):
+                if node.level:
+                    parts = package.split(".")
+                    base = ".".join(parts[:len(parts) - (node.level - 1)])
+                    name = f"{base}.{node.module}" if node.module else base
+                else:
+                    name = node.module or ""
+                subs = {f"{name}.{a.name}" for a in node.names} & known
+                found.update(subs)
+                if len(subs) < len(node.names):
+                    found.add(name)
+            for field in ("body", "orelse", "finalbody", "handlers"):
+                block = getattr(node, field, None)
+                if isinstance(block, list):
+                    visit([s for s in block if isinstance(s, ast.stmt | ast.excepthandler)])
+
+    visit(ast.parse(source).body)
+    return (found & known) - {module}
+
+
+def import_circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Each set of modules that import one another round a circle (Tarjan's strongly
+    connected components of more than one module), sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    circles: list[list[str]] = []
+
+    def connect(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(graph.get(v, ())):
+            if w not in index:
+                connect(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while (w := stack.pop()) != v:
+                on_stack.discard(w)
+                component.append(w)
+            on_stack.discard(v)
+            if component:
+                circles.append(sorted([v, *component]))
+
+    for v in sorted(graph):
+        if v not in index:
+            connect(v)
+    return sorted(circles)
+
+
+def first_party_graph() -> dict[str, set[str]]:
+    """Module -> the first-party modules it imports at module level, for every package."""
+    files = {module: path for layer in ALLOWED for module, path in modules(layer)}
+    known = frozenset(files)
+    return {module: module_level_imports(path.read_text(), module, path.name == "__init__.py",
+                                         known)
+            for module, path in files.items()}
+
+
+def test_no_module_level_import_circle():
+    """No first-party modules import one another round a circle at module level (under
+    ``if TYPE_CHECKING:`` too); imports inside functions are not counted."""
+    graph = first_party_graph()
+    assert len(graph) > 150 and graph["fleet.fold.control"] >= {"fleet.fold"}
+    assert import_circles(graph) == []
+
+
+def test_the_circle_checker_finds_a_type_checking_circle():
+    """A circle closed only by a TYPE_CHECKING import is found; one through a function is not."""
+    known = frozenset({"p", "p.a", "p.b", "p.c"})
+    a = "from typing import TYPE_CHECKING\n\nif TYPE_CHECKING:\n    from p.b import B\n"
+    b = "from p import a\n\n\ndef f():\n    import p.c\n"
+    c = "class C:\n    from p.b import B\n"
+    graph = {"p.a": module_level_imports(a, "p.a", False, known),
+             "p.b": module_level_imports(b, "p.b", False, known),
+             "p.c": module_level_imports(c, "p.c", False, known)}
+    assert graph == {"p.a": {"p.b"}, "p.b": {"p.a"}, "p.c": {"p.b"}}
+    assert import_circles(graph) == [["p.a", "p.b"]]

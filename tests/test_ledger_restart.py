@@ -16,7 +16,7 @@ from agents.host import Host
 from agents.sim_grants import SimGrants
 from agents.simulate import host_manifests, plan, run_environment, salt
 from fleet.address import digest, format_address
-from fleet.record import genesis
+from fleet.record.record import genesis
 from plumbing.natsd import NatsServer
 
 from fault_helpers import LedgerProc, Summary, store_summary

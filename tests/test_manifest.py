@@ -13,8 +13,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from fleet import jsonc
-from fleet.manifest import (
+from fleet.env import jsonc
+from fleet.env.manifest import (
     ALLOWED,
     is_manifest_file,
     manifest_of,
@@ -23,13 +23,13 @@ from fleet.manifest import (
     read_manifest_file,
     sign,
 )
-from fleet.manifest_errors import (
+from fleet.env.manifest_errors import (
     BadManifestSignature,
     ManifestAddressMismatch,
     ManifestError,
     UntrustedManifestKey,
 )
-from fleet.note import signer_from_seed
+from fleet.log.note import signer_from_seed
 
 from jsonc_helpers import render
 

@@ -15,15 +15,15 @@ import pytest
 from agents.environment import environment_manifest
 from agents.host import Host, HostRun
 from agents.simulate import host_environments, record_runs
-from fleet import jsonc
 from fleet.address import digest, format_address
+from fleet.env import jsonc
+from fleet.env.manifest import manifest_of_text, read_manifest_file, sign
+from fleet.env.manifest_errors import EnvironmentMismatch, Widening
 from fleet.errors import ManifestMismatch, SnapshotMismatch
-from fleet.manifest import manifest_of_text, read_manifest_file, sign
-from fleet.manifest_errors import EnvironmentMismatch, Widening
-from fleet.note import signer_from_seed
-from fleet.run_codec import state_to_json
-from fleet.segment import make_snapshot, resumed
-from fleet.wire import decode_envelope, encode_envelope
+from fleet.log.note import signer_from_seed
+from fleet.record.run_codec import state_to_json
+from fleet.record.segment import make_snapshot, resumed
+from fleet.record.wire import decode_envelope, encode_envelope
 from ledger.stream import ensure_stream
 from plumbing.natsd import NatsServer
 

@@ -6,13 +6,13 @@ import merkle_reference as ref
 import pytest
 from merkle_helpers import consistency, inclusion, node_map
 
-from fleet.log_errors import (
+from fleet.log.log_errors import (
     InvalidProofRequest,
     MalformedProof,
     ProofLengthMismatch,
     RootMismatch,
 )
-from fleet.merkle import (
+from fleet.log.merkle import (
     EMPTY_ROOT,
     fold,
     leaf_hash,
@@ -23,7 +23,7 @@ from fleet.merkle import (
     verify_consistency,
     verify_inclusion,
 )
-from fleet.merkle_append import compact_root, extend
+from fleet.log.merkle_append import compact_root, extend
 
 # RFC 6962 test leaves and roots (as used by every CT implementation's tests).
 RFC_LEAVES = [

@@ -13,7 +13,7 @@ from merkle_helpers import (
     to_pymerkle_inclusion,
 )
 
-from fleet.merkle import EMPTY_ROOT, leaf_hashes, verify_consistency, verify_inclusion
+from fleet.log.merkle import EMPTY_ROOT, leaf_hashes, verify_consistency, verify_inclusion
 from ledger.tree_store import TreeStore
 
 pymerkle = pytest.importorskip("pymerkle")

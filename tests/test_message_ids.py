@@ -16,14 +16,14 @@ from blake3 import blake3
 from gen_vectors_ids import OUT, render
 
 from fleet.address import digest, format_address
-from fleet.builder import RecordBuilder
-from fleet.control import event_id as control_event_id
-from fleet.grant import grant_address, sign_grant
-from fleet.grant_events import event_id as grant_event_id
-from fleet.run_codec import state_from_json, state_to_json
-from fleet.seal import encode_key
-from fleet.segment import make_snapshot
-from fleet.wire import decode_envelope, segment_id
+from fleet.fold.control import event_id as control_event_id
+from fleet.fold.grant_events import event_id as grant_event_id
+from fleet.grants.grant import grant_address, sign_grant
+from fleet.record.builder import RecordBuilder
+from fleet.record.run_codec import state_from_json, state_to_json
+from fleet.record.seal import encode_key
+from fleet.record.segment import make_snapshot
+from fleet.record.wire import decode_envelope, segment_id
 from plumbing.files import write_key_file
 from plumbing.natsd import NatsServer
 

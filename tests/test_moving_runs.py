@@ -14,9 +14,9 @@ from typing import Any
 
 import pytest
 
-from fleet.note import parse_verifier_key
-from fleet.verify import verify_record
-from fleet.wire import decode_record
+from fleet.log.note import parse_verifier_key
+from fleet.record.verify import verify_record
+from fleet.record.wire import decode_record
 from plumbing.natsd import NatsServer
 
 from fault_helpers import LedgerProc

@@ -9,7 +9,7 @@ from pathlib import Path
 from http_helpers import publish
 from replica_helpers import enroll, operator
 
-from fleet.seal import encode_key
+from fleet.record.seal import encode_key
 from fleet.subjects import DEFAULT_FLEET, fleet_names
 from plumbing.natsd import NatsServer
 

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from fleet.log_errors import AmbiguousKey, BadSignature, MalformedKey, MalformedNote, UnknownKey
-from fleet.note import (
+from fleet.log.log_errors import AmbiguousKey, BadSignature, MalformedKey, MalformedNote, UnknownKey
+from fleet.log.note import (
     generate_signer,
     key_id,
     open_note,

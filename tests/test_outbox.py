@@ -254,7 +254,7 @@ def test_a_refused_segment_changes_nothing_on_the_host(tmp_path):
     from agents.host import Host
     from fleet.address import digest
     from fleet.errors import MalformedSnapshot
-    from fleet.segment import ImageSnapshot
+    from fleet.record.segment import ImageSnapshot
 
     host = Host("strict", tmp_path / "h")
     run = host.open_run(digest(b"unit"), digest(b"grants"))

@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 
 from fleet.address import format_address
-from fleet.note import parse_verifier_key
-from fleet.verify import verify_record
-from fleet.wait_proof import verdict_json
-from fleet.wire import decode_record
+from fleet.log.note import parse_verifier_key
+from fleet.record.verify import verify_record
+from fleet.record.wait_proof import verdict_json
+from fleet.record.wire import decode_record
 from plumbing.natsd import NatsServer
 
 from fault_helpers import LedgerProc, store_summary

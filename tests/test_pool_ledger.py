@@ -16,12 +16,12 @@ from agents.pool_records import claimed_segment
 from agents.publisher import Publisher
 from agents.warm_pool import WarmPool
 from fleet.address import digest, format_address
-from fleet.builder import RecordBuilder
-from fleet.kernel import NO_GRANTS, genesis, pool_unit
-from fleet.note import parse_verifier_key
-from fleet.segment import Claimed, ImageSnapshot
+from fleet.log.note import parse_verifier_key
+from fleet.record.builder import RecordBuilder
+from fleet.record.kernel import NO_GRANTS, genesis, pool_unit
+from fleet.record.segment import Claimed, ImageSnapshot
+from fleet.record.wire import encode_envelope
 from fleet.subjects import segment_subject
-from fleet.wire import encode_envelope
 from plumbing.nats_connect import connect
 from plumbing.natsd import NatsServer
 

@@ -6,7 +6,6 @@ import pytest
 from blake3 import blake3
 
 from fleet.address import digest, format_address, parse_address
-from fleet.attestation import make_attestation
 from fleet.errors import (
     AttestationMismatch,
     MalformedAddress,
@@ -19,9 +18,10 @@ from fleet.errors import (
     ValueOutOfRange,
     ZeroIdleEnergy,
 )
-from fleet.phases import TRANSITIONS
-from fleet.record import RunState, genesis
-from fleet.segment import (
+from fleet.record.attestation import make_attestation
+from fleet.record.phases import TRANSITIONS
+from fleet.record.record import RunState, genesis
+from fleet.record.segment import (
     CallAccount,
     Closed,
     ImageSnapshot,

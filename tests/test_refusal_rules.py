@@ -19,13 +19,13 @@ import pytest
 from nats.js.errors import APIError
 
 from fleet.address import digest, format_address, parse_address
-from fleet.attestation import make_attestation
-from fleet.builder import RecordBuilder
 from fleet.fold import Accepted, Refused
-from fleet.kernel import NO_GRANTS, pool_unit
-from fleet.record import RunState
-from fleet.seal import seal
-from fleet.segment import (
+from fleet.record.attestation import make_attestation
+from fleet.record.builder import RecordBuilder
+from fleet.record.kernel import NO_GRANTS, pool_unit
+from fleet.record.record import RunState
+from fleet.record.seal import seal
+from fleet.record.segment import (
     Claimed,
     Evicted,
     Executed,
@@ -35,8 +35,8 @@ from fleet.segment import (
     make_snapshot,
     suspended,
 )
+from fleet.record.wire import MAX_MESSAGE, SealedSegment
 from fleet.subjects import STREAM, segment_subject
-from fleet.wire import MAX_MESSAGE, SealedSegment
 from ledger.stream import ensure_stream
 from plumbing.natsd import NatsServer
 
@@ -393,7 +393,7 @@ def test_an_envelope_whose_segment_names_a_host_is_malformed_on_both_paths() -> 
     MalformedSegment, the wire decoder yields nothing to the fast path, and no state moves."""
     from fleet.fold import Message
     from fleet.fold.fast import decide_message
-    from fleet.wire import envelope_wire
+    from fleet.record.wire import envelope_wire
 
     fold = PureFold(HOSTS)
     run = sealed_run("h1", "envelope-host", "e")

@@ -13,9 +13,9 @@ import nats
 import pytest
 
 from fleet.address import format_address
-from fleet.note import parse_verifier_key
-from fleet.proof_bundle import verify_bundle
-from fleet.seal import encode_key
+from fleet.log.note import parse_verifier_key
+from fleet.log.proof_bundle import verify_bundle
+from fleet.record.seal import encode_key
 from fleet.subjects import REJECTIONS, segment_subject
 from ledger.stream import ensure_stream
 from plumbing.natsd import NatsServer

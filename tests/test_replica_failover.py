@@ -17,10 +17,10 @@ from replica_helpers import check_all_consistent, enroll, operator, same_log
 from anchors.witness_server import RunningWitness, Witness
 from cli._failover import ReplicaProcs, kill_holders
 from fleet.address import format_address
-from fleet.checkpoint import parse_checkpoint
-from fleet.cosignature import generate_witness_signer
-from fleet.note import parse_note
-from fleet.witness import parse_request
+from fleet.log.checkpoint import parse_checkpoint
+from fleet.log.cosignature import generate_witness_signer
+from fleet.log.note import parse_note
+from fleet.log.witness import parse_request
 from ledger.keys import load_or_create_signer
 from plumbing.natsd import NatsCluster
 

@@ -23,9 +23,9 @@ from agents.runtime import Runtime
 from agents.runtime.runtime import run_ids, workflow_name
 from cli.runtime_verify_cmds import journal_file
 from fleet.address import format_address
-from fleet.runtime_journal import ATTEMPT, account_marks, interval_account
-from fleet.runtime_verify import parse_journal, verify_runtime
-from fleet.wire import RecordWire, decode_envelope, segment_to_wire
+from fleet.record.wire import RecordWire, decode_envelope, segment_to_wire
+from fleet.runtime.runtime_journal import ATTEMPT, account_marks, interval_account
+from fleet.runtime.runtime_verify import parse_journal, verify_runtime
 
 
 @pytest.fixture

@@ -236,10 +236,10 @@ def test_cancel_of_a_run_killed_inside_an_interval_seals_it_lost_then_closes(
     from agents.runtime import Runtime, run_address, workflow_name
     from cli.runtime_verify_cmds import journal_file
     from fleet.address import format_address
-    from fleet.runtime_journal import run_ids
-    from fleet.runtime_verify import parse_journal, verify_runtime
-    from fleet.verify import verify_record
-    from fleet.wire import RecordWire, decode_envelope, segment_to_wire
+    from fleet.record.verify import verify_record
+    from fleet.record.wire import RecordWire, decode_envelope, segment_to_wire
+    from fleet.runtime.runtime_journal import run_ids
+    from fleet.runtime.runtime_verify import parse_journal, verify_runtime
 
     data, effects = tmp_path / "h", tmp_path / "effects.db"
     monkeypatch.setenv("RUNTIME_EFFECTS", str(effects))

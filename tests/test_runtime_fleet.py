@@ -17,9 +17,9 @@ from typing import Any
 import pytest
 from test_moving_runs import fleet as fleet  # the same three enrolled hosts and a ledger
 
-from fleet.note import parse_verifier_key
-from fleet.verify import verify_record
-from fleet.wire import decode_record
+from fleet.log.note import parse_verifier_key
+from fleet.record.verify import verify_record
+from fleet.record.wire import decode_record
 
 from fault_helpers import LedgerProc
 from pipeline_helpers import FLEET_BIN, api, cli, host_keys, prove_all, wait_folded

@@ -11,7 +11,7 @@ from blake3 import blake3
 from gen_vectors_runtime_ids import PATH, build
 
 from fleet.address import format_address
-from fleet.manifest import manifest_of
+from fleet.env.manifest import manifest_of
 
 
 def _text(s: str) -> bytes:

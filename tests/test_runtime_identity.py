@@ -13,9 +13,9 @@ from typing import Any
 import pytest
 from test_moving_runs import fleet as fleet  # the same three enrolled hosts and a ledger
 
-from fleet.manifest import manifest_of
-from fleet.runtime_identity import CODE_VERSION_ENV, code_version, run_manifest, stamped
-from fleet.runtime_journal import runtime_manifest
+from fleet.env.manifest import manifest_of
+from fleet.runtime.runtime_identity import CODE_VERSION_ENV, code_version, run_manifest, stamped
+from fleet.runtime.runtime_journal import runtime_manifest
 
 from fault_helpers import LedgerProc
 from pipeline_helpers import api, cli, host_keys, wait_folded

@@ -21,8 +21,8 @@ from agents.host import Host
 from agents.runtime.runtime import run_ids, workflow_name
 from cli.runtime_verify_cmds import journal_file
 from fleet.address import format_address
-from fleet.runtime_verify import parse_journal, verify_runtime
-from fleet.wire import RecordWire, decode_envelope, segment_to_wire
+from fleet.record.wire import RecordWire, decode_envelope, segment_to_wire
+from fleet.runtime.runtime_verify import parse_journal, verify_runtime
 
 PROC = str(Path(__file__).with_name("runtime_proc.py"))
 TESTS = str(Path(__file__).parent)

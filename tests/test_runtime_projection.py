@@ -20,7 +20,7 @@ from agents.runtime import Runtime, workflow_name
 from agents.runtime.context import Context, Inbox
 from agents.runtime.projection import summarized_view
 from fleet.address import format_address
-from fleet.runtime_journal import projection_hash
+from fleet.runtime.runtime_journal import projection_hash
 
 EXAMPLES = str(Path(__file__).resolve().parent.parent / "examples")
 sys.path.insert(0, EXAMPLES)

@@ -13,9 +13,9 @@ import runtime_flows as flows
 
 from agents.host import Host
 from agents.runtime import ReplayDiverged, Runtime, workflow_name
-from fleet.runtime_journal import interval_root
-from fleet.segment import Executed, Resumed, Suspended
-from fleet.wire import decode_envelope
+from fleet.record.segment import Executed, Resumed, Suspended
+from fleet.record.wire import decode_envelope
+from fleet.runtime.runtime_journal import interval_root
 
 
 @pytest.fixture(autouse=True)

@@ -19,7 +19,7 @@ from agents.runtime import (
     workflow_name,
 )
 from fleet.address import format_address
-from fleet.runtime_journal import projection_hash
+from fleet.runtime.runtime_journal import projection_hash
 
 APPROVAL = workflow_name(flows.approval)
 

@@ -22,7 +22,7 @@ from agents.runtime import Runtime
 from agents.runtime.fleet_store import FleetStore
 from agents.runtime.journal import Journal
 from agents.runtime.worker import Worker
-from fleet.runtime_errors import ValueShredded
+from fleet.runtime.runtime_errors import ValueShredded
 from plumbing.nats_connect import connect
 from plumbing.natsd import NatsServer
 

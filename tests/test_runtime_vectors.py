@@ -8,7 +8,9 @@ import json
 from gen_vectors_runtime import PATH, build
 
 from fleet.address import format_address, parse_address
-from fleet.runtime_journal import (
+from fleet.record.segment import CallAccount
+from fleet.record.wait_proof import WaitTracker, verdict_json
+from fleet.runtime.runtime_journal import (
     account_marks,
     blob_address,
     entry_hash,
@@ -16,8 +18,6 @@ from fleet.runtime_journal import (
     interval_account,
     interval_root,
 )
-from fleet.segment import CallAccount
-from fleet.wait_proof import WaitTracker, verdict_json
 
 
 def test_the_code_reproduces_the_runtime_vectors():

@@ -67,7 +67,7 @@ def test_a_refusal_after_a_renewal_is_written_over_the_renewed_claim(
         nats_server: NatsServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     """With a 0.3 s lease, an interval refused after 0.5 s (the claim renewed meanwhile):
     the refusal lands (the run is ``refused``), not lost against the first revision."""
-    from fleet.runtime_errors import JournalTampered
+    from fleet.runtime.runtime_errors import JournalTampered
 
     monkeypatch.setattr(worker_module, "CLAIM_LEASE_S", 0.3)
 

@@ -11,9 +11,9 @@ from pathlib import Path
 
 from agents.sim_grants import SIM_BUDGET_UJ, sim_keys
 from fleet.address import format_address
-from fleet.grant import decode_grant, grant_address
-from fleet.grant_events import decode_event
-from fleet.seal import decode_key
+from fleet.fold.grant_events import decode_event
+from fleet.grants.grant import decode_grant, grant_address
+from fleet.record.seal import decode_key
 from fleet.subjects import DEFAULT_FLEET
 from plumbing.natsd import NatsServer
 

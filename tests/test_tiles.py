@@ -1,5 +1,5 @@
 """c2sp.org/tlog-tiles paths, tile sets, entry bundles and tlog-proof texts
-(fleet.tiles, fleet.tlog_proof) against docs/spec/vectors/tiles.json, both ways."""
+(fleet.log.tiles, fleet.log.tlog_proof) against docs/spec/vectors/tiles.json, both ways."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from fleet.log_errors import MalformedProof, MalformedTilePath
-from fleet.tiles import (
+from fleet.log.log_errors import MalformedProof, MalformedTilePath
+from fleet.log.tiles import (
     Tile,
     decode_entry_bundle,
     encode_entry_bundle,
@@ -21,7 +21,7 @@ from fleet.tiles import (
     partial_sizes,
     tiles_at_size,
 )
-from fleet.tlog_proof import format_tlog_proof, parse_tlog_proof
+from fleet.log.tlog_proof import format_tlog_proof, parse_tlog_proof
 
 VECTORS = json.loads((Path(__file__).parent.parent / "docs" / "spec" / "vectors"
                       / "tiles.json").read_text())

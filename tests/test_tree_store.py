@@ -7,8 +7,8 @@ import sqlite3
 import merkle_reference as ref
 import pytest
 
-from fleet.log_errors import InvalidProofRequest
-from fleet.merkle import EMPTY_ROOT, leaf_hashes, verify_consistency, verify_inclusion
+from fleet.log.log_errors import InvalidProofRequest
+from fleet.log.merkle import EMPTY_ROOT, leaf_hashes, verify_consistency, verify_inclusion
 from ledger.tree_store import STRIP, TreeStore, connect, open_tree_store
 
 DATA = [i.to_bytes(3, "big") for i in range(700)]

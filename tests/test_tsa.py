@@ -10,10 +10,10 @@ from tsa_helpers import OpenSslTsa, make_ca
 from witness_helpers import MemLog
 
 from anchors.tsa import TsaAnchor, load_trust_anchors, verify_receipt
-from fleet.anchor_bundle import verify_anchors
-from fleet.checkpoint import open_checkpoint
-from fleet.log_errors import BadTimestamp
-from fleet.note import generate_signer, parse_note
+from fleet.log.anchor_bundle import verify_anchors
+from fleet.log.checkpoint import open_checkpoint
+from fleet.log.log_errors import BadTimestamp
+from fleet.log.note import generate_signer, parse_note
 
 
 @pytest.fixture

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from fleet.segment import CallAccount
-from fleet.wait_proof import Blocked, Malformed, NonBlocking, Unproved, WaitTracker
+from fleet.record.segment import CallAccount
+from fleet.record.wait_proof import Blocked, Malformed, NonBlocking, Unproved, WaitTracker
 
 
 def verdict(*accounts):

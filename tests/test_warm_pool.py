@@ -13,7 +13,7 @@ from agents.energy import IntervalMeter
 from agents.warm_pool import WarmPool
 from cli import cli as fleet_cli
 from fleet.address import digest, format_address
-from fleet.pool_errors import SlotClaimed, SlotEvicted, UnknownSlot
+from fleet.env.pool_errors import SlotClaimed, SlotEvicted, UnknownSlot
 
 MANIFEST = digest(b"manifest: python 3.11 toolchain")
 ROOT = digest(b"fs root of the warmed image")

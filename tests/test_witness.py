@@ -15,14 +15,14 @@ from witness_helpers import MemLog
 import plumbing.files
 from anchors.witness_client import post_add_checkpoint, submit
 from anchors.witness_server import RunningWitness, Witness
-from fleet.cosignature import (
+from fleet.log.cosignature import (
     add_signatures,
     cosignatures,
     generate_witness_signer,
     parse_signature_lines,
 )
-from fleet.note import generate_signer, open_note
-from fleet.witness import format_request
+from fleet.log.note import generate_signer, open_note
+from fleet.log.witness import format_request
 
 ORIGIN = "fleet-ledger.local/test"
 
@@ -175,7 +175,7 @@ def test_fleet_witness_serve_subprocess(tmp_path, log_signer):
         log = MemLog(log_signer, 6)
         reply = _post(url, 0, [], log.note(6))
         assert reply.status == 200
-        from fleet.cosignature import parse_witness_key
+        from fleet.log.cosignature import parse_witness_key
         wkey = parse_witness_key((keys / "w.test_one.vkey").read_text())
         assert cosignatures(add_signatures(log.note(6), parse_signature_lines(
             reply.body.decode())), [wkey])

@@ -1,6 +1,6 @@
 """A tlog-tiles client written from the C2SP texts alone, for the tests.
 
-It imports nothing of the project (no fleet.merkle, fleet.note, fleet.tiles): hashing is
+It imports nothing of the project (no fleet.log.merkle, fleet.log.note, fleet.log.tiles): hashing is
 RFC 6962 section 2.1, note verification c2sp.org/signed-note, the checkpoint body
 c2sp.org/tlog-checkpoint, tile paths and entry bundles c2sp.org/tlog-tiles, the witness
 request c2sp.org/tlog-witness. If the server and this client agree, the server speaks the

@@ -14,7 +14,7 @@ from agents.runtime.effects import Invalid, OutcomeUnknown, Policy, StepFailed, 
 from agents.runtime.journal import Journal
 from agents.runtime.projection import Projected, Projection, head_tail, tail
 from agents.runtime.runtime import Outcome, Runtime, run_address, workflow_name
-from fleet.runtime_errors import (
+from fleet.runtime.runtime_errors import (
     CodeChanged,
     EnvironmentChanged,
     JournalTampered,

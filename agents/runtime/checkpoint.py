@@ -32,7 +32,7 @@ from pathlib import Path
 from blake3 import blake3
 
 from agents.runtime.journal import Entry, Journal
-from fleet.runtime_journal import canon, text
+from fleet.runtime.runtime_journal import canon, text
 
 log = logging.getLogger(__name__)
 

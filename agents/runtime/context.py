@@ -34,8 +34,8 @@ from agents.runtime.effects import (
 from agents.runtime.journal import Entry, Journal
 from agents.runtime.projection import History, Projected, Projection, summarized_view
 from fleet.address import format_address
-from fleet.runtime_errors import ReplayDiverged, SignalTimeout
-from fleet.runtime_journal import (
+from fleet.runtime.runtime_errors import ReplayDiverged, SignalTimeout
+from fleet.runtime.runtime_journal import (
     ATTEMPT,
     COMMANDS,
     DISPATCH,

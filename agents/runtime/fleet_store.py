@@ -15,7 +15,7 @@
   salt, apart from the ciphertexts, so that ``fleet runtime shred`` deletes one value
   everywhere by purging one key.
 * key-value bucket ``RUNTIME_SIGNAL_IDS`` (key: ``<run token>.<BLAKE3(id) token>``): what
-  each signal id was first sent with (``fleet.runtime_journal.signal_digest``), created
+  each signal id was first sent with (``fleet.runtime.runtime_journal.signal_digest``), created
   once, so a resend under a used id with other data is refused (SignalConflict) however
   late, not dropped as a duplicate.
 
@@ -34,8 +34,8 @@ from nats.js.api import KeyValueConfig, ObjectStoreConfig, StorageType, StreamCo
 from nats.js.errors import BadRequestError, KeyWrongLastSequenceError, NotFoundError
 
 from fleet.address import digest, format_address
-from fleet.runtime_errors import SignalConflict
-from fleet.runtime_journal import signal_digest
+from fleet.runtime.runtime_errors import SignalConflict
+from fleet.runtime.runtime_journal import signal_digest
 from fleet.subjects import DEFAULT_FLEET, FleetNames, run_token
 from plumbing.nats_connect import bucket_keys
 

@@ -1,6 +1,6 @@
 """The runtime's journal and blob store: one SQLite file per host folder (``runtime.db``).
 
-Entries are hash-chained (:mod:`fleet.runtime_journal`); an append is one ``BEGIN
+Entries are hash-chained (:mod:`fleet.runtime.runtime_journal`); an append is one ``BEGIN
 IMMEDIATE`` transaction holding the entry and, for a value, its encrypted blob and key, so
 a crash before the commit means the entry never happened and after it, it always did.
 Every blob is encrypted with its own key (PyNaCl SecretBox); :meth:`Journal.shred` deletes
@@ -19,8 +19,8 @@ from typing import Any
 from nacl.secret import SecretBox
 
 from fleet.address import format_address, parse_address
-from fleet.runtime_errors import JournalTampered, ValueShredded
-from fleet.runtime_journal import (
+from fleet.runtime.runtime_errors import JournalTampered, ValueShredded
+from fleet.runtime.runtime_journal import (
     blob_address,
     canon,
     chain_hashes,
@@ -28,7 +28,7 @@ from fleet.runtime_journal import (
     genesis,
     value_addresses,
 )
-from fleet.runtime_journal import open_blob as open_blob_raw
+from fleet.runtime.runtime_journal import open_blob as open_blob_raw
 from plumbing import sqlite
 from plumbing.transactions import immediate
 
@@ -337,7 +337,7 @@ class Journal:
 
 def open_blob(address: str, box: bytes, key: bytes, salt: bytes) -> bytes:
     """A blob's plaintext, checked to hash to ``address``
-    (:func:`fleet.runtime_journal.open_blob`)."""
+    (:func:`fleet.runtime.runtime_journal.open_blob`)."""
     return open_blob_raw(parse_address(address), box, key, salt)
 
 

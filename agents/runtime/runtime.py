@@ -31,9 +31,11 @@ from agents.runtime.checkpoint import Checkpoints, folder_key, mac_key
 from agents.runtime.context import Context, Inbox, Park
 from agents.runtime.journal import Entry, Journal, verify_chain
 from fleet.address import format_address, parse_address
-from fleet.kernel import genesis
-from fleet.manifest import Manifest
-from fleet.runtime_errors import (
+from fleet.env.manifest import Manifest
+from fleet.record.kernel import genesis
+from fleet.record.segment import CallAccount, TranscriptSnapshot, make_snapshot
+from fleet.record.wait_proof import verdict_json, waited_inside
+from fleet.runtime.runtime_errors import (
     CodeChanged,
     EnvironmentChanged,
     JournalTampered,
@@ -46,8 +48,8 @@ from fleet.runtime_errors import (
     ValueShredded,
     WorkflowUnknown,
 )
-from fleet.runtime_identity import code_version, run_manifest
-from fleet.runtime_journal import (
+from fleet.runtime.runtime_identity import code_version, run_manifest
+from fleet.runtime.runtime_journal import (
     RESOLVE,
     SIGNAL,
     START,
@@ -57,10 +59,8 @@ from fleet.runtime_journal import (
     run_ids,
     runtime_manifest,
 )
-from fleet.runtime_journal import genesis as journal_genesis
-from fleet.segment import CallAccount, TranscriptSnapshot, make_snapshot
+from fleet.runtime.runtime_journal import genesis as journal_genesis
 from fleet.subjects import run_token
-from fleet.wait_proof import verdict_json, waited_inside
 
 Workflow = Callable[..., Coroutine[Any, Any, Any]]
 
@@ -82,7 +82,7 @@ def load_workflow(name: str) -> Workflow:
 
 def run_address(name: str, workflow: str, grant: str | None = None) -> str:
     """The run ``name`` of ``workflow``, under the grant at address ``grant`` (else the
-    workflow's own grant set id: fleet.runtime_journal.run_ids)."""
+    workflow's own grant set id: fleet.runtime.runtime_journal.run_ids)."""
     return format_address(genesis(*record_ids(name, workflow, grant)))
 
 
@@ -149,7 +149,7 @@ class Runtime:
         self.checkpoints = Checkpoints(self.journal.db, mac_key(bytes(host.key)) if host
                                        else folder_key(self.journal.dir))
         # The environment this process runs workflows in (a devcontainer.json's or a
-        # manifest file's manifest): part of every run's manifest (fleet.runtime_identity).
+        # manifest file's manifest): part of every run's manifest (fleet.runtime.runtime_identity).
         self.environment = environment
         # Code to run for a workflow name instead of importing it (a new version of the
         # code under running workflows, or workflows defined where they cannot be imported).
@@ -391,7 +391,7 @@ class Runtime:
     def _check_identity(self, hr: HostRun, meta: dict[str, Any], version: str | None,
                         manifest: bytes) -> None:
         """Precondition 2 before any step runs: the code and environment here must give the
-        manifest the run parked under (fleet.runtime_identity), else CodeChanged (its code
+        manifest the run parked under (fleet.runtime.runtime_identity), else CodeChanged (its code
         version differs) or EnvironmentChanged, the run marked refused, nothing sealed."""
         recorded = hr.state.parked_manifest
         if recorded == manifest:
@@ -478,7 +478,7 @@ def transcript_idle(bodies: list[str], parked_at: float | None, now: float) -> R
 
 def account(entries: list[Entry], first: int, end: int) -> CallAccount:
     """The call account of the interval holding ``entries[first:end]``
-    (:func:`fleet.runtime_journal.interval_account`: a step re-run after a lost interval
+    (:func:`fleet.runtime.runtime_journal.interval_account`: a step re-run after a lost interval
     counts as dispatched here too)."""
     return CallAccount(*interval_account([(e.kind, e.call, e.body) for e in entries[:end]],
                                          first, end))

@@ -30,7 +30,7 @@ from agents.runtime.fleet_store import CLAIM_LEASE_S, FleetStore, claim_stale, w
 from agents.runtime.runtime import Outcome, Runtime, park_transcript
 from fleet.address import format_address
 from fleet.errors import FleetError
-from fleet.runtime_errors import (
+from fleet.runtime.runtime_errors import (
     CodeChanged,
     EnvironmentChanged,
     JournalTampered,
@@ -40,7 +40,7 @@ from fleet.runtime_errors import (
     ValueShredded,
     WorkflowUnknown,
 )
-from fleet.runtime_journal import RESOLVE, SIGNAL
+from fleet.runtime.runtime_journal import RESOLVE, SIGNAL
 
 PERMANENT = (JournalTampered, ValueShredded, ReplayDiverged, WorkflowUnknown,
              NotTranscriptPark, CodeChanged, EnvironmentChanged)

@@ -15,7 +15,7 @@
 Nothing here does I/O: the ledger's shell (:mod:`ledger.service`) pulls messages, hands the
 store's reads in as functions, commits what the core decided and acks. The names importers
 used from the former modules ``fleet.fold`` and ``fleet.fold_fast`` are re-exported here;
-:mod:`fleet.fold.batch` is not (it imports :mod:`fleet.control`, which imports this package).
+:mod:`fleet.fold.batch` is not (it imports :mod:`fleet.fold.control`, which imports this package).
 """
 
 from fleet.fold.fast import (

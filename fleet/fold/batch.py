@@ -9,7 +9,7 @@ what the batch changes (:class:`BatchChanges`), for the shell to commit and then
 
 Within the batch, the runs, heads, host table and grant book are overlays on the committed
 ones (:class:`fleet.fold.reference.BatchRuns`, :class:`BatchHeads`,
-:class:`fleet.control.BatchControl`, :class:`fleet.grant_fold.BatchGrants`): a message is
+:class:`fleet.fold.control.BatchControl`, :class:`fleet.fold.grant_fold.BatchGrants`): a message is
 decided against everything folded before it, in stream order, and nothing committed is
 touched. Each message goes to one fold by its subject (its route, computed once per batch by
 :meth:`fleet.fold.route.Router.routes`).
@@ -22,8 +22,10 @@ from typing import NamedTuple
 
 import msgspec
 
-from fleet.control import BatchControl, ControlAccepted
+from fleet.fold.control import BatchControl, ControlAccepted
 from fleet.fold.fast import fold_message, wire_seal_item
+from fleet.fold.grant_events import GrantAccepted, GrantBook, signature_items
+from fleet.fold.grant_fold import BatchGrants
 from fleet.fold.reference import (
     Accepted,
     Admission,
@@ -34,10 +36,8 @@ from fleet.fold.reference import (
     RunSlot,
 )
 from fleet.fold.route import CONTROL, GRANT, Route
-from fleet.grant_events import GrantAccepted, GrantBook, signature_items
-from fleet.grant_fold import BatchGrants
+from fleet.record.wire import EnvelopeWire, identity
 from fleet.subjects import FleetNames
-from fleet.wire import EnvelopeWire, identity
 
 __all__ = ["BatchChanges", "BatchHeads", "Decided", "Incoming", "SealItems", "decide_batch",
            "merge_seals", "run_at", "seal_items"]
@@ -144,7 +144,7 @@ class BatchHeads:
 
 def run_at(runs: BatchRuns, head_at: HeadAt
            ) -> Callable[[bytes, int], tuple[bytes, int, bytes | None] | None]:
-    """What a grant event asks of a run (:mod:`fleet.grant_fold`): (its grants id, its
+    """What a grant event asks of a run (:mod:`fleet.fold.grant_fold`): (its grants id, its
     index, its head at ``index`` if it holds that index), as the batch sees it."""
     def at(run: bytes, index: int) -> tuple[bytes, int, bytes | None] | None:
         slot = runs.get(run)

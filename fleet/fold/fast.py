@@ -3,7 +3,7 @@
 Most messages a ledger folds are the next segment of a run it holds, from an enrolled host,
 sealed and valid. :func:`fast_decide` decides exactly those from the wire structs: the same
 admission (:func:`fleet.fold.reference.admit`, :func:`fleet.fold.reference.position`) and
-the same kernel functions (through :func:`fleet.verify_fast.step`) as the reference path, fed
+the same kernel functions (through :func:`fleet.record.verify_fast.step`) as the reference path, fed
 plain values straight from the decoded fields. Anything else (a refusal of any kind, a replay, an
 undecodable field) returns ``None`` and the message is decided by the reference path,
 :func:`fleet.fold.reference.decide`, which names the rule in the order the spec gives
@@ -29,12 +29,12 @@ from fleet.fold.reference import (
     grant_gate,
     position,
 )
-from fleet.kernel import check_head
-from fleet.kinds import index_in_range
-from fleet.leaf import encode_leaf
-from fleet.seal import seal_message
-from fleet.verify_fast import NotFast, segment_addresses, step
-from fleet.wire import (
+from fleet.log.leaf import encode_leaf
+from fleet.record.kernel import check_head
+from fleet.record.kinds import index_in_range
+from fleet.record.seal import seal_message
+from fleet.record.verify_fast import NotFast, segment_addresses, step
+from fleet.record.wire import (
     ENVELOPE_VERSION,
     WIRE_KIND,
     EnvelopeWire,

@@ -3,7 +3,7 @@
 :func:`decide` takes one :class:`Message` (subject, bytes, stream sequence, and what the
 batch's pre-checks found) and an :class:`Admission` context (the enrolled hosts, the runs as
 the batch sees them, the heads already held), and returns either :class:`Accepted` (the
-leaf to append and the kernel's step, :mod:`fleet.kernel`) or :class:`Refused` with the rule
+leaf to append and the kernel's step, :mod:`fleet.record.kernel`) or :class:`Refused` with the rule
 broken. It changes nothing: the caller takes an accepted step into its :class:`BatchRuns`,
 which holds copies of the runs a batch changed, and installs them as committed state only
 once the batch is durable. It does no I/O: the NATS consumer and the SQLite store are its
@@ -19,7 +19,7 @@ Order of checks (the first failure is the rule reported):
    (``UnknownHost``, ``RevokedHost``)
 4. run equals the genesis head of its unit and grants (``RunMismatch``); an existing run
    is sealed by the host that holds it: the one that opened it until it parks, then the
-   one that resumes (or closes) it (``ForeignRun``; :func:`fleet.kernel.check_holder`)
+   one that resumes (or closes) it (``ForeignRun``; :func:`fleet.record.kernel.check_holder`)
 5. position: for an index already folded, the seal (``BadSeal``), then the chain from the
    held previous head (``HeadMismatch``), then ``Replay`` (the same segment again) or
    ``Fork`` (a different, validly sealed segment at that index); beyond the next index is
@@ -38,7 +38,6 @@ from dataclasses import dataclass, field
 import msgspec
 from nacl.signing import VerifyKey
 
-from fleet import kernel
 from fleet.address import id_text
 from fleet.errors import (
     AttestationMismatch,
@@ -52,15 +51,16 @@ from fleet.errors import (
     SubjectMismatch,
     UnknownHost,
 )
-from fleet.grant_book import GrantView
-from fleet.grant_gate import check_step
-from fleet.kernel import Step, genesis, index_in_range
-from fleet.leaf import encode_leaf
-from fleet.record import RunState
-from fleet.seal import bad_seal, check_seal
+from fleet.grants.grant_book import GrantView
+from fleet.grants.grant_gate import check_step
+from fleet.log.leaf import encode_leaf
+from fleet.record import kernel
+from fleet.record.kernel import Step, genesis, index_in_range
+from fleet.record.record import RunState
+from fleet.record.seal import bad_seal, check_seal
+from fleet.record.verify import check_next
+from fleet.record.wire import Envelope, EnvelopeWire, decode_envelope, envelope_from_wire
 from fleet.subjects import DEFAULT_FLEET, FleetNames, parse_segment_subject
-from fleet.verify import check_next
-from fleet.wire import Envelope, EnvelopeWire, decode_envelope, envelope_from_wire
 
 __all__ = [
     "Accepted",
@@ -139,7 +139,7 @@ class Refused(msgspec.Struct, frozen=True, gc=False):
 
 class Message(msgspec.Struct, frozen=True, gc=False):
     """One message to decide, with what a batch's pre-checks found of it: ``wire`` its
-    :func:`fleet.wire.envelope_wire` form (``None``: it did not decode), ``seal_ok`` the
+    :func:`fleet.record.wire.envelope_wire` form (``None``: it did not decode), ``seal_ok`` the
     seal's verdict (:func:`seal_valid`; ``None``: not checked), ``addresses`` its segment's
     addresses as parsed (:func:`fleet.fold.fast.batch_addresses`)."""
 
@@ -212,7 +212,7 @@ def subject_host(subject: str) -> str | None:
 
 def decode(subject: str, data: bytes, wire: EnvelopeWire | None = None) -> Envelope | Refused:
     """The message's envelope, or its refusal when it does not decode; ``wire``: its wire
-    form where :func:`fleet.wire.envelope_wire` already decoded it (not decoded again)."""
+    form where :func:`fleet.record.wire.envelope_wire` already decoded it (not decoded again)."""
     try:
         return decode_envelope(data) if wire is None else envelope_from_wire(wire)
     except FleetError as exc:
@@ -243,7 +243,7 @@ def admit(ctx: Admission, subject: str, host: str, run: bytes, run_text: str, un
           ) -> tuple[HostEntry, RunSlot | None, RunState]:
     """Checks 2-4: (the host's entry, the run's slot or ``None`` for a new run, the run's
     state), or the named refusal. ``run_text``: the run's canonical address text; ``kind``:
-    the segment's kind (who may seal it depends on it: :func:`fleet.kernel.check_holder`)."""
+    the segment's kind (who may seal it depends on it: :func:`fleet.record.kernel.check_holder`)."""
     if subject != ctx.names.segment_subject(host, run_text):
         raise SubjectMismatch(
             f"published on {subject!r}, not on its own host's and run's subject", segment=index)
@@ -297,7 +297,7 @@ def decide_envelope(ctx: Admission, msg: Message, env: Envelope) -> Accepted | R
 
 
 def grant_gate(ctx: Admission, msg: Message, d: Accepted) -> Accepted | Refused:
-    """``d`` if its run's grant allows it (:func:`fleet.grant_events.check_step`), else
+    """``d`` if its run's grant allows it (:func:`fleet.fold.grant_events.check_step`), else
     the refusal; both fold paths end here."""
     grants = ctx.grants
     if grants is None or d.kind == kernel.CLOSED:

@@ -1,8 +1,8 @@
 """Which fold a message goes to, by its subject: a table, so no test depends on the order.
 
 A fleet's stream holds three kinds of message (:mod:`fleet.subjects`): grant events on
-``<fleet>.ctl.grant`` (:mod:`fleet.grant_fold`), the other control events on
-``<fleet>.ctl.*`` (:mod:`fleet.control`), and everything else as a segment
+``<fleet>.ctl.grant`` (:mod:`fleet.fold.grant_fold`), the other control events on
+``<fleet>.ctl.*`` (:mod:`fleet.fold.control`), and everything else as a segment
 (:mod:`fleet.fold.reference`, which refuses a subject of another shape). The grant subject
 sits under the control prefix; the table names it exactly, so it is never taken for a
 control event whichever test is read first.
