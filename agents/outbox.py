@@ -48,24 +48,23 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final, Literal
 
+from fleet.kernel import EXECUTED, KINDS
 from plumbing import sqlite
 from plumbing.transactions import immediate
 
 Kind = Literal["executed", "suspended", "resumed", "closed", "claimed", "evicted"]
-KINDS: Final = ("executed", "suspended", "resumed", "closed", "claimed", "evicted")
-PRIORITY_KINDS: Final = frozenset({"suspended", "resumed", "closed", "claimed", "evicted"})
+PRIORITY_KINDS: Final = frozenset(KINDS) - {EXECUTED}
 DEFAULT_LIMIT_BYTES: Final = 64 * 1024 * 1024
 DEFAULT_RESERVE: Final = 0.10
 DEFAULT_KEEP_ACKED_BYTES: Final = 256 * 1024 * 1024
 PRUNE_EVERY: Final = 1024  # acks between two checks of the acked rows' size
 
-_SCHEMA = """
+_SCHEMA = f"""
 CREATE TABLE IF NOT EXISTS segments (
     id INTEGER PRIMARY KEY AUTOINCREMENT,
     run TEXT NOT NULL,
     idx INTEGER NOT NULL,
-    kind TEXT NOT NULL CHECK (kind IN ('executed', 'suspended', 'resumed', 'closed',
-                                       'claimed', 'evicted')),
+    kind TEXT NOT NULL CHECK (kind IN ({", ".join(f"'{kind}'" for kind in KINDS)})),
     subject TEXT NOT NULL,
     msg_id TEXT NOT NULL,
     payload BLOB NOT NULL,

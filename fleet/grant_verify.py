@@ -29,8 +29,9 @@ from typing import Any
 
 import msgspec
 
+from fleet import kernel
 from fleet.address import format_address, parse_address
-from fleet.errors import MalformedSegment, RecordError
+from fleet.errors import RecordError
 from fleet.grant import Terms
 from fleet.grant_errors import MalformedGrant
 from fleet.grant_events import (
@@ -178,9 +179,8 @@ def verify_grant_evidence(record: RecordWire, evidence: bytes | dict[str, Any]) 
 
 
 def _step_under_grant(state: RunState, book: GrantBook, sealed: Any, item: _Segment) -> None:
-    step, head = state.prepare(sealed.segment, sealed.attestation)
-    if head != sealed.head:
-        raise MalformedSegment("the record's head does not chain")  # verify_state saw it
+    step = state.step(sealed.segment, sealed.attestation)
+    head = kernel.check_head(state.head, step[0], sealed.head, item.index)  # verify_state saw it
     # Offline, every run's grant must be in the evidence: require it.
     check_step(book, state.grants_id, item.host, state.park, sealed.segment.kind, step,
                state.energy.total_uj, item.at_ms, item.index, True)

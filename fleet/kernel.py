@@ -11,7 +11,9 @@ This module is the record's one statement of:
   :func:`closed_step`, :func:`claimed_step`, :func:`evicted_step`) and against the host
   that sealed it (:func:`check_holder`), each raising its named refusal and changing
   nothing;
-* **the state change** a segment makes once accepted (:func:`apply`).
+* **the state** of a run (:class:`RunState`, :class:`Energy`) and **the state change** a
+  segment makes once accepted (:func:`apply`), with the head check (:func:`check_head`)
+  and the holder change (:func:`next_holder`) every decoder runs.
 
 Everything here takes plain values (bytes, ints, strings, sequences of call ids): no
 decoded object of any one form. Two decoders feed it: the object API
@@ -45,12 +47,16 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, Final, Protocol
+from dataclasses import dataclass, field
+from typing import Any, Final, Protocol, Self
+
+from blake3 import blake3
 
 from fleet.address import digest
 from fleet.errors import (
     AttestationMismatch,
     ForeignRun,
+    HeadMismatch,
     MalformedCallAccount,
     MalformedSegment,
     MalformedSnapshot,
@@ -63,12 +69,23 @@ from fleet.errors import (
     ZeroIdleEnergy,
     ZeroOverheadEnergy,
 )
+from fleet.kinds import (
+    CLAIMED,
+    CLOSED,
+    EVICTED,
+    EXECUTED,
+    KINDS,
+    MAX_INDEX,
+    RESUMED,
+    SUSPENDED,
+    TABLE,
+    TAGS,
+    index_in_range,
+)
 from fleet.phases import CLOSED as PHASE_CLOSED
+from fleet.phases import FRESH, TRANSITIONS
 from fleet.phases import PARKED as PHASE_PARKED
-from fleet.phases import TRANSITIONS
-
-if TYPE_CHECKING:
-    from fleet.record import RunState
+from fleet.wait_proof import Calls, Verdict, WaitTracker
 
 __all__ = [
     "ACCOUNT_PRESENT",
@@ -87,6 +104,7 @@ __all__ = [
     "KINDS",
     "MAX_CALLS",
     "MAX_CALL_ID",
+    "MAX_INDEX",
     "MAX_TEXT",
     "MAX_U64",
     "NO_GRANTS",
@@ -95,6 +113,7 @@ __all__ = [
     "PROVENANCES",
     "RESUMED",
     "SUSPENDED",
+    "TABLE",
     "TAG_CLAIMED",
     "TAG_CLOSED",
     "TAG_EVICTED",
@@ -102,11 +121,14 @@ __all__ = [
     "TAG_RESUMED",
     "TAG_SUSPENDED",
     "Calls",
+    "Energy",
     "Position",
+    "RunState",
     "Step",
     "apply",
     "attestation_bytes",
     "check_digest",
+    "check_head",
     "check_holder",
     "check_provenance",
     "check_u64",
@@ -121,6 +143,8 @@ __all__ = [
     "executed_bytes",
     "executed_step",
     "genesis",
+    "index_in_range",
+    "next_holder",
     "next_phase",
     "park_parts",
     "pool_unit",
@@ -136,20 +160,13 @@ __all__ = [
 
 # -- the vocabulary -------------------------------------------------------------------------
 
-EXECUTED: Final = "executed"
-SUSPENDED: Final = "suspended"
-RESUMED: Final = "resumed"
-CLOSED: Final = "closed"
-CLAIMED: Final = "claimed"
-EVICTED: Final = "evicted"
-KINDS: Final = (EXECUTED, SUSPENDED, RESUMED, CLOSED, CLAIMED, EVICTED)
-
-TAG_EXECUTED: Final = 0x01
-TAG_SUSPENDED: Final = 0x02
-TAG_RESUMED: Final = 0x03
-TAG_CLOSED: Final = 0x04
-TAG_CLAIMED: Final = 0x05
-TAG_EVICTED: Final = 0x06
+# The kinds, their tags, fields, address order and the index bound: fleet.kinds's table.
+TAG_EXECUTED: Final = TAGS[EXECUTED]
+TAG_SUSPENDED: Final = TAGS[SUSPENDED]
+TAG_RESUMED: Final = TAGS[RESUMED]
+TAG_CLOSED: Final = TAGS[CLOSED]
+TAG_CLAIMED: Final = TAGS[CLAIMED]
+TAG_EVICTED: Final = TAGS[EVICTED]
 
 # The energy sources a warm slot's energy is counted under (beside receipts and idle).
 CLAIM: Final = "claim"
@@ -189,16 +206,6 @@ _B_IMAGE = bytes((FORM_IMAGE,))
 _B_IMAGE_MEM = bytes((FORM_IMAGE_WITH_MEMORY,))
 _B_TRANSCRIPT = bytes((FORM_TRANSCRIPT,))
 CLOSED_BYTES: Final = bytes((TAG_CLOSED,))
-
-
-class Calls(Protocol):
-    """A call account as any decoder holds it."""
-
-    @property
-    def dispatched(self) -> Sequence[str]: ...
-
-    @property
-    def resolved(self) -> Sequence[str]: ...
 
 
 Step = tuple[bytes, str, bytes | None, tuple[str, int] | None, tuple[str, int] | None, bool,
@@ -549,6 +556,24 @@ def check_holder(holder: str, host: str, phase: str, kind: str, index: int,
     raise ForeignRun(f"the run is held by host {holder!r}", segment=index)
 
 
+def next_holder(holder: str, host: str, phase: str, kind: str, index: int,
+                next_index: int) -> str:
+    """The host that holds the run after ``host`` sealed its segment ``index``: ``host``
+    itself, if :func:`check_holder` allows it to seal it (``ForeignRun`` otherwise)."""
+    check_holder(holder, host, phase, kind, index, next_index)
+    return host
+
+
+def check_head(previous: bytes, body: bytes, stated: bytes, index: int) -> bytes:
+    """The head after a segment: ``BLAKE3(previous || body)`` (``body``: its canonical
+    bytes), or ``HeadMismatch`` unless it is the ``stated`` head."""
+    head = blake3(previous + body).digest()
+    if head != stated:
+        raise HeadMismatch("the stated head is not the head recomputed from the run",
+                           segment=index)
+    return head
+
+
 # -- what a step spends and where it runs ---------------------------------------------------
 
 
@@ -577,6 +602,98 @@ def step_manifest(held_park: bytes | None, kind: str, step: Step) -> bytes | Non
         pool = step[7]
         return None if pool is None else pool[1]
     return None
+
+
+# -- the state ------------------------------------------------------------------------------
+
+
+def _zero() -> dict[str, int]:
+    return {"measured": 0, "estimated": 0}
+
+
+@dataclass(slots=True)
+class Energy:
+    """Microjoules of a run by source, each split by provenance: active receipts, idle
+    parks, the warm slot a claim started it from (``claim``) and, in a pool's own run, the
+    slots it evicted (``overhead``)."""
+
+    receipts: dict[str, int] = field(default_factory=_zero)
+    idle: dict[str, int] = field(default_factory=_zero)
+    claim: dict[str, int] = field(default_factory=_zero)
+    overhead: dict[str, int] = field(default_factory=_zero)
+    # The sum of the four accounts: counted from them when made, then kept beside them by
+    # apply (the one state change), so a grant's budget check on every segment reads it
+    # instead of summing.
+    spent: int = field(default=-1, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.spent < 0:
+            self.spent = sum(sum(s.values()) for s in self._sources())
+
+    def _sources(self) -> tuple[dict[str, int], ...]:
+        return self.receipts, self.idle, self.claim, self.overhead
+
+    @property
+    def total_uj(self) -> int:
+        return self.spent
+
+    def by_provenance(self) -> dict[str, int]:
+        return {p: sum(s[p] for s in self._sources()) for p in self.receipts}
+
+    def copy(self) -> Energy:
+        return Energy(dict(self.receipts), dict(self.idle), dict(self.claim),
+                      dict(self.overhead), self.spent)
+
+    def as_json(self) -> dict[str, object]:
+        return {
+            "total_uj": self.total_uj,
+            "receipts_uj": dict(self.receipts),
+            "idle_uj": dict(self.idle),
+            "claim_uj": dict(self.claim),
+            "overhead_uj": dict(self.overhead),
+            "by_provenance_uj": self.by_provenance(),
+        }
+
+
+@dataclass(slots=True)
+class RunState:
+    """Where a run stands after the segments folded so far (``park``: the
+    ``snapshot || manifest`` bytes while parked; ``manifest``: the environment manifest its
+    claim or first park fixed); only :func:`apply` changes it. The object API's
+    :class:`fleet.record.RunState` adds the steps of segment objects."""
+
+    unit_id: bytes
+    grants_id: bytes
+    run: bytes
+    head: bytes
+    index: int = 0
+    phase: str = FRESH
+    park: bytes | None = None
+    manifest: bytes | None = None
+    energy: Energy = field(default_factory=Energy)
+    wait: WaitTracker = field(default_factory=WaitTracker)
+
+    @classmethod
+    def open(cls, unit_id: bytes, grants_id: bytes) -> Self:
+        head0 = genesis(unit_id, grants_id)
+        return cls(unit_id, grants_id, head0, head0)
+
+    @property
+    def parked_manifest(self) -> bytes | None:
+        return None if self.park is None else park_parts(self.park)[1]
+
+    def copy(self) -> Self:
+        """An independent copy (a ledger's batch changes copies, never committed state)."""
+        return type(self)(self.unit_id, self.grants_id, self.run, self.head, self.index,
+                          self.phase, self.park, self.manifest, self.energy.copy(),
+                          self.wait.copy())
+
+    def apply(self, step: Step, head: bytes) -> None:
+        """:func:`apply` of ``step`` as the run's next segment, ending at ``head``."""
+        apply(self, self.index + 1, head, step)
+
+    def wait_proof(self) -> Verdict:
+        return self.wait.verdict()
 
 
 # -- the state change -----------------------------------------------------------------------

@@ -18,6 +18,7 @@ from __future__ import annotations
 import struct
 from typing import NamedTuple
 
+from fleet.kinds import index_in_range
 from fleet.log_errors import MalformedLeaf
 
 __all__ = [
@@ -46,8 +47,8 @@ def encode_leaf(run: bytes, index: int, head: bytes) -> bytes:
     """The 84 leaf bytes binding segment ``index`` of ``run`` to the ``head`` after it."""
     if len(run) != 32 or len(head) != 32:
         raise MalformedLeaf("run and head are 32 bytes each")
-    if not 1 <= index < 1 << 64:
-        raise MalformedLeaf(f"segment index {index} is not in 1 .. 2**64 - 1")
+    if not index_in_range(index):
+        raise MalformedLeaf(f"segment index {index} is not in 1 .. 2**63 - 1")
     return _LAYOUT.pack(LEAF_DOMAIN, run, index, head)
 
 

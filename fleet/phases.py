@@ -21,6 +21,8 @@ from __future__ import annotations
 
 from typing import Final
 
+from fleet import kinds
+
 __all__ = [
     "CLOSED",
     "FRESH",
@@ -40,17 +42,17 @@ CLOSED: Final = "closed"
 POOL: Final = "pool"
 
 TRANSITIONS: Final[dict[tuple[str, str], str]] = {
-    (FRESH, "executed"): RAN,
-    (FRESH, "closed"): CLOSED,
-    (RAN, "executed"): RAN,
-    (RAN, "suspended"): PARKED,
-    (RAN, "closed"): CLOSED,
-    (PARKED, "resumed"): RESUMED,
-    (PARKED, "closed"): CLOSED,
-    (RESUMED, "executed"): RAN,
-    (RESUMED, "closed"): CLOSED,
-    (FRESH, "claimed"): RESUMED,
-    (FRESH, "evicted"): POOL,
-    (POOL, "evicted"): POOL,
-    (POOL, "closed"): CLOSED,
+    (FRESH, kinds.EXECUTED): RAN,
+    (FRESH, kinds.CLOSED): CLOSED,
+    (RAN, kinds.EXECUTED): RAN,
+    (RAN, kinds.SUSPENDED): PARKED,
+    (RAN, kinds.CLOSED): CLOSED,
+    (PARKED, kinds.RESUMED): RESUMED,
+    (PARKED, kinds.CLOSED): CLOSED,
+    (RESUMED, kinds.EXECUTED): RAN,
+    (RESUMED, kinds.CLOSED): CLOSED,
+    (FRESH, kinds.CLAIMED): RESUMED,
+    (FRESH, kinds.EVICTED): POOL,
+    (POOL, kinds.EVICTED): POOL,
+    (POOL, kinds.CLOSED): CLOSED,
 }

@@ -7,7 +7,8 @@ from typing import Any
 import msgspec
 
 from fleet.address import format_address, parse_address
-from fleet.record import Energy, RunState
+from fleet.kernel import Energy
+from fleet.record import RunState
 from fleet.segment import ImageSnapshot, Snapshot, make_snapshot
 
 __all__ = ["decode_state", "encode_state", "snapshot_json", "state_from_json",

@@ -15,7 +15,8 @@ from nacl.signing import VerifyKey
 from fleet import kernel
 from fleet.address import format_address, parse_address
 from fleet.errors import HeadMismatch, IndexGap, MalformedSegment, RecordError
-from fleet.record import Energy, RunState
+from fleet.kernel import Energy
+from fleet.record import RunState
 from fleet.record_file import SINGLE, sealers
 from fleet.seal import check_seal
 from fleet.verify_fast import fast_check
@@ -61,12 +62,8 @@ def fold_sealed(
     # The seal first: a forged segment is BadSeal whatever else it breaks.
     if verify_key is not None:
         check_seal(verify_key, state.run, sealed.index, sealed.head, sealed.seal)
-    st, head = state.prepare(sealed.segment, sealed.attestation)
-    if head != sealed.head:
-        raise HeadMismatch(
-            "the stated head is not the head recomputed from genesis", segment=sealed.index
-        )
-    state.apply(st, head)
+    st = state.step(sealed.segment, sealed.attestation)
+    state.apply(st, kernel.check_head(state.head, st[0], sealed.head, sealed.index))
 
 
 def verify_record(
@@ -114,13 +111,12 @@ def _verify(
     for position, wire in enumerate(record.segments, start=1):
         try:
             host = names[position - 1]
-            kernel.check_holder(holder, host, state.phase, WIRE_KIND[type(wire)], position,
-                                state.index + 1)
+            holder = kernel.next_holder(holder, host, state.phase, WIRE_KIND[type(wire)],
+                                        position, state.index + 1)
             sealed_segment = segment_from_wire(wire)
             if sealed_segment.index != position:
                 raise IndexGap(f"segment {position} states index {sealed_segment.index}")
             fold_sealed(state, sealed_segment, keys[host])
-            holder = host
         except RecordError as exc:
             raise exc.at(position) from None
     return state, sealed, "objects"

@@ -156,21 +156,18 @@ def _walk(record: RecordWire, run: bytes, plan: Sealers, unit_id: bytes,
     if raws is None:
         raise NotFast
     take = iter(raws).__next__
-    apply = kernel.apply
+    apply, check_head, next_holder = kernel.apply, kernel.check_head, kernel.next_holder
     for index, wire in enumerate(record.segments, start=1):
         stated = take()
         if wire.index != index:
             raise NotFast
         host = names[index - 1]
         if moves:
-            kernel.check_holder(holder, host, state.phase, WIRE_KIND[type(wire)], index, index)
-            holder = host
+            holder = next_holder(holder, host, state.phase, WIRE_KIND[type(wire)], index, index)
         st = step(wire, take, state, index)
         verify = verifiers[host]
         if verify is not None:
             verify(seal_message(run, index, stated), seal_bytes(wire.seal))
-        head = blake3(head + st[0]).digest()
-        if head != stated:
-            raise NotFast
+        head = check_head(head, st[0], stated, index)
         apply(state, index, head, st)
     return state

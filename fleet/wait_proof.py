@@ -23,13 +23,22 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Protocol
 
 import msgspec
 
-from fleet.kernel import Calls
-
-__all__ = ["Blocked", "Malformed", "NonBlocking", "Unproved", "Verdict", "WaitTracker",
+__all__ = ["Blocked", "Calls", "Malformed", "NonBlocking", "Unproved", "Verdict", "WaitTracker",
            "verdict_json", "waited_inside", "why"]
+
+
+class Calls(Protocol):
+    """A call account as any decoder holds it."""
+
+    @property
+    def dispatched(self) -> Sequence[str]: ...
+
+    @property
+    def resolved(self) -> Sequence[str]: ...
 
 
 class NonBlocking(msgspec.Struct, frozen=True):

@@ -36,6 +36,7 @@ import msgspec
 from fleet.address import format_address, message_id, parse_address
 from fleet.attestation import Attestation, make_attestation
 from fleet.errors import FleetError, MalformedSegment, RecordError, ValueOutOfRange
+from fleet.kinds import index_in_range
 from fleet.segment import (
     CLAIMED,
     CLOSED,
@@ -274,7 +275,7 @@ def segment_from_wire(wire: SegmentWire) -> SealedSegment:
 
 
 def _segment_from_wire(wire: SegmentWire) -> SealedSegment:
-    if not 1 <= wire.index < 2**63:
+    if not index_in_range(wire.index):
         raise ValueOutOfRange(f"segment index out of range: {wire.index!r}")
     attestation = None
     segment: Segment

@@ -16,8 +16,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from blake3 import blake3
-
 from fleet.address import parse_address, parse_addresses
 from fleet.errors import FleetError
 from fleet.fold.reference import (
@@ -31,6 +29,8 @@ from fleet.fold.reference import (
     grant_gate,
     position,
 )
+from fleet.kernel import check_head
+from fleet.kinds import index_in_range
 from fleet.leaf import encode_leaf
 from fleet.seal import seal_message
 from fleet.verify_fast import NotFast, segment_addresses, step
@@ -77,7 +77,7 @@ def wire_seal_item(
         return None
     seg = wire.segment
     index = seg.index
-    if type(index) is not int or not 1 <= index < 2**63:
+    if not index_in_range(index):
         return None
     try:
         return (entry.public_key,
@@ -137,9 +137,7 @@ def _decide(ctx: Admission, msg: Message, wire: EnvelopeWire) -> Accepted | None
     given = iter(addresses)
     stated = next(given)
     st = step(seg, given.__next__, state, index)
-    head = blake3(state.head + st[0]).digest()
-    if head != stated:
-        return None
+    head = check_head(state.head, st[0], stated, index)
     return Accepted(host, run, index, head, WIRE_KIND[type(seg)],
                     encode_leaf(run, index, head), st, (unit, grants) if slot is None else None,
                     seg.head)

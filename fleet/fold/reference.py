@@ -45,7 +45,6 @@ from fleet.errors import (
     BadSeal,
     FleetError,
     Fork,
-    HeadMismatch,
     RecordError,
     Replay,
     RevokedHost,
@@ -55,9 +54,9 @@ from fleet.errors import (
 )
 from fleet.grant_book import GrantView
 from fleet.grant_gate import check_step
-from fleet.kernel import Step, genesis
+from fleet.kernel import Step, genesis, index_in_range
 from fleet.leaf import encode_leaf
-from fleet.record import RunState, chain
+from fleet.record import RunState
 from fleet.seal import bad_seal, check_seal
 from fleet.subjects import DEFAULT_FLEET, FleetNames, parse_segment_subject
 from fleet.verify import check_next
@@ -322,7 +321,7 @@ def _position(exc: FleetError) -> int | None:
     """The segment index a refusal concerns; a hostile one (0, -1, 2**70) is no position
     (and no store could hold it)."""
     index = exc.segment if isinstance(exc, RecordError) else None
-    return index if index is not None and 1 <= index < 2**63 else None
+    return index if index_in_range(index) else None
 
 
 def _decide(ctx: Admission, msg: Message, env: Envelope) -> Accepted:
@@ -338,10 +337,8 @@ def _decide(ctx: Admission, msg: Message, env: Envelope) -> Accepted:
         raise bad_seal(index)
     if seal_ok is None:
         check_seal(entry.verify_key, env.run, index, sealed.head, sealed.seal)
-    st, head = state.prepare(sealed.segment, sealed.attestation)
-    if head != sealed.head:
-        raise HeadMismatch("the stated head is not the head recomputed from genesis",
-                           segment=index)
+    st = state.step(sealed.segment, sealed.attestation)
+    head = kernel.check_head(state.head, st[0], sealed.head, index)
     return Accepted(env.host, env.run, index, head, sealed.segment.kind,
                     encode_leaf(env.run, index, head), st,
                     (env.unit_id, env.grants_id) if slot is None else None)
@@ -364,9 +361,7 @@ def _refuse_old_index(ctx: Admission, env: Envelope, state: RunState, entry: Hos
     if att is not None and att.address() != getattr(sealed.segment, "attestation", None):
         raise AttestationMismatch(
             "the attestation object does not hash to the recorded address", segment=index)
-    if chain(previous, sealed.segment) != sealed.head:
-        raise HeadMismatch("the stated head is not the head recomputed from the run",
-                           segment=index)
+    kernel.check_head(previous, sealed.segment.canonical(), sealed.head, index)
     if sealed.head == held:
         raise Replay(f"segment {index} of this run is already folded", segment=index)
     raise Fork(f"the run already holds a different segment {index}", segment=index)
