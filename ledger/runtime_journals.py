@@ -20,6 +20,7 @@ from fleet.errors import FleetError
 from fleet.runtime.runtime_journal import chain_hashes, open_blob, value_addresses
 from fleet.runtime.runtime_verify import parse_journal
 from fleet.subjects import FleetNames, run_token
+from plumbing.runtime_keys import held_keys
 
 _MISSING = (NotFoundError, BucketNotFoundError, ObjectNotFoundError)
 
@@ -74,13 +75,10 @@ async def _value(keys: Any, box: bytes | None, address: str) -> str:
     """A value's JSON text, or ``shredded`` (its key is gone), or why it is not shown."""
     if box is None:
         return "(not stored)"
-    try:
-        held = await keys.get(run_token(address)) if keys is not None else None
-    except _MISSING:
-        held = None
-    if held is None or not held.value:
+    held = None if keys is None else (await held_keys(keys, [address])).get(address)
+    if held is None:
         return "shredded"
-    key, salt = (base64.b64decode(p) for p in json.loads(held.value))
+    key, salt = (base64.b64decode(p) for p in held)
     try:
         return open_blob(parse_address(address), box, key, salt).decode()
     except FleetError as exc:

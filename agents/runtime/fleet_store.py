@@ -38,6 +38,7 @@ from fleet.runtime.runtime_errors import SignalConflict
 from fleet.runtime.runtime_journal import signal_digest
 from fleet.subjects import DEFAULT_FLEET, FleetNames, run_token
 from plumbing.nats_connect import bucket_keys
+from plumbing.runtime_keys import held_keys
 
 # A claim that has not turned into a new state within this long (the worker died) may be
 # claimed again.
@@ -246,15 +247,7 @@ class FleetStore:
 
     async def blob_keys(self, addresses: list[str]) -> dict[str, list[str]]:
         """The keys still held for ``addresses`` (a shredded one is absent)."""
-        out = {}
-        for address in addresses:
-            try:
-                entry = await self.keys.get(run_token(address))
-            except NotFoundError:
-                continue
-            if entry.value:
-                out[address] = json.loads(entry.value)
-        return out
+        return await held_keys(self.keys, addresses)
 
     async def shred(self, address: str) -> None:
         """Delete a blob's key everywhere JetStream holds it (history included)."""

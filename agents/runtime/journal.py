@@ -221,9 +221,14 @@ class Journal:
                         return held[1], held[2], held[3]
         key = self.db.execute("SELECT key, salt FROM blob_keys WHERE address = ?",
                               (raw_address,)).fetchone()
-        box = self.db.execute("SELECT box FROM blobs WHERE address = ?",
+        box = self._box(raw_address)
+        return None if key is None or box is None else (box, key[0], key[1])
+
+    def _box(self, raw_address: bytes) -> bytes | None:
+        """A stored blob's ciphertext (its key may be here or only in the key bucket)."""
+        row = self.db.execute("SELECT box FROM blobs WHERE address = ?",
                               (raw_address,)).fetchone()
-        return None if key is None or box is None else (box[0], key[0], key[1])
+        return None if row is None else bytes(row[0])
 
     def shred(self, address: str) -> bool:
         """Delete a value's key and ciphertext; True when this host held either (a worker's
@@ -265,11 +270,11 @@ class Journal:
         rows = []
         for address, (key_text, salt_text) in keys.items():
             raw = parse_address(address)
-            box = self.db.execute("SELECT box FROM blobs WHERE address = ?", (raw,)).fetchone()
+            box = self._box(raw)
             if box is None:
                 continue
             key, salt = _unb64(key_text), _unb64(salt_text)
-            open_blob(address, box[0], key, salt)
+            open_blob(address, box, key, salt)
             rows.append((raw, key, salt))
         with immediate(self.db):
             self.db.executemany("INSERT OR IGNORE INTO blob_keys VALUES (?, ?, ?)", rows)
@@ -291,13 +296,10 @@ class Journal:
                     box, key, salt = held
                     blobs[address] = _b64(box)
                     keys[address] = [_b64(key), _b64(salt)]
-                else:
+                elif (box := self._box(raw)) is not None:
                     # A key given back to the fleet's bucket after its interval: the
                     # ciphertext still travels, the key is the bucket's to give.
-                    box_row = self.db.execute("SELECT box FROM blobs WHERE address = ?",
-                                              (raw,)).fetchone()
-                    if box_row is not None:
-                        blobs[address] = _b64(box_row[0])
+                    blobs[address] = _b64(box)
         journal = {"run": run, "name": name, "workflow": workflow,
                    "entries": [[e.seq, e.kind, e.call, e.body] for e in entries],
                    "blobs": blobs}

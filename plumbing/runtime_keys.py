@@ -1,0 +1,31 @@
+"""The runtime's key bucket (``RUNTIME_KEYS``) as the shells read it: a value's key lives
+there under its blob address's token (``fleet.subjects.run_token``) as the JSON
+``[base64 key, base64 salt]``; a shredded key is purged. The host's runtime
+(``agents.runtime.fleet_store``) and the ledger's explorer (``ledger.runtime_journals``)
+both read it through :func:`held_keys`, so the layout is read in one place."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from typing import Any
+
+from nats.js.errors import NotFoundError
+
+from fleet.subjects import run_token
+
+__all__ = ["held_keys"]
+
+
+async def held_keys(kv: Any, addresses: Iterable[str]) -> dict[str, list[str]]:
+    """The keys the bucket ``kv`` still holds for ``addresses`` (a shredded one is
+    absent), as ``{address: [base64 key, base64 salt]}``."""
+    out = {}
+    for address in addresses:
+        try:
+            entry = await kv.get(run_token(address))
+        except NotFoundError:
+            continue
+        if entry.value:
+            out[address] = json.loads(entry.value)
+    return out
