@@ -4,6 +4,7 @@
     fleet.ctl.host            operator control events: enroll, revoke, re-key (stream FLEET)
     fleet.ctl.operator        operator key rotations (stream FLEET)
     fleet.ctl.grant           grant events: issue, trigger, mint, amend, checkpoint (stream FLEET)
+    fleet.ctl.job             job events: open, seal (stream FLEET)
     fleet.rej.<host>          refusals the ledger publishes for that host
     fleet.checkpoint          every checkpoint the ledger signs (the signed note text)
     fleet.checkpoint.cosigned a checkpoint with its witnesses' cosignatures
@@ -173,6 +174,11 @@ class FleetNames:
     def grant_subject(self) -> str:
         """``<fleet>.ctl.grant``: grant events (fleet.fold.grant_events), in the fleet's stream."""
         return f"{self.control}.grant"
+
+    @property
+    def job_subject(self) -> str:
+        """``<fleet>.ctl.job``: job events (fleet.fold.job_events), in the fleet's stream."""
+        return f"{self.control}.job"
 
     def is_control(self, subject: str) -> bool:
         return subject.startswith(self.control + ".")

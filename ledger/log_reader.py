@@ -119,8 +119,8 @@ class LogReader:
         rows = self.store.leaves(first, tile.width)
         if [r.leaf_index for r in rows] != list(range(first, first + tile.width)):
             raise MissingNode(f"the store lacks leaves {first}..{first + tile.width - 1}")
-        return encode_entry_bundle(encode_leaf(parse_address(r.run), r.idx,
-                                               parse_address(r.head)) for r in rows)
+        return encode_entry_bundle(r.raw if r.raw is not None else encode_leaf(
+            parse_address(r.run), r.idx, parse_address(r.head)) for r in rows)
 
     # -- proofs ---------------------------------------------------------------------------
 

@@ -17,6 +17,7 @@ Users and what they may do (publish / subscribe; everything else is denied)::
     reader     pub  fleet.api.>, $SRV.*.fleet-ledger[.*]  the API and its discovery
                sub  fleet.checkpoint[.cosigned], _INBOX.reader.>
     issuer     pub  fleet.ctl.grant                      grant events (fleet grant ...)
+                    fleet.ctl.job                        job events (fleet job open|seal)
                     fleet.api.grant, fleet.api.run       a grant's and a run's state
                     fleet.api.rejections                 the decision on an event it sent
                sub  _INBOX.issuer.>                      its replies (stream acks)
@@ -131,8 +132,8 @@ def reader_permissions() -> Permissions:
 
 def issuer_permissions() -> Permissions:
     return Permissions(
-        publish=(DEFAULT_FLEET.grant_subject, api_subject("grant"), api_subject("run"),
-                 api_subject("rejections")),
+        publish=(DEFAULT_FLEET.grant_subject, DEFAULT_FLEET.job_subject, api_subject("grant"),
+                 api_subject("run"), api_subject("rejections"), api_subject("job")),
         subscribe=(f"{inbox_prefix(ISSUER)}.>",),
     )
 

@@ -150,6 +150,7 @@ class Ledger:
         if config.grants not in ("enforce", "require"):
             raise ValueError(f"grants must be 'enforce' or 'require', not {config.grants!r}")
         self.grants = self.store.grant_book()
+        self.jobs = self.store.job_book()
         self._last_checkpoint_at = time.monotonic()
         self._wanted: int | None = None  # a checkpoint size a reader waits for
         self._sealer = SealWorker()
@@ -264,7 +265,7 @@ class Ledger:
                 return batch, top, changed
             try:
                 self.store.write_batch(batch, top, prepared.hosts_version, changed.runs,
-                                       changed.control.state)
+                                       changed.control.state, changed.jobs)
             except HostsChanged:
                 prepared = self.prepare(prepared.msgs, share_in_line=0.5, times=prepared.times)
                 continue
@@ -278,6 +279,8 @@ class Ledger:
             self._runs.remember(run, slot)
         if changed.grants.accepted:
             changed.grants.install()
+        if changed.jobs.changed:
+            changed.jobs.install()
 
     def _decide(self, prepared: Prepared) -> Decided:
         """The core's decision (:func:`fleet.fold.batch.decide_batch`) over what the store
@@ -291,7 +294,8 @@ class Ledger:
             committed_runs=self._runs.preload(prepared.runs),
             stored_head_at=self.store.head_at, hosts=prepared.hosts,
             operators=self.store.operators(), grants=self.grants,
-            require_grants=self.config.grants == "require", fast=self.config.fast_path)
+            require_grants=self.config.grants == "require", fast=self.config.fast_path,
+            jobs=self.jobs, tree_size=self.store.tree.size())
 
     # -- checkpoints ----------------------------------------------------------------------
 

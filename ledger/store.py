@@ -45,11 +45,14 @@ from fleet.fold import Accepted, HostEntry, Refused, RunSlot
 from fleet.fold.batch import Incoming
 from fleet.fold.control import KINDS, ControlAccepted, ControlState, decide_bootstrap, keys_at
 from fleet.fold.grant_events import GrantAccepted, GrantBook, apply, decode_event, event_ref
+from fleet.fold.job_events import JobAccepted
+from fleet.fold.job_fold import BatchJobs, JobBook, Sealed
 from fleet.log.merkle import leaf_hash
 from fleet.record.run_codec import state_from_json, state_to_json
 from fleet.record.seal import decode_key, encode_key
 from fleet.record.wire import envelope_wire
 from fleet.subjects import check_host_name
+from ledger import job_store
 from ledger.store_reads import StoreReads
 from ledger.tree_store import TreeStore
 from plumbing import sqlite
@@ -126,6 +129,7 @@ class LedgerStore(StoreReads):
         with self.transaction():
             for statement in _SCHEMA:
                 self.conn.execute(statement)
+            job_store.create(self.conn)
             self.tree = TreeStore(self.conn)
             self._add_segment_times()
             self._add_host_source()
@@ -422,7 +426,8 @@ class LedgerStore(StoreReads):
     def write_batch(self, batch: Sequence[Incoming], watermark: int,
                     hosts_version: int | None = None,
                     runs: Mapping[bytes, RunSlot] | None = None,
-                    control: ControlState | None = None) -> int:
+                    control: ControlState | None = None, jobs: BatchJobs | None = None
+                    ) -> int:
         """Write a batch's leaves, runs, segments and refusals with the new watermark in a
         new transaction, left open for :meth:`commit`; returns the tree size after it.
         ``runs``: the states of the runs the batch changed (:attr:`fleet.fold.BatchRuns.
@@ -430,12 +435,14 @@ class LedgerStore(StoreReads):
         ``hosts_version``: the hosts table the batch was decided with (:class:`HostsChanged`
         if it has moved since; checked under the write lock, so no enrollment can slip in
         between). ``control``: the control state the batch's events left (needed when it
-        holds any), whose operators are written as they stand."""
+        holds any), whose operators are written as they stand. ``jobs``: the batch's jobs
+        (:class:`fleet.fold.job_fold.BatchJobs`; needed when it holds job events or items):
+        each receipt's leaf follows the leaf of the message that sealed its job."""
         self.conn.execute("BEGIN IMMEDIATE")
         try:
             if hosts_version is not None and self.hosts_version() != hosts_version:
                 raise HostsChanged("the hosts table changed after the batch was decided")
-            return self._write(batch, watermark, runs or {}, control)
+            return self._write(batch, watermark, runs or {}, control, jobs)
         except BaseException:
             self.conn.execute("ROLLBACK")
             raise
@@ -456,7 +463,8 @@ class LedgerStore(StoreReads):
             raise
 
     def _write(self, batch: Sequence[Incoming], watermark: int,
-               slots: Mapping[bytes, RunSlot], state: ControlState | None) -> int:
+               slots: Mapping[bytes, RunSlot], state: ControlState | None,
+               jobs: BatchJobs | None = None) -> int:
         db = self.conn
         size = self.tree.size()
         leaves: list[bytes] = []
@@ -466,6 +474,12 @@ class LedgerStore(StoreReads):
         refusals = []
         control: list[tuple[ControlAccepted, bytes]] = []
         grants: list[GrantAccepted] = []
+        job_events: list[JobAccepted] = []
+        # The receipts the fold made, by the message that sealed their job: their leaves
+        # follow that message's (at the leaf index the fold gave them).
+        receipts: dict[int, list[Sealed]] = {}
+        for r in () if jobs is None else jobs.receipts:
+            receipts.setdefault(r.stream_seq, []).append(r)
         now = time.time()
         for item in batch:
             d = item.decision
@@ -473,6 +487,8 @@ class LedgerStore(StoreReads):
                 control.append((d, item.payload))
             elif isinstance(d, GrantAccepted):
                 grants.append(d)
+            elif isinstance(d, JobAccepted):
+                job_events.append(d)
             elif isinstance(d, Accepted):
                 run = id_text(d.run)
                 segment_rows.append((run, d.index, d.head_text or format_address(d.head), d.kind,
@@ -485,6 +501,10 @@ class LedgerStore(StoreReads):
                 refusals.append((item.stream_seq, item.subject, d.host,
                                  None if d.run is None else id_text(d.run), d.index,
                                  d.rule, d.detail, item.payload, now))
+            if receipts and item.stream_seq in receipts:
+                for r in receipts.pop(item.stream_seq):
+                    assert r.leaf_index == size + len(leaves), "the fold's leaf index"
+                    leaves.append(leaf_hash(r.leaf))
         # rowid = leaf index + 1 (what SQLite assigned anyway, segments are never deleted),
         # so the log's entries are read by leaf index through the table's own b-tree.
         db.executemany("INSERT INTO segments (rowid, run, idx, head, kind, leaf_index,"
@@ -510,9 +530,17 @@ class LedgerStore(StoreReads):
                            " payload) VALUES (?, ?, ?, ?, ?, ?)",
                            [(d.stream_seq, d.event.kind_name, encode_key(d.event.signer),
                              format_address(d.ref), d.at_ms, d.data) for d in grants])
+        if jobs is not None and jobs.changed:
+            job_store.write(db, job_events, jobs)
         new_size = self.tree.append(leaves)
         self.set_meta("watermark", str(watermark))
         return new_size
+
+    # -- jobs -----------------------------------------------------------------------------
+
+    def job_book(self) -> JobBook:
+        """The job book as the folded batches left it (:mod:`ledger.job_store`)."""
+        return job_store.load_book(self.conn)
 
     # -- checkpoints ----------------------------------------------------------------------
 

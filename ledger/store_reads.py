@@ -21,6 +21,7 @@ import msgspec
 
 from fleet.record.record import RunState
 from fleet.record.run_codec import state_from_json
+from ledger import job_store
 
 
 class CheckpointRow(NamedTuple):
@@ -55,12 +56,15 @@ class SegmentRow(NamedTuple):
 
 
 class LeafRow(NamedTuple):
-    """A leaf of the fleet log, as the segments table holds what it is built from."""
+    """A leaf of the fleet log, as the segments table holds what it is built from; a job
+    receipt's leaf (``raw``: its bytes, ``run``/``idx``/``head`` empty) as the job tables
+    hold it."""
 
     leaf_index: int
     run: str
     idx: int
     head: str
+    raw: bytes | None = None
 
 
 class RefusalRow(NamedTuple):
@@ -164,10 +168,16 @@ class StoreReads:
 
     def leaves(self, first: int, count: int) -> list[LeafRow]:
         """The leaves ``first .. first + count - 1`` that the store holds, in order (a
-        segment's rowid is its leaf index + 1, so this reads the table's own b-tree)."""
-        return [LeafRow(*row) for row in self.conn.execute(
+        segment's rowid is its leaf index + 1, so this reads the table's own b-tree; a job
+        receipt's leaf fills the hole its index leaves there, :mod:`ledger.job_store`)."""
+        rows = [LeafRow(*row) for row in self.conn.execute(
             "SELECT leaf_index, run, idx, head FROM segments WHERE rowid BETWEEN ? AND ?"
             " ORDER BY rowid", (first + 1, first + count))]
+        if len(rows) == count or not job_store.has_tables(self.conn):
+            return rows
+        receipts = [LeafRow(i, "", 0, "", raw)
+                    for i, raw in job_store.receipt_leaves(self.conn, first, first + count - 1)]
+        return sorted(rows + receipts)
 
     def leaf_indexes(self) -> dict[tuple[str, int], int]:
         """(run, segment index) -> leaf index, for every folded segment."""

@@ -14,7 +14,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 # The modules that own the ledger database's schema, its writes and its reads.
-STORE_MODULES = frozenset({"ledger/store.py", "ledger/store_reads.py", "ledger/tree_store.py"})
+STORE_MODULES = frozenset({"ledger/store.py", "ledger/store_reads.py", "ledger/tree_store.py",
+                           "ledger/job_store.py"})
 SQL = re.compile(r"\b(SELECT|INSERT|UPDATE|DELETE)\b|\bexecute(many)?\(")
 LEDGER_CONN = re.compile(r"\bstore\.conn\.execute")
 

@@ -26,6 +26,8 @@ from fleet.fold.control import BatchControl, ControlAccepted
 from fleet.fold.fast import fold_message, wire_seal_item
 from fleet.fold.grant_events import GrantAccepted, GrantBook, signature_items
 from fleet.fold.grant_fold import BatchGrants
+from fleet.fold.job_events import JobAccepted
+from fleet.fold.job_fold import BatchJobs, JobBook
 from fleet.fold.reference import (
     Accepted,
     Admission,
@@ -35,7 +37,7 @@ from fleet.fold.reference import (
     Refused,
     RunSlot,
 )
-from fleet.fold.route import CONTROL, GRANT, Route
+from fleet.fold.route import CONTROL, GRANT, JOB, Route
 from fleet.record.wire import EnvelopeWire, identity
 from fleet.subjects import FleetNames
 
@@ -52,18 +54,20 @@ class Incoming(msgspec.Struct, frozen=True, gc=False):
     stream_seq: int
     subject: str
     payload: bytes
-    decision: Accepted | Refused | ControlAccepted | GrantAccepted
+    decision: Accepted | Refused | ControlAccepted | GrantAccepted | JobAccepted
     at_ms: int = 0  # ledger time: the message's stream timestamp, ms since the epoch
 
 
 class BatchChanges(NamedTuple):
     """What a decided batch changes, installed once its commit is durable: the runs it
-    changed (copies), its grant events (an overlay on the committed book) and its control
-    events (an overlay on the committed host table and operators)."""
+    changed (copies), its grant events (an overlay on the committed book), its control
+    events (an overlay on the committed host table and operators) and its jobs (job
+    events, items bound and closed, receipts: an overlay on the committed job book)."""
 
     runs: dict[bytes, RunSlot]
     grants: BatchGrants
     control: BatchControl
+    jobs: BatchJobs
 
 
 class Decided(NamedTuple):
@@ -174,9 +178,12 @@ def decide_batch(
     grants: GrantBook,
     require_grants: bool = False,
     fast: bool = True,
+    jobs: JobBook | None = None,
+    tree_size: int = 0,
 ) -> Decided:
     """Decide the messages of a batch above ``watermark`` in stream order (the module's
-    docstring says against what); changes nothing committed."""
+    docstring says against what); changes nothing committed. ``jobs``: the committed job
+    book; ``tree_size``: the fleet log's committed size (a receipt states where it lands)."""
     items: list[Incoming] = []
     top = watermark
     heads = BatchHeads(items, stored_head_at)
@@ -186,8 +193,14 @@ def decide_batch(
     trusted, retired = operators
     control = BatchControl(trusted, hosts, retired)
     batch_grants = BatchGrants(grants)
+
+    def leaves() -> int:  # the log's size before the message being decided (receipts: rare)
+        return (tree_size + sum(1 for item in items if type(item.decision) is Accepted)
+                + len(batch_jobs.receipts))
+
+    batch_jobs = BatchJobs(JobBook() if jobs is None else jobs, leaves)
     ctx = Admission(control.hosts, BatchRuns(committed_runs), heads, names, batch_grants,
-                    require_grants)
+                    require_grants, batch_jobs)
     grant_run_at = run_at(ctx.runs, heads)
     host_keys: set[bytes] | None = None
     keys_at = 0
@@ -205,6 +218,8 @@ def decide_batch(
             decision = batch_grants.fold(seq, at_ms, data, host_keys, grant_run_at, seal_ok)
         elif kind == CONTROL:
             decision = control.fold(seq, data)
+        elif kind == JOB:
+            decision = batch_jobs.fold(seq, at_ms, data, batch_grants, control.state.operators)
         else:
             decision = fold_message(
                 ctx, Message(subject, data, seq, wire, None if control.changed else seal_ok,
@@ -212,4 +227,5 @@ def decide_batch(
         append(Incoming(seq, subject, data, decision, at_ms))
         if seq > top:
             top = seq
-    return Decided(items, top, BatchChanges(ctx.runs.changed, batch_grants, control))
+    return Decided(items, top, BatchChanges(ctx.runs.changed, batch_grants, control,
+                                            batch_jobs))

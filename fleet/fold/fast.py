@@ -90,10 +90,20 @@ def wire_seal_item(
 
 def fold_message(ctx: Admission, msg: Message, fast: bool = True) -> Accepted | Refused:
     """Decide ``msg`` (:func:`decide_message`; ``fast=False``: by the reference path only)
-    and take an accepted step into the batch's runs (``ctx.runs``)."""
+    and take an accepted step into the batch's runs (``ctx.runs``). Once a job is folded,
+    a segment that opens a run passes the item gate last (its refusal is the segment's),
+    and the jobs see every step taken (:class:`fleet.fold.reference.ItemGate`)."""
     d = decide_message(ctx, msg) if fast else decide(ctx, msg)
     if type(d) is Accepted:
-        ctx.runs.take(d)
+        jobs = ctx.jobs
+        if jobs is None or not jobs.live:
+            ctx.runs.take(d)
+            return d
+        if d.opened is not None:
+            gated = jobs.gate(d)
+            if type(gated) is not Accepted:
+                return gated
+        jobs.took(d, ctx.runs.take(d), msg.stream_seq)
     return d
 
 

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from typing import Protocol
 
 import msgspec
 from nacl.signing import VerifyKey
@@ -67,6 +68,7 @@ __all__ = [
     "Admission",
     "BatchRuns",
     "HostEntry",
+    "ItemGate",
     "Message",
     "Refused",
     "RunSlot",
@@ -189,12 +191,26 @@ class BatchRuns:
         return slot
 
 
+class ItemGate(Protocol):
+    """Jobs as the fold asks about them (:class:`fleet.fold.job_fold.BatchJobs`): ``live``,
+    whether any job was folded; ``gate``, an opening segment's refusal if its run may not be
+    the job item its unit names; ``took``, the item's change once a step is taken."""
+
+    @property
+    def live(self) -> bool: ...
+
+    def gate(self, d: Accepted) -> Accepted | Refused: ...
+
+    def took(self, d: Accepted, slot: RunSlot, stream_seq: int) -> None: ...
+
+
 @dataclass(frozen=True, slots=True)
 class Admission:
     """What the fold decides messages against: the enrolled hosts, the runs as the batch
     sees them, the heads the ledger holds (``head_at(run, index)``, for replays) and the
     grants (``None``: runs are not held to grants; ``require_grants``: a run whose grant
-    was not presented is ``UnknownGrant``, else it is folded under no grant)."""
+    was not presented is ``UnknownGrant``, else it is folded under no grant) and the jobs
+    (``None``: no item is held to a job)."""
 
     hosts: Mapping[str, HostEntry]
     runs: BatchRuns
@@ -202,6 +218,7 @@ class Admission:
     names: FleetNames = DEFAULT_FLEET  # the fleet's names (fleet.subjects)
     grants: GrantView | None = None
     require_grants: bool = False
+    jobs: ItemGate | None = None
 
 
 def subject_host(subject: str) -> str | None:

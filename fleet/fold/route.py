@@ -1,11 +1,12 @@
 """Which fold a message goes to, by its subject: a table, so no test depends on the order.
 
-A fleet's stream holds three kinds of message (:mod:`fleet.subjects`): grant events on
-``<fleet>.ctl.grant`` (:mod:`fleet.fold.grant_fold`), the other control events on
+A fleet's stream holds four kinds of message (:mod:`fleet.subjects`): grant events on
+``<fleet>.ctl.grant`` (:mod:`fleet.fold.grant_fold`), job events on ``<fleet>.ctl.job``
+(:mod:`fleet.fold.job_fold`), the other control events on
 ``<fleet>.ctl.*`` (:mod:`fleet.fold.control`), and everything else as a segment
 (:mod:`fleet.fold.reference`, which refuses a subject of another shape). The grant subject
 sits under the control prefix; the table names it exactly, so it is never taken for a
-control event whichever test is read first.
+control event whichever test is read first (nor is the job subject).
 """
 
 from __future__ import annotations
@@ -15,12 +16,13 @@ from typing import Literal
 
 from fleet.subjects import FleetNames
 
-__all__ = ["CONTROL", "GRANT", "SEGMENT", "Route", "Router"]
+__all__ = ["CONTROL", "GRANT", "JOB", "SEGMENT", "Route", "Router"]
 
-Route = Literal["segment", "control", "grant"]
+Route = Literal["segment", "control", "grant", "job"]
 SEGMENT: Route = "segment"
 CONTROL: Route = "control"
 GRANT: Route = "grant"
+JOB: Route = "job"
 
 
 class Router:
@@ -33,6 +35,7 @@ class Router:
         # rest of ``<fleet>.ctl.*`` (an unknown control subject is refused by the control fold).
         self._exact: dict[str, Route] = {
             names.grant_subject: GRANT,
+            names.job_subject: JOB,
             names.control_subject("host"): CONTROL,
             names.control_subject("operator"): CONTROL,
         }

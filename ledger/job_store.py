@@ -1,0 +1,155 @@
+"""The ledger store's job tables: the job events folded, each job's row, its bound items and
+the receipts the fold made, written in the batch's one transaction (:mod:`ledger.store`).
+
+::
+
+    job_events  (stream_seq PK, kind, signer, job, at_ms, payload)   accepted open/seal events
+    jobs        (job PK, name, items, issuer, grant, terms, opened_seq, bound, closed,
+                 sealed_seq, receipt, leaf_index)                    one row per job
+    job_items   (job, idx, run, bound_seq, leaf; PK (job, idx))      an item bound to its run,
+                                                                     its sum-tree leaf once closed
+    job_leaves  (leaf_index PK, job, stream_seq, leaf)               receipts' fleet-log leaves
+
+A receipt's leaf is a leaf of the fleet log beside the segments' (whose rowid is their leaf
+index + 1, so a receipt's index is a hole in the segments' rowids): the log's entries are
+the two tables merged by leaf index (:meth:`ledger.store_reads.StoreReads.leaves`). The job
+book (:class:`fleet.fold.job_fold.JobBook`) is rebuilt from ``jobs`` and ``job_items`` when
+the ledger starts, through its one state change.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+from fleet.address import format_address, parse_address
+from fleet.fold.job_events import JobAccepted
+from fleet.fold.job_fold import BatchJobs, ItemEntry, JobBook, JobEntry, rebuild
+from fleet.jobs.job_id import decode_terms
+from fleet.record.seal import encode_key
+
+SCHEMA = (
+    "CREATE TABLE IF NOT EXISTS job_events (stream_seq INTEGER PRIMARY KEY, kind TEXT NOT NULL,"
+    " signer TEXT NOT NULL, job TEXT NOT NULL, at_ms INTEGER NOT NULL, payload BLOB NOT NULL)",
+    "CREATE TABLE IF NOT EXISTS jobs (job TEXT PRIMARY KEY, name TEXT NOT NULL,"
+    " items INTEGER NOT NULL, issuer TEXT NOT NULL, grant_id TEXT, terms BLOB NOT NULL,"
+    " opened_seq INTEGER NOT NULL, bound INTEGER NOT NULL, closed INTEGER NOT NULL,"
+    " sealed_seq INTEGER, receipt BLOB, leaf_index INTEGER)",
+    "CREATE TABLE IF NOT EXISTS job_items (job TEXT NOT NULL, idx INTEGER NOT NULL,"
+    " run TEXT NOT NULL, bound_seq INTEGER NOT NULL, leaf BLOB, PRIMARY KEY (job, idx))",
+    "CREATE INDEX IF NOT EXISTS job_items_run ON job_items (run)",
+    "CREATE TABLE IF NOT EXISTS job_leaves (leaf_index INTEGER PRIMARY KEY, job TEXT NOT NULL,"
+    " stream_seq INTEGER NOT NULL, leaf BLOB NOT NULL)",
+)
+
+
+def create(conn: sqlite3.Connection) -> None:
+    for statement in SCHEMA:
+        conn.execute(statement)
+
+
+def write(conn: sqlite3.Connection, events: Sequence[JobAccepted], jobs: BatchJobs) -> None:
+    """A batch's accepted job events, the job rows it changed, the items it bound or closed
+    and its receipts' leaves (their leaf indexes were fixed by the fold and are checked by
+    the caller as it appends them)."""
+    conn.executemany(
+        "INSERT INTO job_events (stream_seq, kind, signer, job, at_ms, payload)"
+        " VALUES (?, ?, ?, ?, ?, ?)",
+        [(d.stream_seq, d.event.kind_name, encode_key(d.event.signer), format_address(d.job),
+          d.at_ms, d.data) for d in events])
+    receipts = {r.job: r for r in jobs.receipts}
+    conn.executemany(
+        "INSERT INTO jobs (job, name, items, issuer, grant_id, terms, opened_seq, bound, closed,"
+        " sealed_seq, receipt, leaf_index) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+        " ON CONFLICT(job) DO UPDATE SET bound = excluded.bound, closed = excluded.closed,"
+        " sealed_seq = excluded.sealed_seq, receipt = excluded.receipt,"
+        " leaf_index = COALESCE(excluded.leaf_index, jobs.leaf_index)",
+        [(format_address(e.job), e.terms.name, e.items, encode_key(e.terms.issuer),
+          None if e.terms.grant is None else format_address(e.terms.grant), e.terms_bytes,
+          e.opened, e.bound, e.closed, e.sealed, e.receipt,
+          receipts[e.job].leaf_index if e.job in receipts else None)
+         for e in jobs.jobs.values()])
+    items = {key: entry for key, entry in [*jobs.bound, *jobs.closed]}
+    conn.executemany(
+        "INSERT INTO job_items (job, idx, run, bound_seq, leaf) VALUES (?, ?, ?, ?, ?)"
+        " ON CONFLICT(job, idx) DO UPDATE SET leaf = excluded.leaf",
+        [(format_address(job), index, format_address(e.run), e.bound, e.leaf)
+         for (job, index), e in items.items()])
+    conn.executemany("INSERT INTO job_leaves (leaf_index, job, stream_seq, leaf)"
+                     " VALUES (?, ?, ?, ?)",
+                     [(r.leaf_index, format_address(r.job), r.stream_seq, r.leaf)
+                      for r in jobs.receipts])
+
+
+def load_book(conn: sqlite3.Connection) -> JobBook:
+    """The committed job book as the folded batches left it."""
+    jobs = [JobEntry(parse_address(job), decode_terms(bytes(terms)), bytes(terms),
+                     decode_terms(bytes(terms)).issuer, opened, bound, closed, sealed,
+                     None if receipt is None else bytes(receipt))
+            for job, terms, opened, bound, closed, sealed, receipt in conn.execute(
+                "SELECT job, terms, opened_seq, bound, closed, sealed_seq, receipt FROM jobs"
+                " ORDER BY opened_seq")]
+    return rebuild(jobs, _items(conn))
+
+
+def _items(conn: sqlite3.Connection) -> Iterator[tuple[tuple[bytes, int], ItemEntry]]:
+    for job, idx, run, bound, leaf in conn.execute(
+            "SELECT job, idx, run, bound_seq, leaf FROM job_items"):
+        yield (parse_address(job), idx), ItemEntry(parse_address(run), bound,
+                                                   None if leaf is None else bytes(leaf))
+
+
+# -- reads (the API, the explorer, the CLI offline) ---------------------------------------------
+
+
+def job_rows(conn: sqlite3.Connection) -> list[dict[str, Any]]:
+    """Every job, newest first: id, name, items, bound, closed, sealed."""
+    keys = ("job", "name", "items", "issuer", "grant", "opened_seq", "bound", "closed",
+            "sealed_seq", "leaf_index")
+    return [dict(zip(keys, row, strict=True)) for row in conn.execute(
+        "SELECT job, name, items, issuer, grant_id, opened_seq, bound, closed, sealed_seq,"
+        " leaf_index FROM jobs ORDER BY opened_seq DESC")]
+
+
+def job_row(conn: sqlite3.Connection, job: str) -> dict[str, Any] | None:
+    """One job's row with its terms and receipt bytes (``None``: no such job)."""
+    row = conn.execute(
+        "SELECT job, name, items, issuer, grant_id, opened_seq, bound, closed, sealed_seq,"
+        " leaf_index, terms, receipt FROM jobs WHERE job = ?", (job,)).fetchone()
+    if row is None:
+        return None
+    keys = ("job", "name", "items", "issuer", "grant", "opened_seq", "bound", "closed",
+            "sealed_seq", "leaf_index", "terms", "receipt")
+    doc = dict(zip(keys, row, strict=True))
+    doc["terms"] = bytes(doc["terms"])
+    doc["receipt"] = None if doc["receipt"] is None else bytes(doc["receipt"])
+    return doc
+
+
+def item_rows(conn: sqlite3.Connection, job: str) -> list[tuple[int, str, int, bytes | None]]:
+    """The job's bound items as (index, run, bound stream seq, leaf or None), by index."""
+    return [(idx, run, seq, None if leaf is None else bytes(leaf))
+            for idx, run, seq, leaf in conn.execute(
+                "SELECT idx, run, bound_seq, leaf FROM job_items WHERE job = ? ORDER BY idx",
+                (job,))]
+
+
+def run_job(conn: sqlite3.Connection, run: str) -> tuple[str, int] | None:
+    """(job, index) of the item ``run`` is, if it is one."""
+    row = conn.execute("SELECT job, idx FROM job_items WHERE run = ?", (run,)).fetchone()
+    return None if row is None else (row[0], row[1])
+
+
+def receipt_leaves(conn: sqlite3.Connection, first: int, last: int
+                   ) -> list[tuple[int, bytes]]:
+    """The receipts' log leaves with index in ``first .. last``, as (leaf index, bytes)."""
+    return [(i, bytes(leaf)) for i, leaf in conn.execute(
+        "SELECT leaf_index, leaf FROM job_leaves WHERE leaf_index BETWEEN ? AND ?"
+        " ORDER BY leaf_index", (first, last))]
+
+
+def has_tables(conn: sqlite3.Connection) -> bool:
+    """Whether the store has the job tables (a read-only reader of an older store: no)."""
+    return conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND"
+                        " name = 'job_leaves'").fetchone() is not None

@@ -1,0 +1,171 @@
+"""Jobs in the ledger's fold, on a real ledger (its SQLite store, its own batch fold): job
+events decided in stream order, the item gate's refusals by name, the receipt made when the
+last item closes or the job is sealed, appended to the fleet log after the message that
+sealed it, and the same bytes whichever way the stream is cut into batches or restarted."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+from nacl.signing import SigningKey
+
+from fleet.address import digest
+from fleet.fold.job_events import open_event, seal_event
+from fleet.jobs.job_id import JobTerms, encode_terms, item_unit, job_id
+from fleet.jobs.receipt import decode_receipt, receipt_leaf
+from fleet.log.leaf import leaf_kind
+from fleet.record.builder import RecordBuilder
+from fleet.subjects import DEFAULT_FLEET
+from ledger import job_store
+
+from fault_helpers import SealedRun, fold_in_random_batches, host_key, store_summary
+from grant_helpers import World, key
+
+JOB_SUBJECT = DEFAULT_FLEET.job_subject
+OWNER = key("job-owner")
+GRANTS = digest(b"job-test/grants")
+
+
+def job_terms(items: int, name: str = "eval", owner: SigningKey = OWNER,
+              grant: bytes | None = None, nonce: bytes = bytes(16)) -> JobTerms:
+    return JobTerms(name, items, bytes(owner.verify_key), nonce, grant)
+
+
+def item_run(job: bytes, index: int, host: str = "h1", grants: bytes = GRANTS) -> SealedRun:
+    return SealedRun(host, RecordBuilder(host_key(host), item_unit(job, index), grants))
+
+
+def open_job(world: World, items: int, **kw: object) -> bytes:
+    terms = job_terms(items, **kw)  # type: ignore[arg-type]
+    assert world.rule(JOB_SUBJECT, open_event(OWNER, encode_terms(terms))) == "accepted"
+    return job_id(terms)
+
+
+def finish(world: World, run: SealedRun, n: int = 0) -> list[str]:
+    """Execute once and close ``run``: the two decisions' rules."""
+    return [world.rule(run.subject, run.execute(n)), world.rule(run.subject,
+                                                                run.add(run.builder.close()))]
+
+
+def test_a_job_is_sealed_by_its_last_close_with_its_receipt_next_in_the_log(tmp_path: Path):
+    """Three items closed: the third close seals the job, the receipt's leaf is the next
+    leaf of the fleet log and states the log's size there, and nothing is missing."""
+    w = World(tmp_path)
+    job = open_job(w, 3)
+    for i in range(3):
+        assert finish(w, item_run(job, i), i) == ["accepted", "accepted"]
+    size = w.ledger.store.tree.size()
+    assert size == 7  # six segments and the receipt
+    row = job_store.job_row(w.ledger.store.conn, _text(job))
+    assert row is not None and row["sealed_seq"] == w.seq and row["leaf_index"] == 6
+    receipt = decode_receipt(row["receipt"])
+    assert receipt.log_size == 6 and receipt.missing == () and receipt.items == 3
+    [leaf] = w.ledger.store.leaves(6, 1)
+    assert leaf.raw == receipt_leaf(row["receipt"]) and leaf_kind(leaf.raw) == "job"
+
+
+def test_the_item_gate_refuses_by_name_and_keeps_folding(tmp_path: Path):
+    """A second run of an item, an index out of range and an item of a job never opened
+    are refused by name; the ledger folds the next message as before."""
+    w = World(tmp_path)
+    job = open_job(w, 2)
+    assert finish(w, item_run(job, 0))[0] == "accepted"
+    twin = item_run(job, 0, host="h2", grants=digest(b"other grants"))
+    assert w.rule(twin.subject, twin.execute()) == "DuplicateItem"
+    far = item_run(job, 2)
+    assert w.rule(far.subject, far.execute()) == "ItemOutOfRange"
+    stranger = item_run(digest(b"no such job"), 0)
+    assert w.rule(stranger.subject, stranger.execute()) == "UnknownJob"
+    plain = SealedRun("h1", RecordBuilder(host_key("h1"), digest(b"plain"), GRANTS))
+    assert w.rule(plain.subject, plain.execute()) == "accepted"
+    refused = {r["rule"] for r in w.ledger.store.rejections()}
+    assert refused == {"DuplicateItem", "ItemOutOfRange", "UnknownJob"}
+
+
+def test_a_job_sealed_early_lists_its_missing_items(tmp_path: Path):
+    """A seal event before every item closed: the receipt lists the items without a closed
+    run as missing, a later item run is JobSealed, a second seal too."""
+    w = World(tmp_path)
+    job = open_job(w, 4)
+    finish(w, item_run(job, 1))
+    open_only = item_run(job, 2)
+    assert w.rule(open_only.subject, open_only.execute()) == "accepted"
+    assert w.rule(JOB_SUBJECT, seal_event(OWNER, job)) == "accepted"
+    row = job_store.job_row(w.ledger.store.conn, _text(job))
+    assert row is not None
+    assert decode_receipt(row["receipt"]).missing == (0, 2, 3)
+    late = item_run(job, 3)
+    assert w.rule(late.subject, late.execute()) == "JobSealed"
+    assert w.rule(JOB_SUBJECT, seal_event(OWNER, job)) == "JobSealed"
+
+
+def test_job_events_are_refused_by_name(tmp_path: Path):
+    """An open signed by another key than its terms' issuer, a second open of the same
+    job, a seal of an unknown job and a seal by a stranger are each refused by name."""
+    w = World(tmp_path)
+    terms = encode_terms(job_terms(2))
+    assert w.rule(JOB_SUBJECT, open_event(key("mallory"), terms)) == "NotJobIssuer"
+    job = open_job(w, 2)
+    assert w.rule(JOB_SUBJECT, open_event(OWNER, terms)) == "JobExists"
+    assert w.rule(JOB_SUBJECT, seal_event(OWNER, digest(b"nothing"))) == "UnknownJob"
+    assert w.rule(JOB_SUBJECT, seal_event(key("mallory"), job)) == "NotJobOwner"
+    assert w.rule(JOB_SUBJECT, b"fleet.jev/1 not an event") == "MalformedJobEvent"
+
+
+def test_a_restarted_ledger_keeps_its_jobs(tmp_path: Path):
+    """The job book is rebuilt from the store: after a restart an item's twin is still
+    DuplicateItem and the job still seals on its last close."""
+    w = World(tmp_path)
+    job = open_job(w, 2)
+    finish(w, item_run(job, 0))
+    w.close()
+    w.open()
+    twin = item_run(job, 0, grants=digest(b"other"))
+    assert w.rule(twin.subject, twin.execute()) == "DuplicateItem"
+    finish(w, item_run(job, 1))
+    row = job_store.job_row(w.ledger.store.conn, _text(job))
+    assert row is not None and row["receipt"] is not None
+
+
+def test_the_receipt_is_the_same_whatever_the_batches(tmp_path: Path):
+    """One stream (a job of 12 items on three hosts, a twin, a seal of a second job) folded
+    in batches of random sizes: the same tree, root and receipt bytes every time."""
+    other = job_terms(3, name="second", nonce=b"\x01" * 16)
+    first = job_terms(12)
+    msgs: list[tuple[str, bytes]] = [(JOB_SUBJECT, open_event(OWNER, encode_terms(first))),
+                                     (JOB_SUBJECT, open_event(OWNER, encode_terms(other)))]
+    runs = [item_run(job_id(first), i, host=f"h{1 + i % 3}") for i in range(12)]
+    for step in range(3):
+        for i, r in enumerate(runs):
+            if step == 0:
+                msgs.append((r.subject, r.execute(i)))
+            elif step == 1 and i % 2:
+                msgs.append((r.subject, r.execute(100 + i)))
+            elif step == 2:
+                msgs.append((r.subject, r.add(r.builder.close())))
+        if step == 1:
+            twin = item_run(job_id(first), 5, grants=digest(b"twin"))
+            msgs.append((twin.subject, twin.execute()))
+            msgs.append((JOB_SUBJECT, seal_event(OWNER, job_id(other))))
+    stream = [(n + 1, s, d) for n, (s, d) in enumerate(msgs)]
+    seen = set()
+    for trial in range(4):
+        data = tmp_path / f"t{trial}"
+        World(data).close()
+        fold_in_random_batches(stream, data, random.Random(trial), 9)
+        summary = store_summary(data)
+        w = World(data)
+        rows = [job_store.job_row(w.ledger.store.conn, _text(j))
+                for j in (job_id(first), job_id(other))]
+        w.close()
+        seen.add((summary.size, summary.root, tuple(r["receipt"] for r in rows if r)))
+    assert len(seen) == 1
+    (size, _root, receipts), = seen
+    assert size == 12 * 2 + 6 + 2 and all(receipts) and len(receipts) == 2
+
+
+def _text(job: bytes) -> str:
+    from fleet.address import format_address
+
+    return format_address(job)
