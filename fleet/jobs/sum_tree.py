@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Iterable, Sequence
+from operator import add
 from typing import Final, NamedTuple
 
 from blake3 import blake3
@@ -87,6 +88,10 @@ _PRESENT = struct.Struct(">BI32s32s32s8QBQ")
 PRESENT_SIZE: Final = _PRESENT.size
 _MISSING = struct.Struct(">BI")
 MISSING_SIZE: Final = _MISSING.size
+_ENERGY_AT, _VERDICT_AT = 1 + 4 + 3 * 32, 1 + 4 + 3 * 32 + 8 * 8
+_COUNT = struct.Struct(">5I")
+_COUNTS: Final = {code: _COUNT.pack(*(int(c == code) for c in range(1, 6))) for code in VERDICTS}
+_MISSING_SUMS: Final = bytes(64) + _COUNT.pack(0, 0, 0, 0, 1)
 
 
 class Item(NamedTuple):
@@ -200,23 +205,28 @@ def decode_sums(data: bytes) -> tuple[int, ...]:
 
 def add_sums(a: bytes, b: bytes) -> bytes:
     """Two encoded sums added field by field, or :class:`SumOverflow`."""
-    total = [x + y for x, y in zip(_SUMS.unpack(a), _SUMS.unpack(b), strict=True)]
-    if any(t > m for t, m in zip(total, _LIMITS, strict=True)):
-        raise SumOverflow("a sum of the job's tree exceeds its field's width")
-    return _SUMS.pack(*total)
+    try:
+        # struct refuses a value past its field's width: the overflow check is the packing.
+        return _SUMS.pack(*map(add, _SUMS.unpack(a), _SUMS.unpack(b)))
+    except struct.error as exc:
+        raise SumOverflow("a sum of the job's tree exceeds its field's width") from exc
 
 
 def leaf_node(leaf: bytes) -> Node:
-    """``(leaf hash, leaf sums)`` of a leaf's bytes (decoded, so checked)."""
-    item = decode_item_leaf(leaf)
-    counts = [0] * 5
-    if isinstance(item, int):
-        counts[4] = 1
-        energy: tuple[int, ...] = (0,) * 8
+    """``(leaf hash, leaf sums)`` of a leaf's bytes. Only the form, length and verdict code
+    are checked here (what the sums read); :func:`decode_item_leaf` checks the rest."""
+    if len(leaf) == PRESENT_SIZE and leaf[0] == 1:
+        counts = _COUNTS.get(leaf[_VERDICT_AT])
+        if counts is None:
+            raise MalformedItemProof(f"a verdict code is 1 .. 4, got {leaf[_VERDICT_AT]}")
+        # A present leaf's 8 energies are already the sums' first 64 bytes.
+        sums = leaf[_ENERGY_AT:_VERDICT_AT] + counts
+    elif len(leaf) == MISSING_SIZE and leaf[0] == 0:
+        sums = _MISSING_SUMS
     else:
-        counts[item.verdict - 1] = 1
-        energy = item.energy
-    return blake3(LEAF_DOMAIN + leaf).digest(), _SUMS.pack(*energy, *counts)
+        raise MalformedItemProof(f"an item leaf is {PRESENT_SIZE} bytes after 0x01 or "
+                                 f"{MISSING_SIZE} after 0x00, got {len(leaf)}")
+    return blake3(LEAF_DOMAIN + leaf).digest(), sums
 
 
 def node_hash(left: Node, right: Node) -> Node:
