@@ -8,7 +8,7 @@ name. The shells never import one another; they meet through protocols in ``plum
 tests/test_core_purity.py, here statically so that an import inside a function counts.
 
 Inside the core, the subpackages keep an order of their own (CORE_ORDER: the root modules,
-record, log, env, runtime, grants, fold, then fleet.audit), and across all the packages no
+record, log, env, runtime, grants, jobs, fold, then fleet.audit), and across all the packages no
 modules import one another round a circle at module level (TYPE_CHECKING imports included).
 """
 
@@ -182,7 +182,7 @@ def test_the_fold_core_is_a_package_of_the_core():
 # fleet.audit reads the whole record, so it stands last.
 CORE_ORDER: tuple[str, ...] = (
     "fleet", "fleet.record", "fleet.log", "fleet.env", "fleet.runtime", "fleet.grants",
-    "fleet.fold", "fleet.audit",
+    "fleet.jobs", "fleet.fold", "fleet.audit",
 )
 
 

@@ -1,0 +1,411 @@
+"""The pure core of jobs (fleet/jobs/): terms and ids, item units, the Merkle-sum tree, the
+receipt and its log leaf, item proofs, and the forgeries each check exists to refuse."""
+
+from __future__ import annotations
+
+import dataclasses
+import struct
+
+import pytest
+from blake3 import blake3
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from fleet.jobs.item_proof import (
+    ItemProof,
+    decode_item_proof,
+    encode_item_proof,
+    item_proof,
+    verify_item_proof,
+)
+from fleet.jobs.job_errors import (
+    ItemCountMismatch,
+    ItemIndexMismatch,
+    ItemRunMismatch,
+    JobError,
+    JobIdMismatch,
+    JobRootMismatch,
+    JobTotalsMismatch,
+    MalformedItemProof,
+    MalformedJobTerms,
+    MalformedReceipt,
+    MissingItemsMismatch,
+    SumOverflow,
+    VerdictCountsMismatch,
+)
+from fleet.jobs.job_id import (
+    ITEM_MARK,
+    JobTerms,
+    decode_terms,
+    encode_terms,
+    item_run,
+    item_unit,
+    job_id,
+    job_tag,
+    parse_item_unit,
+)
+from fleet.jobs.receipt import (
+    Receipt,
+    decode_receipt,
+    encode_receipt,
+    item_leaves,
+    receipt_json,
+    receipt_leaf,
+    seal,
+    seal_leaves,
+    verify_receipt,
+)
+from fleet.jobs.sum_tree import (
+    Item,
+    decode_item_leaf,
+    encode_item_leaf,
+    inclusion_path,
+    item_of,
+    leaf_node,
+    node_hash,
+    subtree_root,
+)
+from fleet.log.leaf import (
+    decode_job_leaf,
+    decode_leaf,
+    encode_job_leaf,
+    encode_leaf,
+    leaf_kind,
+)
+from fleet.log.log_errors import MalformedLeaf
+from fleet.record.kernel import Energy, RunState, genesis
+from fleet.record.wait_proof import Blocked, WaitTracker
+
+from job_helpers import item, items, seed, terms
+
+# -- terms, ids, units --------------------------------------------------------------------
+
+
+def test_terms_round_trip_and_every_field_changes_the_job_id():
+    """Terms decode to themselves, and changing any one field gives another job id."""
+    base = terms(10, grant=seed("g"))
+    assert decode_terms(encode_terms(base)) == base
+    assert decode_terms(encode_terms(terms(3))) == terms(3)
+    variants = [dataclasses.replace(base, name="other"), dataclasses.replace(base, items=11),
+                dataclasses.replace(base, issuer=seed("x")),
+                dataclasses.replace(base, nonce=bytes(16)),
+                dataclasses.replace(base, grant=None), dataclasses.replace(base, grant=seed("h"))]
+    ids = {job_id(v) for v in variants} | {job_id(base)}
+    assert len(ids) == len(variants) + 1
+
+
+@pytest.mark.parametrize("change", [
+    {"name": ""}, {"name": "a\nb"}, {"name": "x" * 129}, {"items": 0}, {"items": 2**32},
+    {"issuer": bytes(31)}, {"nonce": bytes(17)}, {"grant": bytes(5)},
+])
+def test_bad_terms_are_refused_by_name(change):
+    """An empty or unprintable or long name, 0 or 2**32 items, short keys: MalformedJobTerms."""
+    with pytest.raises(MalformedJobTerms):
+        encode_terms(dataclasses.replace(terms(4), **change))
+
+
+def test_non_canonical_terms_bytes_are_refused():
+    """Trailing bytes, a grant flag of 2, a cut name: MalformedJobTerms."""
+    good = encode_terms(terms(4))
+    for bad in (good + b"\x00", good[:52] + b"\x02" + good[53:], good[:-1], good[:40]):
+        with pytest.raises(MalformedJobTerms):
+            decode_terms(bad)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.binary(min_size=32, max_size=32), st.integers(0, 2**32 - 2))
+def test_an_item_unit_names_its_job_tag_and_index(job, index):
+    """parse_item_unit(item_unit(job, i)) is (job[:20], i), and the unit is 32 bytes."""
+    unit = item_unit(job, index)
+    assert len(unit) == 32 and unit.startswith(ITEM_MARK)
+    assert parse_item_unit(unit) == (job_tag(job), index)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.binary(min_size=32, max_size=32).filter(lambda b: not b.startswith(ITEM_MARK)))
+def test_an_ordinary_unit_is_not_an_item(unit):
+    """A unit without the 8-byte item mark parses to None (an ordinary run)."""
+    assert parse_item_unit(unit) is None
+
+
+def test_an_item_run_is_bound_to_its_job_and_index():
+    """The run id is genesis(item unit, grants): another job, index or grants changes it."""
+    a, b, g = job_id(terms(5)), job_id(terms(5, name="b")), seed("grants")
+    assert item_run(a, 2, g) == genesis(item_unit(a, 2), g)
+    assert len({item_run(a, 2, g), item_run(b, 2, g), item_run(a, 3, g),
+                item_run(a, 2, seed("x"))}) == 4
+
+
+# -- the tree -----------------------------------------------------------------------------
+
+
+def _reference_root(nodes):
+    """RFC 9162 MTH by its recursive definition (split at the largest power of two < n)."""
+    n = len(nodes)
+    if n == 1:
+        return nodes[0]
+    k = 1 << ((n - 1).bit_length() - 1)
+    left, right = _reference_root(nodes[:k]), _reference_root(nodes[k:])
+    total = struct.pack(">8Q5I", *(x + y for x, y in zip(struct.unpack(">8Q5I", left[1]),
+                                                          struct.unpack(">8Q5I", right[1]),
+                                                          strict=True)))
+    return (blake3(b"fleet.jobnode/1" + left[0] + left[1] + right[0] + right[1]).digest(),
+            total)
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 4, 5, 7, 8, 9, 13, 16, 17, 33])
+def test_the_tree_is_rfc9162_shaped(n):
+    """The bottom-up root equals the RFC's recursive split, for sizes around powers of two."""
+    t = terms(n)
+    nodes = [leaf_node(leaf) for leaf in item_leaves(t, items(t, missing=(n // 2,)))]
+    assert subtree_root(nodes) == _reference_root(nodes)
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 5, 8, 11])
+def test_every_item_of_a_job_proves_against_its_receipt(n):
+    """Each item's proof, through its bytes, verifies and returns what its leaf states."""
+    t = terms(n)
+    its = items(t, missing=(1,) if n > 1 else ())
+    r = seal(t, its, log_size=9)
+    leaves = item_leaves(t, its)
+    for i in range(n):
+        proof = decode_item_proof(encode_item_proof(item_proof(job_id(t), leaves, i)))
+        got = verify_item_proof(proof, r)
+        assert got == (i if its[i] is None else its[i])
+
+
+def test_the_receipt_sums_every_item():
+    """Root sums are the items' energy by source and provenance and their verdict counts."""
+    t = terms(6)
+    its = items(t, missing=(4,))
+    r = seal(t, its, 3)
+    present = [x for x in its if x is not None]
+    assert r.sums[:8] == tuple(sum(x.energy[k] for x in present) for k in range(8))
+    assert r.sums[8:] == (1, 2, 1, 1, 1) and r.missing == (4,)
+    j = receipt_json(r)
+    assert j["energy"]["total_uj"] == sum(r.sums[:8])
+    assert j["verdicts"] == {"NonBlocking": 1, "Blocked": 2, "Malformed": 1, "Unproved": 1}
+
+
+def test_an_item_is_made_from_a_run_state():
+    """item_of reads the run id, grants, head, energy and verdict of a run's state."""
+    t = terms(2)
+    g = seed("grants")
+    st_ = RunState(item_unit(job_id(t), 1), g, item_run(job_id(t), 1, g), seed("head"), 3,
+                   energy=Energy({"measured": 5, "estimated": 1}, {"measured": 2,
+                                 "estimated": 0}), wait=WaitTracker(accounted=1, first_blocked=2))
+    it = item_of(1, st_)
+    assert it.energy == (5, 1, 2, 0, 0, 0, 0, 0) and (it.verdict, it.segment) == (2, 2)
+    assert seal(t, [None, it], 0).sums[9] == 1
+    assert isinstance(Blocked(2), Blocked)
+
+
+# -- the receipt and its leaf -------------------------------------------------------------
+
+
+def test_receipt_bytes_round_trip_and_its_leaf_is_a_job_leaf():
+    """A receipt decodes to itself; its log leaf is the job kind, never a run leaf."""
+    t = terms(5, grant=seed("grants"))
+    r = seal(t, items(t, missing=(0, 3)), 77)
+    data = encode_receipt(r)
+    assert decode_receipt(data) == r
+    leaf = receipt_leaf(data)
+    assert leaf_kind(leaf) == "job" and decode_job_leaf(leaf).job == job_id(t)
+    with pytest.raises(MalformedLeaf):
+        decode_leaf(leaf)
+    run_leaf = encode_leaf(seed("run"), 1, seed("head"))
+    assert leaf_kind(run_leaf) == "run"
+    with pytest.raises(MalformedLeaf):
+        decode_job_leaf(run_leaf)
+    with pytest.raises(MalformedLeaf):
+        leaf_kind(encode_job_leaf(seed("j"), seed("r"))[:-1])
+
+
+def test_a_receipt_that_contradicts_itself_does_not_decode():
+    """Counts not adding up to the item count, a missing list out of order or of the wrong
+    length, trailing bytes: MalformedReceipt."""
+    t = terms(5)
+    r = seal(t, items(t, missing=(1, 3)), 1)
+    data = encode_receipt(r)
+    for bad in (data + b"\x00", data[:-4], data[:-8] + data[-4:] + data[-8:-4]):
+        with pytest.raises(MalformedReceipt):
+            decode_receipt(bad)
+    with pytest.raises(MalformedReceipt):
+        encode_receipt(dataclasses.replace(r, sums=(*r.sums[:8], 9, 0, 0, 0, 2)))
+
+
+# -- forgeries ----------------------------------------------------------------------------
+
+
+def _forge(t: JobTerms, leaves: list[bytes], log_size: int = 1) -> Receipt:
+    """A sealer's receipt over leaves of its choosing (consistent with itself)."""
+    return seal_leaves(t, leaves, log_size)
+
+
+def test_a_receipt_under_reporting_one_item_fails():
+    """Lowering item 2's energy in its leaf gives a self-consistent receipt: the items'
+    records refuse it (JobTotalsMismatch) and so does item 2's honest proof (JobRootMismatch)."""
+    t = terms(6)
+    its = items(t)
+    leaves = item_leaves(t, its)
+    low = its[2]._replace(energy=(0, *its[2].energy[1:]))
+    forged = _forge(t, [*leaves[:2], encode_item_leaf(low), *leaves[3:]])
+    with pytest.raises(JobTotalsMismatch) as e:
+        verify_receipt(forged, its)
+    assert e.value.expected + its[2].energy[0] == e.value.calculated
+    with pytest.raises(JobRootMismatch):
+        verify_item_proof(item_proof(job_id(t), leaves, 2), forged)
+    verify_receipt(seal(t, its, 1), its)
+
+
+def test_a_receipt_dropping_an_item_fails():
+    """Listing a present item as missing is MissingItemsMismatch; a tree one leaf short
+    cannot even be a receipt of the job (its counts do not add up: MalformedReceipt)."""
+    t = terms(6)
+    its = items(t)
+    leaves = item_leaves(t, its)
+    forged = _forge(t, [*leaves[:3], encode_item_leaf(3), *leaves[4:]])
+    with pytest.raises(MissingItemsMismatch):
+        verify_receipt(forged, its)
+    with pytest.raises(MissingItemsMismatch):
+        verify_item_proof(item_proof(job_id(t), leaves, 3), forged)
+    with pytest.raises(MalformedReceipt):
+        _forge(t, leaves[:3] + leaves[4:])
+
+
+def test_a_receipt_counting_an_item_twice_fails():
+    """Item 1's leaf again in item 4's place: the records refuse the receipt, and the proof
+    at position 4 is refused (ItemIndexMismatch), or with the index rewritten, its run
+    (ItemRunMismatch)."""
+    t = terms(6)
+    its = items(t)
+    leaves = item_leaves(t, its)
+    twice = [*leaves[:4], leaves[1], *leaves[5:]]
+    forged = _forge(t, twice)
+    with pytest.raises(JobTotalsMismatch):
+        verify_receipt(forged, its)
+    proof = item_proof(job_id(t), twice, 4)
+    with pytest.raises(ItemIndexMismatch):
+        verify_item_proof(proof, forged)
+    moved = its[1]._replace(index=4)
+    twice = [*leaves[:4], encode_item_leaf(moved), *leaves[5:]]
+    with pytest.raises(ItemRunMismatch):
+        verify_item_proof(item_proof(job_id(t), twice, 4), _forge(t, twice))
+
+
+def test_an_item_of_another_job_cannot_be_counted():
+    """A run bound to job A, put into job B's tree at the same index: ItemRunMismatch, in
+    the receipt check and in the proof."""
+    a, b = terms(3, name="a"), terms(3, name="b")
+    stranger = item(a, 1)
+    its = items(b)
+    its[1] = stranger
+    with pytest.raises(ItemRunMismatch):
+        seal(b, its, 1)
+    leaves = item_leaves(b, items(b))
+    leaves[1] = encode_item_leaf(stranger)
+    with pytest.raises(ItemRunMismatch):
+        verify_item_proof(item_proof(job_id(b), leaves, 1), _forge(b, leaves))
+
+
+def test_a_job_with_a_grant_takes_only_items_under_it():
+    """An item run under other grants than the job's grant: ItemRunMismatch."""
+    t = terms(2, grant=seed("g"))
+    stray = item(t, 0, grants=seed("other"))
+    with pytest.raises(ItemRunMismatch):
+        seal(t, [stray, item(t, 1)], 0)
+
+
+def test_a_proof_against_the_wrong_receipt_is_refused_by_name():
+    """Another job's receipt: JobIdMismatch; a cut path: MalformedItemProof; totals edited
+    after sealing: JobTotalsMismatch / VerdictCountsMismatch."""
+    t, u = terms(4), terms(4, name="u")
+    its = items(t)
+    leaves = item_leaves(t, its)
+    r = seal(t, its, 2)
+    proof = item_proof(job_id(t), leaves, 1)
+    with pytest.raises(JobIdMismatch):
+        verify_item_proof(proof, seal(u, items(u), 2))
+    with pytest.raises(ItemCountMismatch):
+        verify_item_proof(dataclasses.replace(proof, items=5), r)
+    with pytest.raises(MalformedItemProof):
+        verify_item_proof(dataclasses.replace(proof, path=proof.path[:-1]), r)
+    edited = list(r.sums)
+    edited[0] -= 1
+    with pytest.raises(JobTotalsMismatch):
+        verify_item_proof(proof, dataclasses.replace(r, sums=tuple(edited)))
+    counts = (*r.sums[:8], r.sums[8] - 1, r.sums[9] + 1, *r.sums[10:])
+    with pytest.raises(VerdictCountsMismatch):
+        verify_item_proof(proof, dataclasses.replace(r, sums=counts))
+
+
+def test_sums_overflow_is_refused_never_wrapped():
+    """Two items of 2**64 - 1 uJ each cannot be summed: SumOverflow, no wrapped total."""
+    t = terms(2)
+    big = [item(t, i)._replace(energy=(2**64 - 1,) + (0,) * 7) for i in range(2)]
+    with pytest.raises(SumOverflow):
+        seal(t, big, 0)
+
+
+def _naive_node(left, right):
+    """A node that binds only its children's hashes and its own total (no per-child sums)."""
+    total = tuple(x + y for x, y in zip(left[1], right[1], strict=True))
+    return blake3(b"naive" + left[0] + right[0] + struct.pack(">2Q", *total)).digest(), total
+
+
+def test_binding_each_childs_sums_defeats_the_split_sum_forgery():
+    """WITHOUT per-child sums, a sealer lowers the total by d and gives each item a proof
+    whose sibling sum is lowered by d: both proofs verify. WITH them (our node), the same
+    forgery fails for one of the two items whichever root the sealer commits to."""
+    a, b, d = (b"A" * 32, (50, 0)), (b"B" * 32, (70, 0)), 30
+    forged = _naive_node(a, (b[0], (b[1][0] - d, 0)))
+    assert _naive_node(a, (b[0], (b[1][0] - d, 0))) == forged  # a's proof verifies
+    assert _naive_node((a[0], (a[1][0] - d, 0)), b) == forged  # and so does b's
+    assert forged[1][0] == 50 + 70 - d  # under a total that hides d
+
+    t = terms(2)
+    leaves = item_leaves(t, items(t))
+    na, nb = (leaf_node(x) for x in leaves)
+    lower = struct.pack(">8Q5I", *(max(v - d, 0) if k == 0 else v for k, v in
+                                   enumerate(struct.unpack(">8Q5I", nb[1]))))
+    root, sums = node_hash(na, (nb[0], lower))
+    r = Receipt(t, root, struct.unpack(">8Q5I", sums), 0)
+    verify_item_proof(ItemProof(job_id(t), 2, 0, leaves[0], ((nb[0], lower),)), r)
+    lower_a = struct.pack(">8Q5I", *(max(v - d, 0) if k == 0 else v for k, v in
+                                     enumerate(struct.unpack(">8Q5I", na[1]))))
+    with pytest.raises(JobRootMismatch):
+        verify_item_proof(ItemProof(job_id(t), 2, 1, leaves[1], ((na[0], lower_a),)), r)
+    with pytest.raises(JobRootMismatch):
+        verify_item_proof(ItemProof(job_id(t), 2, 1, leaves[1], ((na[0], na[1]),)), r)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(1, 40), st.data())
+def test_any_single_leaf_edit_breaks_its_own_proof(n, data):
+    """Flip one byte of any item's leaf in a proof (keeping it decodable): never verifies."""
+    t = terms(n)
+    its = items(t)
+    leaves = item_leaves(t, its)
+    r = seal(t, its, 0)
+    i = data.draw(st.integers(0, n - 1))
+    proof = item_proof(job_id(t), leaves, i)
+    pos = data.draw(st.integers(1, len(leaves[i]) - 1))
+    bad = bytearray(leaves[i])
+    bad[pos] ^= 1 << data.draw(st.integers(0, 7))
+    with pytest.raises(JobError):
+        verify_item_proof(dataclasses.replace(proof, leaf=bytes(bad)), r)
+
+
+def test_leaf_bytes_round_trip_and_bad_leaves_are_refused():
+    """Present and missing leaves decode to what they state; other forms are refused."""
+    t = terms(3)
+    it = item(t, 2)
+    assert decode_item_leaf(encode_item_leaf(it)) == it
+    assert decode_item_leaf(encode_item_leaf(2)) == 2
+    for bad in (b"", b"\x02" + bytes(4), encode_item_leaf(it)[:-1], b"\x00\xff\xff\xff\xff"):
+        with pytest.raises(MalformedItemProof):
+            decode_item_leaf(bad)
+    with pytest.raises(MalformedItemProof):
+        encode_item_leaf(Item(0, bytes(32), bytes(32), bytes(32), (0,) * 8, 2, 0))
+    with pytest.raises(MalformedItemProof):
+        inclusion_path([leaf_node(encode_item_leaf(0))], 1)
