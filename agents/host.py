@@ -47,6 +47,7 @@ from fleet.address import format_address
 from fleet.env.manifest import Manifest
 from fleet.env.manifest_errors import EnvironmentMismatch
 from fleet.errors import ManifestMismatch
+from fleet.jobs.job_id import item_unit
 from fleet.log.note import Verifier
 from fleet.record.attestation import Attestation
 from fleet.record.builder import RecordBuilder, execute_segment
@@ -129,6 +130,12 @@ class Host:
         if saved is not None:
             builder.state = decode_state(saved)
         return HostRun(self, builder)
+
+    def open_item_run(self, job: bytes, index: int, grants_id: bytes) -> HostRun:
+        """Start (or pick up) item ``index`` of ``job`` as a run of this host: its unit is
+        the item's (:func:`fleet.jobs.job_id.item_unit`), so its genesis binds the job and
+        the index, and the ledger holds it to the job (``docs/jobs.md``)."""
+        return self.open_run(item_unit(job, index), grants_id)
 
     @contextmanager
     def starting_run(self, unit_id: bytes, grants_id: bytes) -> Iterator[HostRun]:

@@ -18,7 +18,7 @@ import math
 import os
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -53,17 +53,19 @@ class Step:
     style: str = "handoff"
 
 
-def plan(rng: random.Random) -> list[Step]:
+def plan(rng: random.Random, close: bool = False) -> list[Step]:
     """A run's steps: 1-3 executes, then 0-2 park/resume cycles each followed by executes.
 
     About one run in ten waits inside an interval and one in ten leaves an interval
-    unaccounted, so the fleet's wait proofs are not all the same verdict."""
+    unaccounted, so the fleet's wait proofs are not all the same verdict. About one in ten
+    never closes, unless ``close`` (a job's item: its job is sealed by its items' closes)."""
     kinds = [("executed", "") for _ in range(rng.randint(1, 3))]
     for _ in range(rng.randint(0, 2)):
         form = rng.choice(["image", "transcript"])
         kinds += [("suspended", form), ("resumed", form)]
         kinds += [("executed", "") for _ in range(rng.randint(1, 2))]
-    if rng.random() < 0.9:
+    closes = rng.random() < 0.9  # drawn either way: an item's plan is its run's otherwise
+    if close or closes:
         kinds.append(("closed", ""))
     style = rng.choices(["handoff", "waits", "silent"], weights=[8, 1, 1])[0]
     return [Step(kind, form, style) for kind, form in kinds]
@@ -193,14 +195,16 @@ class Migration:
         then one in about ``1 / fraction``, so even a short simulation moves one."""
         return math.ceil((parking + 1) * self.fraction) > math.ceil(parking * self.fraction)
 
-    def offer(self, host: str, run: HostRun, host_salt: bytes, number: int) -> None:
+    def offer(self, host: str, run: HostRun, host_salt: bytes, number: int,
+              item: bool = False) -> None:
         offers = self.folder / "offered"
         offers.mkdir(parents=True, exist_ok=True)
         name = f"{host}.{run_token(run.run)}.json"
         if any((self.folder / "claimed").glob(f"*.{name}")):
             return  # offered before a restart, and taken already
 
-        doc = {"run": run.run, "from": host, "salt": host_salt.hex(), "number": number}
+        doc = {"run": run.run, "from": host, "salt": host_salt.hex(), "number": number,
+               "item": item}
         write_atomically(offers / name, json.dumps(doc).encode())
 
     def done(self, host: str) -> None:
@@ -235,10 +239,13 @@ def run_environment(environments: list[Manifest], number: int) -> Manifest:
 
 
 def record_runs(host: Host, runs: int, migration: Migration | None = None,
-                grants: SimGrants | None = None) -> int:
+                grants: SimGrants | None = None,
+                items: Sequence[tuple[bytes, int]] | None = None) -> int:
     """Record every planned step of ``runs`` runs on ``host`` (a migrating run only up to its
     first park, then offered to the other hosts); returns segments written. With ``grants``
-    each run is opened under its own grant (already issued), else under a placeholder id."""
+    each run is opened under its own grant (already issued), else under a placeholder id.
+    With ``items`` ((job, index) each), run ``n`` is item ``items[n]`` of its job
+    (:meth:`agents.host.Host.open_item_run`) and always closes."""
     s = salt(host.dir)
     environments = host_manifests(host)
     active: list[tuple[HostRun, list[Step], int]] = []
@@ -251,19 +258,21 @@ def record_runs(host: Host, runs: int, migration: Migration | None = None,
         else:
             grants_id = grants.grants_id(number, run_environment(environments, number).digest)
         rng = random.Random(s + b"%d" % number)
-        steps = plan(rng)
+        steps = plan(rng, close=items is not None)
         if migration is not None and any(st.kind == "suspended" for st in steps):
             if migration.moves(parking):
                 moving.add(number)
             parking += 1
-        active.append((host.open_run(unit, grants_id), steps, number))
+        opened = (host.open_run(unit, grants_id) if items is None
+                  else host.open_item_run(*items[number], grants_id))
+        active.append((opened, steps, number))
     written = 0
     while active:
         still = []
         for run, steps, number in active:
             if number in moving and run.state.phase == "parked":
                 assert migration is not None
-                migration.offer(host.name, run, s, number)
+                migration.offer(host.name, run, s, number, items is not None)
                 continue
             if advance(run, steps, number, run_environment(environments, number)):
                 written += 1
@@ -288,7 +297,8 @@ def adopt_offers(host: Host, migration: Migration, deadline_s: float = 120.0) ->
             continue
         run = _adopt(host, migration, offer["run"], end)
         number = offer["number"]
-        steps = plan(random.Random(bytes.fromhex(offer["salt"]) + b"%d" % number))
+        steps = plan(random.Random(bytes.fromhex(offer["salt"]) + b"%d" % number),
+                     close=bool(offer.get("item")))
         # The same declaration the offering host parked in (every host signs the same
         # samples, in the same order: the same manifest addresses).
         environment = run_environment(environments, number)
@@ -313,12 +323,14 @@ async def simulate_host(name: str, host_dir: Path, runs: int, servers: list[str]
                         nkey: Path | None = None, drain_timeout: float = 120.0,
                         on_progress: Callable[[int, int], None] | None = None,
                         migration: Migration | None = None, fleet: str = "fleet",
-                        grants: SimGrants | None = None) -> dict:
+                        grants: SimGrants | None = None,
+                        items: Sequence[tuple[bytes, int]] | None = None) -> dict:
     """Record ``runs`` runs and publish everything; returns counts. ``on_progress`` is
     called now and then with (segments acked so far, segments still pending). With
     ``migration``, some runs are handed to the other simulated hosts at a park, and this
     host adopts and finishes theirs. With ``grants``, each run's grant is issued (its event
-    acknowledged by the stream) before any segment is written."""
+    acknowledged by the stream) before any segment is written. With ``items``, the runs
+    are those job items (``runs`` is their count)."""
     host = Host(name, host_dir, fleet=fleet)
     if migration is not None:
         host.ledger = (migration.source, migration.ledger_keys)
@@ -350,7 +362,7 @@ async def simulate_host(name: str, host_dir: Path, runs: int, servers: list[str]
                 return await work
 
             written = await publish_while(loop.run_in_executor(None, record_runs, host, runs,
-                                                               migration, grants))
+                                                               migration, grants, items))
             adopted = 0
             if migration is not None:
                 # Everything offered must be sent before another host can adopt it.

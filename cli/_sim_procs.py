@@ -10,10 +10,11 @@ from pathlib import Path
 def simulator_command(name: str, runs: int, url: str, host_dir: Path,
                       enroll_into: Path | None = None, nkey: Path | None = None,
                       migrate: tuple[float, str, Path, int] | None = None,
-                      grant_hosts: list[str] | None = None, seed: str | None = None
-                      ) -> list[str]:
+                      grant_hosts: list[str] | None = None, seed: str | None = None,
+                      job_share: tuple[str, str] | None = None) -> list[str]:
     """``migrate``: (fraction, the ledger's verifier key, the hand-off folder, peers);
-    ``grant_hosts``: the hosts the runs' grants allow (the whole simulated fleet)."""
+    ``grant_hosts``: the hosts the runs' grants allow (the whole simulated fleet);
+    ``job_share``: (job id, ``OFFSET/STRIDE/ITEMS``) of the items this host records."""
     cmd = [sys.executable, "-m", "cli", "host", "simulate", "--hosts", "1",
            "--name", name, "--runs", str(runs), "--nats", url, "--data", str(host_dir),
            "--json"]
@@ -25,6 +26,8 @@ def simulator_command(name: str, runs: int, url: str, host_dir: Path,
         cmd += ["--enroll-into", str(enroll_into)]
     if nkey is not None:
         cmd += ["--nkey", str(nkey)]
+    if job_share is not None:
+        cmd += ["--job-id", job_share[0], "--job-share", job_share[1]]
     if migrate is not None:
         fraction, vkey, folder, peers = migrate
         cmd += ["--migrate", str(fraction), "--vkey", vkey, "--handoff", str(folder),
@@ -36,13 +39,15 @@ def spawn_simulators(hosts: int, runs: int, url: str, base: Path,
                      enroll_into: Path | None = None, prefix: str = "host",
                      log_dir: Path | None = None, nkey: Path | None = None,
                      migrate: float = 0.0, vkey: str | None = None,
-                     seed: str | None = None) -> list[subprocess.Popen[str]]:
+                     seed: str | None = None, job: tuple[str, int] | None = None
+                     ) -> list[subprocess.Popen[str]]:
     """Start ``hosts`` simulator processes, host folders under ``base``; with ``migrate``
     (and the ledger's ``vkey``), that fraction of runs moves between them at a park.
 
     Their output is piped (read it with ``communicate()``), or with ``log_dir`` appended to
     ``<log_dir>/<name>.log``: a caller that does not read the pipes must use files, or a
-    chatty simulator blocks once a pipe is full.
+    chatty simulator blocks once a pipe is full. ``job``: (job id, items): item ``i`` is
+    recorded by host ``i mod hosts``.
     """
     procs = []
     names = [f"{prefix}{i}" for i in range(1, hosts + 1)]
@@ -52,8 +57,9 @@ def spawn_simulators(hosts: int, runs: int, url: str, base: Path,
         if migrate > 0:
             assert vkey is not None, "moving runs needs the ledger's verifier key"
             moving = (migrate, vkey, base / "handoff", hosts)
+        share = None if job is None else (job[0], f"{i - 1}/{hosts}/{job[1]}")
         cmd = simulator_command(name, runs, url, base / name, enroll_into, nkey, moving,
-                                names, seed)
+                                names, seed, share)
         if log_dir is None:
             procs.append(subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                           text=True, stdin=subprocess.DEVNULL))

@@ -222,16 +222,23 @@ def publish_grant_event(url: str, nkey: Path | None, data: bytes, retry: bool = 
     took it for a duplicate of the same event (then the sequence is the earlier copy's), and
     the ledger's decision there. ``retry``: a fresh id (:func:`fleet.address.retry_id`), so
     the event is stored and decided again."""
+    from fleet.fold.grant_events import decode_event, event_id
+    from fleet.subjects import fleet_names
+
+    return publish_signed(url, nkey, fleet_names(FLEET["name"]).grant_subject, data,
+                          event_id(data), decode_event(data).kind_name, retry)
+
+
+def publish_signed(url: str, nkey: Path | None, subject: str, data: bytes, msg_id: str,
+                   kind_name: str, retry: bool = False) -> dict[str, Any]:
+    """Publish one signed event (a grant or job event) as the ``issuer`` NATS user (with
+    ``nkey``): :func:`publish_grant_event`'s report."""
     import secrets
 
     from cli.operator_cmds import _publish, ledger_decision
     from fleet.address import digest, format_address, retry_id
-    from fleet.fold.grant_events import decode_event, event_id
-    from fleet.subjects import fleet_names
     from ledger.nats_config import ISSUER, inbox_prefix
 
-    subject = fleet_names(FLEET["name"]).grant_subject
-    msg_id = event_id(data)
     if retry:
         msg_id = retry_id(msg_id, secrets.token_bytes(8))
     inbox = inbox_prefix(ISSUER) if nkey else None
@@ -242,7 +249,7 @@ def publish_grant_event(url: str, nkey: Path | None, data: bytes, retry: bool = 
         hint = (f" (no stream takes {subject}: is a ledger of fleet {FLEET['name']!r} "
                 "running?)" if "no response from stream" in str(exc) else "")
         raise UserError(f"cannot publish the event to {url}: {exc}{hint}") from None
-    return {"event": decode_event(data).kind_name, "id": msg_id,
+    return {"event": kind_name, "id": msg_id,
             "address": format_address(digest(data)), "stream_seq": stream_seq,
             "subject": subject, "duplicate": duplicate,
             "decision": ledger_decision(url, nkey, stream_seq, inbox)}

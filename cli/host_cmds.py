@@ -163,11 +163,18 @@ def host_rekey(name: str, pubkey: str, data: Path | None, url: str | None,
 @click.option("--grant-hosts", hidden=True,
               help="The hosts each run's grant allows, comma separated (default: all the "
                    "simulated hosts).")
+@click.option("--job", "job_items", type=click.IntRange(1),
+              help="Open a job of N items first and fan its items out over the hosts "
+                   "(item i on host i mod --hosts; --runs is then ignored).")
+@click.option("--job-id", hidden=True, help="The job this host records items of.")
+@click.option("--job-share", hidden=True,
+              help="OFFSET/STRIDE/ITEMS: this host's items of --job-id.")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON summary.")
 def host_simulate(hosts: int, runs: int, url: str, data: Path, name: str | None,
                   nkey: Path | None, enroll_into: Path | None, migrate: float,
                   vkey: str | None, handoff: Path | None, peers: int | None, seed: str,
-                  grant_hosts: str | None, as_json: bool) -> None:
+                  grant_hosts: str | None, job_items: int | None, job_id: str | None,
+                  job_share: str | None, as_json: bool) -> None:
     """Record and stream simulated runs; a killed simulator resumes where it stopped.
 
     Each run is opened under a grant of its own, issued (on the fleet's grant subject)
@@ -175,6 +182,16 @@ def host_simulate(hosts: int, runs: int, url: str, data: Path, name: str | None,
     --nkey a host's NATS user may not publish grant events (the issuer is another
     principal), so runs then carry a placeholder grant id and no grant."""
     servers = split_servers(url)
+    job = None
+    if job_items is not None:
+        if nkey is not None:
+            raise UserError("--job opens a job on the job subject, which a host's NATS user "
+                            "may not publish to: run it without --nkey")
+        from cli.job_cmds import open_sim_job
+
+        job_id, _report = open_sim_job(url, seed, job_items)
+        job = {"job": job_id, "items": job_items}
+        job_share = f"0/1/{job_items}"
     if migrate > 0 and vkey is None:
         raise UserError("--migrate needs --vkey: the ledger's verifier key (ledger.vkey)")
     if migrate > 0 and hosts == 1 and (handoff is None or peers is None):
@@ -187,7 +204,9 @@ def host_simulate(hosts: int, runs: int, url: str, data: Path, name: str | None,
         host_name = name or "host"
         allowed = grant_hosts.split(",") if grant_hosts else [host_name]
         summary = _one_host(host_name, data, runs, servers, nkey, enroll_into, moving,
-                            url, (seed, allowed))
+                            url, (seed, allowed), _items(job_id, job_share))
+        if job is not None:
+            summary["job"] = job
         if as_json:
             emit_json(summary)
         else:
@@ -199,7 +218,8 @@ def host_simulate(hosts: int, runs: int, url: str, data: Path, name: str | None,
     from cli._sim_procs import spawn_simulators
 
     procs = spawn_simulators(hosts, runs, url, data, enroll_into, name or "host", nkey=nkey,
-                             migrate=migrate, vkey=vkey, seed=seed)
+                             migrate=migrate, vkey=vkey, seed=seed,
+                             job=None if job is None else (job["job"], job_items or 0))
     import signal
     import sys
     from concurrent.futures import ThreadPoolExecutor, wait
@@ -226,8 +246,10 @@ def host_simulate(hosts: int, runs: int, url: str, data: Path, name: str | None,
         else:
             failed.append((err.strip().splitlines() or ["?"])[-1])
     if as_json:
-        emit_json({"hosts": results, "failed": failed})
+        emit_json({"hosts": results, "failed": failed, **({} if job is None else {"job": job})})
     else:
+        if job is not None:
+            click.echo(f"job {job['job']}: {job['items']} items over {hosts} hosts")
         for r in results:
             click.echo(f"{r['host']}: {r['segments_written']} segments in {r['runs']} runs")
             for run_id, reason in sorted(r.get("stopped_runs", {}).items()):
@@ -236,10 +258,27 @@ def host_simulate(hosts: int, runs: int, url: str, data: Path, name: str | None,
         raise CheckFailed(f"{len(failed)} simulated hosts failed: {failed[0]}")
 
 
+def _items(job_id: str | None, share: str | None) -> list[tuple[bytes, int]] | None:
+    """The (job, index) items of ``--job-id`` and ``--job-share OFFSET/STRIDE/ITEMS``."""
+    if job_id is None or share is None:
+        return None
+    from fleet.address import parse_address
+    from fleet.errors import FleetError
+
+    try:
+        job = parse_address(job_id)
+        offset, stride, items = (int(p) for p in share.split("/"))
+    except (FleetError, ValueError):
+        raise UserError(f"--job-id {job_id!r} --job-share {share!r}: a job id and "
+                        "OFFSET/STRIDE/ITEMS") from None
+    return [(job, i) for i in range(offset, items, stride)]
+
+
 def _one_host(name: str, host_dir: Path, runs: int, servers: list[str], nkey: Path | None,
               enroll_into: Path | None,
               moving: tuple[float, str, Path, int] | None = None, url: str = "",
-              grants: tuple[str, list[str]] | None = None) -> dict:
+              grants: tuple[str, list[str]] | None = None,
+              items: list[tuple[bytes, int]] | None = None) -> dict:
     from agents.host import HostKeyError, load_or_create_key
     from agents.simulate import simulate_host
     from fleet.record.seal import encode_key
@@ -299,9 +338,10 @@ def _one_host(name: str, host_dir: Path, runs: int, servers: list[str], nkey: Pa
         except ValueError as exc:
             raise UserError(f"--grant-hosts: {exc}") from None
     try:
-        return asyncio.run(simulate_host(name, host_dir, runs, servers, nkey, on_progress=show,
+        return asyncio.run(simulate_host(name, host_dir, runs if items is None else len(items),
+                                         servers, nkey, on_progress=show,
                                          migration=migration, fleet=FLEET["name"],
-                                         grants=sim_grants))
+                                         grants=sim_grants, items=items))
     except (NatsUnreachable, HostKeyError) as exc:
         raise UserError(str(exc)) from None
     except OSError as exc:

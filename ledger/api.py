@@ -14,6 +14,11 @@ error header (code and one-line description) that the CLI prints as is.
     fleet.api.export       {"run"}                     -> the run's record file
     fleet.api.rejections   {"limit"?, "host"?, "run"?, "stream_seq"?} -> {"rejections": [...]}
     fleet.api.audit        {"since"?, "cheap_factor"?} -> the audit (fleet.audit)
+    fleet.api.jobs         {}                          -> {"jobs": [...]}
+    fleet.api.job          {"job", "items"?}           -> a job's progress, totals, receipt
+                                                          (ledger.job_views)
+    fleet.api.job_prove    {"job", "item"?}            -> a job item's proof bundle
+                                                          (fleet.jobs.job_bundle)
 
 Every request may carry ``"min_seq"``: a replica answers only once it has folded the
 stream up to that sequence (waiting up to 2 s), else replies 503 saying how far it is.
@@ -43,7 +48,7 @@ from nats.micro.service import Service
 from fleet.errors import FleetError
 from fleet.fold.grant_events import GrantBook
 from fleet.subjects import FleetNames
-from ledger import views
+from ledger import job_views, views
 from ledger.audit_rows import audit_store
 from ledger.grant_views import GrantNotFound, grant_evidence, grant_status
 from ledger.store import LedgerStore, ReadOnlyStore
@@ -52,7 +57,7 @@ from plumbing.anchoring import ReceiptStore
 Handler = Callable[[dict[str, Any]], Awaitable[Any]]
 
 # Endpoints that take the store lock themselves (or need none): they wait or ask NATS first.
-_UNLOCKED = ("status", "audit", "checkpoint", "prove")
+_UNLOCKED = ("status", "audit", "checkpoint", "prove", "job_prove")
 
 
 class BadRequest(Exception):
@@ -135,6 +140,7 @@ class LedgerApi:
             "export": self.export, "rejections": self.rejections, "audit": self.audit,
             "grant": self.grant,
             "grant_evidence": self.grant_evidence,
+            "jobs": self.jobs, "job": self.job, "job_prove": self.job_prove,
         }
         for name, handler in endpoints.items():
             await self.service.add_endpoint(name=name, subject=names.api_subject(name),
@@ -243,15 +249,38 @@ class LedgerApi:
         run = _field(body, "run", str)
         index = _field(body, "index", int, required=False)
         led = self.ledger
+        return await self._proving(
+            lambda: views.prove(led.store, run, index, receipts=led.receipts))
+
+    async def job_prove(self, body: dict[str, Any]) -> Any:
+        """An item's proof against a signed checkpoint holding the job's receipt; waits
+        for the checkpoint step as :meth:`prove` does."""
+        job = _field(body, "job", str)
+        item = _field(body, "item", int, required=False) or 0
+        led = self.ledger
+        return await self._proving(
+            lambda: job_views.job_prove(led.store, job, item, receipts=led.receipts))
+
+    async def _proving(self, read: Callable[[], Any]) -> Any:
+        """``read()`` under the store lock; when it wants a checkpoint no one signed yet
+        (:class:`views.CheckpointWanted`), wait once for the checkpoint step, then again."""
+        led = self.ledger
         for _attempt in range(2):
             async with led.reading():
                 try:
-                    return views.prove(led.store, run, index, receipts=led.receipts)
+                    return read()
                 except views.CheckpointWanted as exc:
                     wanted = exc.size
             if await led.wait_for_checkpoint(wanted) is None:
                 break
         raise Behind(f"behind: no signed checkpoint holds leaf {wanted - 1} yet")
+
+    async def jobs(self, body: dict[str, Any]) -> Any:
+        return {"jobs": job_views.jobs(self.ledger.store)}
+
+    async def job(self, body: dict[str, Any]) -> Any:
+        items = body.get("items") is True
+        return job_views.job_status(self.ledger.store, _field(body, "job", str), items)
 
     async def consistency(self, body: dict[str, Any]) -> Any:
         store = self.ledger.store

@@ -17,8 +17,9 @@ The fold asks two things of it for each accepted segment
   already another run's (``DuplicateItem``), the run under the job's grant if it names one
   (``ItemGrantMismatch``); the refusal is the segment's;
 - :meth:`BatchJobs.took`, once the step is taken: an opened item is bound to its run; a
-  close of an item run gives the item its leaf (:func:`fleet.jobs.sum_tree.item_of` of the
-  run's final head, energy and wait-proof verdict), and the job's last close seals it.
+  close of an item run gives the item its leaf (:func:`fleet.jobs.job_records.
+  item_from_state`: the run's final head, energy and wait-proof verdict), and the job's
+  last close seals it.
 
 A job is sealed by its last item's close or by a SEAL event; either way the fold builds the
 receipt there (:func:`fleet.jobs.receipt.seal_leaves`, with the fleet log's size at that
@@ -44,8 +45,9 @@ from fleet.jobs.job_errors import (
     UnknownJob,
 )
 from fleet.jobs.job_id import JobTerms, job_tag, parse_item_unit
+from fleet.jobs.job_records import item_from_state
 from fleet.jobs.receipt import encode_receipt, receipt_leaf, seal_leaves
-from fleet.jobs.sum_tree import encode_item_leaf, item_of
+from fleet.jobs.sum_tree import encode_item_leaf
 from fleet.record.kinds import CLOSED
 
 __all__ = ["BatchJobs", "ItemEntry", "JobBook", "JobEntry", "Sealed", "rebuild"]
@@ -267,8 +269,9 @@ class BatchJobs(JobBook):
         if key is None:
             return
         held = self.item(key)
-        assert held is not None
-        closed = ItemEntry(held.run, held.bound, encode_item_leaf(item_of(key[1], slot.state)))
+        made = item_from_state(key[1], slot.state)
+        assert held is not None and made is not None, "a closed item run makes its item"
+        closed = ItemEntry(held.run, held.bound, encode_item_leaf(made))
         self.put_item(key, closed)
         self.closed.append((key, closed))
         job = self._own(key[0])

@@ -39,9 +39,12 @@ from fleet.log.note import Verifier
 
 __all__ = [
     "FIELDS",
+    "LOG_FIELDS",
     "VerifiedBundle",
     "build_bundle",
+    "log_fields",
     "verify_bundle",
+    "verify_log_fields",
 ]
 
 
@@ -90,6 +93,20 @@ def build_bundle(
     }
 
 
+# The keys that tie a leaf of any kind to a signed checkpoint (a job proof bundle,
+# fleet.jobs.job_bundle, carries them for its receipt's leaf).
+LOG_FIELDS: tuple[str, ...] = ("origin", "tree_size", "leaf_index", "leaf", "inclusion",
+                               "checkpoint")
+
+
+def log_fields(*, origin: str, tree_size: int, leaf_index: int, leaf: bytes,
+               inclusion: Sequence[bytes], checkpoint: str) -> dict[str, Any]:
+    """The :data:`LOG_FIELDS` of a leaf (any kind) in a signed checkpoint."""
+    return {"origin": origin, "tree_size": tree_size, "leaf_index": leaf_index,
+            "leaf": leaf.hex(), "inclusion": [item.hex() for item in inclusion],
+            "checkpoint": checkpoint}
+
+
 _HEX = re.compile(r"(?:[0-9a-f]{2})*\Z")
 
 
@@ -99,10 +116,10 @@ def _unhex(text: object, what: str) -> bytes:
     return bytes.fromhex(text)
 
 
-def _check_shape(bundle: object) -> dict[str, Any]:
+def _check_shape(bundle: object, fields: dict[str, type] = FIELDS) -> dict[str, Any]:
     if not isinstance(bundle, dict):
         raise MalformedBundle("a proof bundle is a JSON object")
-    for name, kind in FIELDS.items():
+    for name, kind in fields.items():
         value = bundle.get(name)
         if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
             raise MalformedBundle(f"bundle field {name!r} is missing or not a {kind.__name__}")
@@ -114,15 +131,7 @@ def verify_bundle(bundle: object, verifiers: Iterable[Verifier]) -> VerifiedBund
     fields = _check_shape(bundle)
     leaf_bytes = _unhex(fields["leaf"], "leaf")
     path = [_unhex(item, f"inclusion[{i}]") for i, item in enumerate(fields["inclusion"])]
-    checkpoint = open_checkpoint(fields["checkpoint"], verifiers)
-    if fields["origin"] != checkpoint.origin:
-        raise OriginMismatch(
-            f"bundle origin {fields['origin']!r} is not the checkpoint's {checkpoint.origin!r}"
-        )
-    if fields["tree_size"] != checkpoint.size:
-        raise SizeMismatch(
-            f"bundle tree size {fields['tree_size']} is not the checkpoint's {checkpoint.size}"
-        )
+    checkpoint = _checkpoint(fields, verifiers)
     leaf = decode_leaf(leaf_bytes)
     stated = {"run": fields["run"], "index": fields["index"], "head": fields["head"]}
     bound = {
@@ -137,3 +146,34 @@ def verify_bundle(bundle: object, verifiers: Iterable[Verifier]) -> VerifiedBund
         leaf_hash(leaf_bytes), fields["leaf_index"], checkpoint.size, path, checkpoint.root
     )
     return VerifiedBundle(checkpoint, leaf, fields["leaf_index"])
+
+
+def verify_log_fields(bundle: object, leaf: bytes, verifiers: Iterable[Verifier]
+                      ) -> Checkpoint:
+    """The signed checkpoint of a bundle's :data:`LOG_FIELDS` that holds ``leaf`` (a leaf of
+    any kind, which the caller recomputed from what it proves: the bundle's ``leaf`` must be
+    those bytes), checked in :func:`verify_bundle`'s order; else the first failure."""
+    fields = _check_shape(bundle, {name: FIELDS[name] for name in LOG_FIELDS})
+    stated = _unhex(fields["leaf"], "leaf")
+    path = [_unhex(item, f"inclusion[{i}]") for i, item in enumerate(fields["inclusion"])]
+    checkpoint = _checkpoint(fields, verifiers)
+    if stated != leaf:
+        raise LeafMismatch("the bundle's leaf is not the leaf of what it proves")
+    verify_inclusion(leaf_hash(leaf), fields["leaf_index"], checkpoint.size, path,
+                     checkpoint.root)
+    return checkpoint
+
+
+def _checkpoint(fields: dict[str, Any], verifiers: Iterable[Verifier]) -> Checkpoint:
+    """The bundle's checkpoint, its signature checked, and its origin and size the
+    bundle's."""
+    checkpoint = open_checkpoint(fields["checkpoint"], verifiers)
+    if fields["origin"] != checkpoint.origin:
+        raise OriginMismatch(
+            f"bundle origin {fields['origin']!r} is not the checkpoint's {checkpoint.origin!r}"
+        )
+    if fields["tree_size"] != checkpoint.size:
+        raise SizeMismatch(
+            f"bundle tree size {fields['tree_size']} is not the checkpoint's {checkpoint.size}"
+        )
+    return checkpoint

@@ -1,0 +1,129 @@
+"""The ledger's answers about jobs (``fleet job show``, ``fleet job prove``, the explorer),
+read from its store: a job's progress, totals, verdicts and missing items, and the proof
+bundle of one item (:mod:`fleet.jobs.job_bundle`). The API and the CLI offline (``--data``)
+both call these, as for runs (:mod:`ledger.views`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from fleet.errors import FleetError
+from fleet.jobs.item_proof import item_proof
+from fleet.jobs.job_bundle import build_job_bundle
+from fleet.jobs.job_id import decode_terms
+from fleet.jobs.receipt import decode_receipt, receipt_json, receipt_leaf, seal_leaves
+from fleet.jobs.sum_tree import encode_item_leaf
+from fleet.log.anchor_bundle import anchor_fields
+from fleet.log.checkpoint import parse_checkpoint
+from fleet.log.note import parse_note
+from fleet.log.proof_bundle import log_fields
+from ledger import job_store
+from ledger.store import LedgerStore
+from ledger.views import CheckpointWanted, NotFound
+from plumbing.anchoring import ReceiptStore
+
+# Items listed by ``fleet job show`` (a job may have 2**32 - 1): the first ones, then a count.
+SHOWN_ITEMS = 200
+
+
+def _job(store: LedgerStore, job: str) -> dict[str, Any]:
+    if not job.startswith("b3:"):
+        job = "b3:" + job
+    row = job_store.job_row(store.conn, job)
+    if row is None:
+        raise NotFound(f"no job {job} in this ledger")
+    return row
+
+
+def _leaves(store: LedgerStore, job: str, items: int) -> list[bytes]:
+    """The job's sum-tree leaves in index order, a missing leaf for an item without a
+    closed run (:func:`fleet.jobs.job_records.item_from_state`'s rule, as the fold made)."""
+    leaves = [encode_item_leaf(i) for i in range(items)]
+    for index, _run, _seq, leaf in job_store.item_rows(store.conn, job):
+        if leaf is not None:
+            leaves[index] = leaf
+    return leaves
+
+
+def jobs(store: LedgerStore) -> list[dict[str, Any]]:
+    """Every job, newest first, with its progress."""
+    return [{**row, "sealed": row["sealed_seq"] is not None}
+            for row in job_store.job_rows(store.conn)]
+
+
+def job_status(store: LedgerStore, job: str, with_items: bool = False) -> dict[str, Any]:
+    """A job's document: its terms, progress, totals (by source and provenance), verdict
+    counts and missing items; sealed, its receipt's (``receipt``: its hex and what it
+    states), else the same sums over the items closed so far. ``with_items``: the first
+    :data:`SHOWN_ITEMS` bound items (index, run, closed)."""
+    row = _job(store, job)
+    terms = decode_terms(row["terms"])
+    sealed = row["receipt"] is not None
+    if sealed:
+        stated = receipt_json(decode_receipt(row["receipt"]))
+    else:
+        stated = receipt_json(seal_leaves(terms, _leaves(store, row["job"], terms.items),
+                                          store.tree.size()))
+    doc: dict[str, Any] = {
+        "job": row["job"], "name": terms.name, "items": terms.items, "issuer": row["issuer"],
+        "grant": row["grant"], "opened_seq": row["opened_seq"], "sealed": sealed,
+        "sealed_seq": row["sealed_seq"],
+        "progress": {"items": terms.items, "bound": row["bound"], "closed": row["closed"],
+                     "running": row["bound"] - row["closed"] if not sealed else None,
+                     "unstarted": terms.items - row["bound"]},
+        "energy": stated["energy"], "verdicts": stated["verdicts"],
+        "missing": stated["missing"],
+        "receipt": None if not sealed else {**stated, "hex": row["receipt"].hex(),
+                                            "leaf_index": row["leaf_index"]},
+    }
+    if with_items:
+        rows = job_store.item_rows(store.conn, row["job"])
+        doc["item_runs"] = [{"index": i, "run": run, "bound_seq": seq, "closed": leaf is not None}
+                            for i, run, seq, leaf in rows[:SHOWN_ITEMS]]
+        doc["item_runs_more"] = max(0, len(rows) - SHOWN_ITEMS)
+    return doc
+
+
+def job_prove(store: LedgerStore, job: str, item: int,
+              checkpoint_for: Callable[[int], tuple[int, bytes, str] | None] | None = None,
+              receipts: ReceiptStore | None = None) -> dict[str, Any]:
+    """The proof bundle of ``item`` of a sealed ``job``: its sum-tree path to the receipt
+    and the receipt's leaf in the first signed checkpoint that holds it (with the anchors'
+    receipts covering it). :class:`CheckpointWanted` when none does yet."""
+    row = _job(store, job)
+    if row["receipt"] is None:
+        raise NotFound(f"job {row['job']} is not sealed yet: it has no receipt to prove "
+                       "against (fleet job seal)")
+    terms = decode_terms(row["terms"])
+    if not 0 <= item < terms.items:
+        raise NotFound(f"job {row['job']} has items 0 .. {terms.items - 1}, not {item}")
+    leaf_index = row["leaf_index"]
+    found = (store.checkpoint_at_least(leaf_index + 1) if checkpoint_for is None
+             else checkpoint_for(leaf_index))
+    if found is None:
+        raise CheckpointWanted(leaf_index + 1)
+    size, _root, note = found
+    try:
+        proof = item_proof(decode_receipt(row["receipt"]).job,
+                           _leaves(store, row["job"], terms.items), item)
+    except FleetError as exc:  # pragma: no cover - the store holds what the fold made
+        raise NotFound(f"{exc.rule}: {exc}") from None
+    log = log_fields(origin=parse_checkpoint(parse_note(note)[0]).origin, tree_size=size,
+                     leaf_index=leaf_index, leaf=receipt_leaf(row["receipt"]),
+                     inclusion=store.tree.inclusion_proof(leaf_index, size), checkpoint=note)
+    if receipts is not None:
+        log.update(anchor_fields(size, receipts.receipts_covering(size),
+                                 store.checkpoint_notes, store.tree.consistency_proof))
+    return build_job_bundle(row["receipt"], proof, log)
+
+
+def run_item(store: LedgerStore, run: str) -> dict[str, Any] | None:
+    """The job item ``run`` is (``{"job", "item"}``), if it is one."""
+    found = job_store.run_job(store.conn, run)
+    return None if found is None else {"job": found[0], "item": found[1]}
+
+
+__all__ = ["SHOWN_ITEMS", "job_prove", "job_status", "jobs", "run_item"]
+
