@@ -20,6 +20,7 @@ from typing import Final
 from fleet.jobs.job_errors import (
     ItemCountMismatch,
     ItemIndexMismatch,
+    ItemMismatch,
     JobIdMismatch,
     JobRootMismatch,
     JobTotalsMismatch,
@@ -43,8 +44,8 @@ from fleet.jobs.sum_tree import (
     leaf_node,
 )
 
-__all__ = ["PROOF_DOMAIN", "ItemProof", "decode_item_proof", "encode_item_proof",
-           "item_proof", "verify_item_proof"]
+__all__ = ["PROOF_DOMAIN", "ItemProof", "check_against_record", "decode_item_proof",
+           "encode_item_proof", "item_proof", "verify_item_proof"]
 
 PROOF_DOMAIN: Final = b"fleet.jobproof/1"
 _HEAD = struct.Struct(">32sII")
@@ -137,3 +138,20 @@ def verify_item_proof(proof: ItemProof, receipt: Receipt) -> Item | int:
             raise error(f"the receipt states {stated} for {name}, its root sums to {summed}",
                         expected=stated, calculated=summed)
     return item
+
+
+def check_against_record(stated: Item | int, record: Item | None) -> None:
+    """That a verified leaf says what the item's run record says (``record``: the values
+    :func:`fleet.jobs.sum_tree.item_of` reads from the record, ``None`` for no closed run),
+    else :class:`ItemMismatch` naming the first field that differs."""
+    if record is None or isinstance(stated, int):
+        if (record is None) != isinstance(stated, int):
+            raise ItemMismatch("the leaf says the item is "
+                               f"{'missing' if isinstance(stated, int) else 'present'}, the "
+                               "records say otherwise", expected=stated, calculated=record)
+        return
+    for field in Item._fields:
+        if getattr(stated, field) != getattr(record, field):
+            raise ItemMismatch(f"item {stated.index}'s leaf and record differ in {field}",
+                               expected=getattr(stated, field),
+                               calculated=getattr(record, field))
