@@ -40,8 +40,8 @@ from fleet.jobs.sum_tree import (
     decode_item_leaf,
     decode_sums,
     fold_path,
-    inclusion_path,
     leaf_node,
+    leaf_path,
 )
 
 __all__ = ["PROOF_DOMAIN", "ItemProof", "check_against_record", "decode_item_proof",
@@ -66,8 +66,7 @@ class ItemProof:
 def item_proof(job: bytes, leaves: Sequence[bytes], index: int) -> ItemProof:
     """The proof of item ``index`` from all the job's leaves (O(n) hashing: the ledger
     keeps leaves, not nodes)."""
-    nodes = [leaf_node(leaf) for leaf in leaves]
-    return ItemProof(job, len(leaves), index, leaves[index], tuple(inclusion_path(nodes, index)))
+    return ItemProof(job, len(leaves), index, leaves[index], tuple(leaf_path(leaves, index)))
 
 
 def encode_item_proof(p: ItemProof) -> bytes:

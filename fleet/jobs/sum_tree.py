@@ -30,7 +30,7 @@ largest power of two k < n, the first k to the left. Proof paths and their check
 from __future__ import annotations
 
 import struct
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from operator import add
 from typing import Final, NamedTuple
 
@@ -64,6 +64,7 @@ __all__ = [
     "inclusion_path",
     "item_of",
     "leaf_node",
+    "leaf_path",
     "node_hash",
     "path_length",
     "subtree_root",
@@ -235,18 +236,23 @@ def node_hash(left: Node, right: Node) -> Node:
             add_sums(left[1], right[1]))
 
 
-def subtree_root(nodes: Sequence[Node]) -> Node:
-    """The root of the RFC 9162 tree over ``nodes`` (at least one): paired bottom-up, an odd
-    last node carried up unchanged, which gives the same tree as the RFC's split."""
-    if not nodes:
+def subtree_root(nodes: Iterable[Node]) -> Node:
+    """The root of the RFC 9162 tree over ``nodes`` (at least one), streamed: a stack holds
+    one complete subtree per set bit of the count so far (O(log n) memory); at the end the
+    stack folds right to left, which is the RFC's split at the largest power of two."""
+    stack: list[tuple[int, Node]] = []
+    for node in nodes:
+        size = 1
+        while stack and stack[-1][0] == size:
+            node = node_hash(stack.pop()[1], node)
+            size *= 2
+        stack.append((size, node))
+    if not stack:
         raise MalformedItemProof("a job has at least one item")
-    level = list(nodes)
-    while len(level) > 1:
-        up = [node_hash(level[i], level[i + 1]) for i in range(0, len(level) - 1, 2)]
-        if len(level) % 2:
-            up.append(level[-1])
-        level = up
-    return level[0]
+    root = stack.pop()[1]
+    while stack:
+        root = node_hash(stack.pop()[1], root)
+    return root
 
 
 def _split(n: int) -> int:
@@ -256,17 +262,28 @@ def _split(n: int) -> int:
 
 def inclusion_path(nodes: Sequence[Node], index: int) -> list[Node]:
     """RFC 9162 ``PATH(index, D[n])`` over ``nodes``: the siblings from the leaf up."""
-    if not 0 <= index < len(nodes):
-        raise MalformedItemProof(f"item {index} is not in a job of {len(nodes)} items")
+    return _path(len(nodes), index, lambda lo, hi: subtree_root(nodes[lo:hi]))
+
+
+def leaf_path(leaves: Sequence[bytes], index: int) -> list[Node]:
+    """:func:`inclusion_path` over leaf bytes, each leaf hashed as its range is reached (no
+    list of all the nodes is held)."""
+    return _path(len(leaves), index,
+                 lambda lo, hi: subtree_root(leaf_node(leaf) for leaf in leaves[lo:hi]))
+
+
+def _path(size: int, index: int, root: Callable[[int, int], Node]) -> list[Node]:
+    if not 0 <= index < size:
+        raise MalformedItemProof(f"item {index} is not in a job of {size} items")
     path: list[Node] = []
-    lo, hi = 0, len(nodes)
+    lo, hi = 0, size
     while hi - lo > 1:
         k = _split(hi - lo)
         if index < lo + k:
-            path.append(subtree_root(nodes[lo + k:hi]))
+            path.append(root(lo + k, hi))
             hi = lo + k
         else:
-            path.append(subtree_root(nodes[lo:lo + k]))
+            path.append(root(lo, lo + k))
             lo += k
     path.reverse()
     return path
