@@ -13,11 +13,16 @@ import time
 import click
 
 from cli._app import bench
-from fleet.jobs.item_proof import decode_item_proof, encode_item_proof, item_proof
+from fleet.jobs.item_proof import (
+    decode_item_proof,
+    encode_item_proof,
+    item_proof,
+    tree_item_proof,
+)
 from fleet.jobs.item_proof import verify_item_proof as verify_proof
 from fleet.jobs.job_id import JobTerms, item_run, job_id
 from fleet.jobs.receipt import Receipt, encode_receipt, item_leaves, seal_leaves
-from fleet.jobs.sum_tree import Item
+from fleet.jobs.sum_tree import Item, SumTree
 
 _GRANTS = bytes([7]) * 32
 
@@ -69,8 +74,9 @@ def measure_seal(items: int) -> tuple[dict[str, object], JobTerms, list[bytes], 
 
 def measure_proof(terms: JobTerms, leaves: list[bytes], receipt: Receipt, proofs: int,
                   verifies: int) -> dict[str, object]:
-    """Make ``proofs`` item proofs (from the stored leaves, O(n) each) and verify one
-    item's proof ``verifies`` times, from its bytes."""
+    """Make ``proofs`` item proofs from the stored leaves (O(n) each) and from a kept tree
+    (O(log n) each, after one build), and verify one item's proof ``verifies`` times, from
+    its bytes."""
     rng = random.Random(27)
     job = job_id(terms)
     indexes = [rng.randrange(len(leaves)) for _ in range(proofs)]
@@ -81,6 +87,14 @@ def measure_proof(terms: JobTerms, leaves: list[bytes], receipt: Receipt, proofs
         data = encode_item_proof(item_proof(job, leaves, i))
         make.append(time.perf_counter() - start)
         sizes.append(len(data))
+    start = time.perf_counter()
+    tree = SumTree.from_leaves(leaves)
+    built = time.perf_counter() - start
+    kept = []
+    for i in indexes * 20:
+        start = time.perf_counter()
+        encode_item_proof(tree_item_proof(job, tree, i, leaves[i]))
+        kept.append(time.perf_counter() - start)
     times = []
     for _ in range(verifies):
         start = time.perf_counter()
@@ -91,6 +105,11 @@ def measure_proof(terms: JobTerms, leaves: list[bytes], receipt: Receipt, proofs
         "proof_bytes_max": max(sizes),
         "proof_bytes_median": round(statistics.median(sizes)),
         "make_ms_median": round(statistics.median(make) * 1e3, 1),
+        # A tree kept level by level (fleet.jobs.sum_tree.SumTree): built once, then each
+        # proof is read in O(log n).
+        "kept_tree_build_s": round(built, 3),
+        "kept_tree_mb": round(sum(len(level) for level in tree.levels) / 2**20, 1),
+        "kept_tree_make_us_median": round(statistics.median(kept) * 1e6, 1),
         "verify_ms_p50": round(times[len(times) // 2] * 1e3, 3),
         "verify_ms_p99": round(times[min(len(times) - 1, len(times) * 99 // 100)] * 1e3, 3),
         "verifies": verifies,

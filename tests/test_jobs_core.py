@@ -18,6 +18,7 @@ from fleet.jobs.item_proof import (
     decode_item_proof,
     encode_item_proof,
     item_proof,
+    tree_item_proof,
     verify_item_proof,
 )
 from fleet.jobs.job_errors import (
@@ -59,6 +60,7 @@ from fleet.jobs.receipt import (
 )
 from fleet.jobs.sum_tree import (
     Item,
+    SumTree,
     decode_item_leaf,
     encode_item_leaf,
     inclusion_path,
@@ -550,3 +552,27 @@ def test_the_spec_verifier_and_the_project_agree_on_random_jobs(n, data):
         assert spec_verify(encode_item_proof(proof), encode_receipt(low)) == "JobTotalsMismatch"
         with pytest.raises(JobTotalsMismatch):
             verify_item_proof(proof, low)
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 5, 6, 7, 8, 9, 12, 31, 33])
+def test_a_kept_tree_gives_the_same_root_and_paths_as_the_leaves(n):
+    """SumTree's root and every path equal the streamed root and the RFC's PATH, also after
+    a round trip through its level bytes."""
+    t = terms(n)
+    leaves = item_leaves(t, items(t, missing=(n - 1,)))
+    nodes = [leaf_node(leaf) for leaf in leaves]
+    tree = SumTree.from_leaves(leaves)
+    assert tree.root == subtree_root(nodes) == _reference_root(nodes)
+    again = SumTree(list(tree.levels))
+    assert [again.path(i) for i in range(n)] == [inclusion_path(nodes, i) for i in range(n)]
+
+
+def test_a_proof_from_a_kept_tree_is_the_proof_from_the_leaves():
+    """tree_item_proof gives the same bytes as item_proof, and refuses another item's leaf."""
+    t = terms(11)
+    leaves = item_leaves(t, items(t, missing=(4,)))
+    tree = SumTree.from_leaves(leaves)
+    for i in range(11):
+        assert tree_item_proof(job_id(t), tree, i, leaves[i]) == item_proof(job_id(t), leaves, i)
+    with pytest.raises(MalformedItemProof):
+        tree_item_proof(job_id(t), tree, 2, leaves[3])

@@ -37,6 +37,7 @@ from fleet.jobs.sum_tree import (
     SUMS_SIZE,
     Item,
     Node,
+    SumTree,
     decode_item_leaf,
     decode_sums,
     fold_path,
@@ -45,7 +46,7 @@ from fleet.jobs.sum_tree import (
 )
 
 __all__ = ["PROOF_DOMAIN", "ItemProof", "check_against_record", "decode_item_proof",
-           "encode_item_proof", "item_proof", "verify_item_proof"]
+           "encode_item_proof", "item_proof", "tree_item_proof", "verify_item_proof"]
 
 PROOF_DOMAIN: Final = b"fleet.jobproof/1"
 _HEAD = struct.Struct(">32sII")
@@ -67,6 +68,14 @@ def item_proof(job: bytes, leaves: Sequence[bytes], index: int) -> ItemProof:
     """The proof of item ``index`` from all the job's leaves (O(n) hashing: the ledger
     keeps leaves, not nodes)."""
     return ItemProof(job, len(leaves), index, leaves[index], tuple(leaf_path(leaves, index)))
+
+
+def tree_item_proof(job: bytes, tree: SumTree, index: int, leaf: bytes) -> ItemProof:
+    """The proof of item ``index`` (whose leaf bytes are ``leaf``) from a kept tree, in
+    O(log n); :class:`MalformedItemProof` if the leaf is not the tree's at ``index``."""
+    if tree.node(0, index) != leaf_node(leaf):
+        raise MalformedItemProof(f"that leaf is not item {index}'s in this tree")
+    return ItemProof(job, tree.size, index, leaf, tuple(tree.path(index)))
 
 
 def encode_item_proof(p: ItemProof) -> bytes:

@@ -54,6 +54,7 @@ __all__ = [
     "ZERO_SUMS",
     "Item",
     "Node",
+    "SumTree",
     "add_sums",
     "decode_item_leaf",
     "decode_sums",
@@ -317,3 +318,67 @@ def fold_path(leaf: Node, index: int, size: int, path: Iterable[Node]) -> Node:
             r = node_hash(r, p)
         fn, sn = fn >> 1, sn >> 1
     return r
+
+
+_NODE_SIZE: Final = 32 + SUMS_SIZE
+
+
+class SumTree:
+    """A whole sum tree kept level by level (each level one ``bytes`` of 116-byte
+    ``hash || sums`` records), so every item's path is read in O(log n) instead of rebuilt
+    from the leaves. Built bottom-up, an odd last node carried up unchanged (the RFC 9162
+    shape): a node's path is then its sibling at each level where it has one."""
+
+    __slots__ = ("levels", "size")
+
+    def __init__(self, levels: list[bytes]) -> None:
+        if not levels or len(levels[-1]) != _NODE_SIZE or any(
+                len(lv) % _NODE_SIZE for lv in levels):
+            raise MalformedItemProof("a sum tree's levels are whole nodes, one at the top")
+        self.levels = levels
+        self.size = len(levels[0]) // _NODE_SIZE
+
+    @classmethod
+    def from_nodes(cls, nodes: Iterable[Node]) -> SumTree:
+        level = [h + s for h, s in nodes]
+        if not level:
+            raise MalformedItemProof("a job has at least one item")
+        levels = [b"".join(level)]
+        while len(level) > 1:
+            up = []
+            for i in range(0, len(level) - 1, 2):
+                h, s = node_hash(_split_node(level[i]), _split_node(level[i + 1]))
+                up.append(h + s)
+            if len(level) % 2:
+                up.append(level[-1])
+            level = up
+            levels.append(b"".join(level))
+        return cls(levels)
+
+    @classmethod
+    def from_leaves(cls, leaves: Iterable[bytes]) -> SumTree:
+        return cls.from_nodes(leaf_node(leaf) for leaf in leaves)
+
+    def node(self, level: int, index: int) -> Node:
+        at = index * _NODE_SIZE
+        return _split_node(self.levels[level][at:at + _NODE_SIZE])
+
+    @property
+    def root(self) -> Node:
+        return self.node(len(self.levels) - 1, 0)
+
+    def path(self, index: int) -> list[Node]:
+        """RFC 9162 ``PATH(index, D[size])``, the siblings from the leaf up."""
+        if not 0 <= index < self.size:
+            raise MalformedItemProof(f"item {index} is not in a job of {self.size} items")
+        path = []
+        for level in range(len(self.levels) - 1):
+            sibling = index ^ 1
+            if sibling * _NODE_SIZE < len(self.levels[level]):
+                path.append(self.node(level, sibling))
+            index >>= 1
+        return path
+
+
+def _split_node(record: bytes) -> Node:
+    return record[:32], record[32:]
