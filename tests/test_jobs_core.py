@@ -4,7 +4,9 @@ receipt and its log leaf, item proofs, and the forgeries each check exists to re
 from __future__ import annotations
 
 import dataclasses
+import json
 import struct
+from pathlib import Path
 
 import pytest
 from blake3 import blake3
@@ -16,6 +18,7 @@ from fleet.jobs.item_proof import (
     decode_item_proof,
     encode_item_proof,
     item_proof,
+    tree_item_proof,
     verify_item_proof,
 )
 from fleet.jobs.job_errors import (
@@ -57,6 +60,7 @@ from fleet.jobs.receipt import (
 )
 from fleet.jobs.sum_tree import (
     Item,
+    SumTree,
     decode_item_leaf,
     encode_item_leaf,
     inclusion_path,
@@ -409,3 +413,166 @@ def test_leaf_bytes_round_trip_and_bad_leaves_are_refused():
         encode_item_leaf(Item(0, bytes(32), bytes(32), bytes(32), (0,) * 8, 2, 0))
     with pytest.raises(MalformedItemProof):
         inclusion_path([leaf_node(encode_item_leaf(0))], 1)
+
+
+# -- an item-proof verifier written from docs/spec/jobs.md alone --------------------------
+# It imports nothing of the project's: only blake3, struct and the vector file's bytes.
+
+
+def _spec_receipt(data: bytes) -> dict:
+    """Section 7 (and 2): the fields a verifier needs from a receipt's bytes."""
+    assert data[:18] == b"fleet.jobreceipt/1"
+    at = 18
+    items, flag = struct.unpack_from(">IB", data, at + 48)
+    at += 53
+    grant = None
+    if flag == 1:
+        grant, at = data[at:at + 32], at + 32
+    (name_len,) = struct.unpack_from(">H", data, at)
+    at += 2 + name_len
+    terms_bytes = data[18:at]
+    root, totals = data[at:at + 32], struct.unpack_from(">8Q5I", data, at + 32)
+    at += 32 + 84 + 8
+    missing = [i for (i,) in struct.iter_unpack(">I", data[at:])]
+    assert len(missing) == totals[12]
+    return {"job": blake3(b"fleet.job/1" + terms_bytes).digest(), "items": items,
+            "grant": grant, "root": root, "totals": totals, "missing": missing}
+
+
+def _spec_node(left, right):
+    """Section 6: a node binds both children's hashes and sums; sums add, never wrap."""
+    total = [a + b for a, b in zip(left[1], right[1], strict=True)]
+    if any(t >= 2**64 for t in total[:8]) or any(t >= 2**32 for t in total[8:]):
+        raise OverflowError("SumOverflow")
+    return (blake3(b"fleet.jobnode/1" + left[0] + struct.pack(">8Q5I", *left[1]) + right[0]
+                   + struct.pack(">8Q5I", *right[1])).digest(), tuple(total))
+
+
+def _spec_path_length(index, size):
+    length, lo, hi = 0, 0, size
+    while hi - lo > 1:
+        k = 1 << ((hi - lo - 1).bit_length() - 1)
+        lo, hi = (lo, lo + k) if index < lo + k else (lo + k, hi)
+        length += 1
+    return length
+
+
+def spec_verify(proof: bytes, receipt: bytes) -> str | None:
+    """Section 9: None if the proof verifies against the receipt, else the failing rule."""
+    r = _spec_receipt(receipt)
+    assert proof[:16] == b"fleet.jobproof/1"
+    job, items, index = struct.unpack_from(">32sII", proof, 16)
+    at = 16 + 40
+    size = 174 if proof[at] == 1 else 5
+    leaf, count = proof[at:at + size], proof[at + size]
+    body = proof[at + size + 1:]
+    assert len(body) == count * 116
+    path = [(body[i:i + 32], struct.unpack(">8Q5I", body[i + 32:i + 116]))
+            for i in range(0, len(body), 116)]
+    if job != r["job"]:
+        return "JobIdMismatch"
+    if items != r["items"]:
+        return "ItemCountMismatch"
+    if leaf[0] == 1:
+        _, leaf_index, run, grants = struct.unpack_from(">BI32s32s", leaf)
+        energy = struct.unpack_from(">8Q", leaf, 101)
+        verdict = leaf[165]
+        sums = (*energy, *(int(verdict == c) for c in (1, 2, 3, 4)), 0)
+    else:
+        _, leaf_index = struct.unpack(">BI", leaf)
+        sums = (0,) * 12 + (1,)
+    if leaf_index != index:
+        return "ItemIndexMismatch"
+    if leaf[0] == 1:
+        unit = b"jobitem1" + job[:20] + struct.pack(">I", index)
+        if ((r["grant"] is not None and grants != r["grant"])
+                or run != blake3(b"sandbox.runrecord/1" + unit + grants).digest()):
+            return "ItemRunMismatch"
+    if (leaf[0] == 0) != (index in r["missing"]):
+        return "MissingItemsMismatch"
+    if count != _spec_path_length(index, items):
+        return "MalformedItemProof"
+    node = (blake3(b"fleet.jobleaf/1" + leaf).digest(), sums)
+    fn, sn = index, items - 1
+    for p in path:
+        if fn & 1 or fn == sn:
+            node = _spec_node(p, node)
+            while fn and not fn & 1:
+                fn, sn = fn >> 1, sn >> 1
+        else:
+            node = _spec_node(node, p)
+        fn, sn = fn >> 1, sn >> 1
+    if node[0] != r["root"]:
+        return "JobRootMismatch"
+    if node[1][:8] != r["totals"][:8]:
+        return "JobTotalsMismatch"
+    if node[1][8:] != r["totals"][8:]:
+        return "VerdictCountsMismatch"
+    return None
+
+
+def _vectors() -> dict:
+    return json.loads((Path(__file__).parent.parent / "docs" / "spec" / "vectors"
+                       / "jobs.json").read_text())
+
+
+def test_a_verifier_written_from_the_spec_alone_accepts_every_honest_proof():
+    """The spec-only verifier accepts each of the vector job's item proofs."""
+    v = _vectors()
+    receipt = bytes.fromhex(v["receipt"]["bytes"])
+    assert [spec_verify(bytes.fromhex(p), receipt) for p in v["proofs"]] == [None] * 7
+
+
+def test_a_verifier_written_from_the_spec_alone_refuses_each_forgery_by_name():
+    """The spec-only verifier refuses each forged item proof with the same rule the project's
+    verifier names, and accepts an honest proof only against the honest receipt."""
+    v = _vectors()
+    for f in v["forgeries"]:
+        assert spec_verify(bytes.fromhex(f["proof"]), bytes.fromhex(f["receipt"])) == \
+            f["from_proof"], f["name"]
+    assert spec_verify(bytes.fromhex(v["proofs"][2]),
+                       bytes.fromhex(v["forgeries"][0]["receipt"])) == "JobRootMismatch"
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(1, 70), st.data())
+def test_the_spec_verifier_and_the_project_agree_on_random_jobs(n, data):
+    """For random job sizes, missing sets and indexes, both verifiers accept the honest
+    proof, and both refuse it against a receipt whose totals were lowered by one."""
+    missing = tuple(sorted(data.draw(st.sets(st.integers(0, n - 1), max_size=n // 3))))
+    t = terms(n)
+    its = items(t, missing=missing)
+    r = seal(t, its, 5)
+    i = data.draw(st.integers(0, n - 1))
+    proof = item_proof(job_id(t), item_leaves(t, its), i)
+    assert spec_verify(encode_item_proof(proof), encode_receipt(r)) is None
+    verify_item_proof(proof, r)
+    if r.sums[1]:
+        low = dataclasses.replace(r, sums=(r.sums[0], r.sums[1] - 1, *r.sums[2:]))
+        assert spec_verify(encode_item_proof(proof), encode_receipt(low)) == "JobTotalsMismatch"
+        with pytest.raises(JobTotalsMismatch):
+            verify_item_proof(proof, low)
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 5, 6, 7, 8, 9, 12, 31, 33])
+def test_a_kept_tree_gives_the_same_root_and_paths_as_the_leaves(n):
+    """SumTree's root and every path equal the streamed root and the RFC's PATH, also after
+    a round trip through its level bytes."""
+    t = terms(n)
+    leaves = item_leaves(t, items(t, missing=(n - 1,)))
+    nodes = [leaf_node(leaf) for leaf in leaves]
+    tree = SumTree.from_leaves(leaves)
+    assert tree.root == subtree_root(nodes) == _reference_root(nodes)
+    again = SumTree(list(tree.levels))
+    assert [again.path(i) for i in range(n)] == [inclusion_path(nodes, i) for i in range(n)]
+
+
+def test_a_proof_from_a_kept_tree_is_the_proof_from_the_leaves():
+    """tree_item_proof gives the same bytes as item_proof, and refuses another item's leaf."""
+    t = terms(11)
+    leaves = item_leaves(t, items(t, missing=(4,)))
+    tree = SumTree.from_leaves(leaves)
+    for i in range(11):
+        assert tree_item_proof(job_id(t), tree, i, leaves[i]) == item_proof(job_id(t), leaves, i)
+    with pytest.raises(MalformedItemProof):
+        tree_item_proof(job_id(t), tree, 2, leaves[3])

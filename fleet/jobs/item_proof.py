@@ -20,6 +20,7 @@ from typing import Final
 from fleet.jobs.job_errors import (
     ItemCountMismatch,
     ItemIndexMismatch,
+    ItemMismatch,
     JobIdMismatch,
     JobRootMismatch,
     JobTotalsMismatch,
@@ -36,15 +37,16 @@ from fleet.jobs.sum_tree import (
     SUMS_SIZE,
     Item,
     Node,
+    SumTree,
     decode_item_leaf,
     decode_sums,
     fold_path,
-    inclusion_path,
     leaf_node,
+    leaf_path,
 )
 
-__all__ = ["PROOF_DOMAIN", "ItemProof", "decode_item_proof", "encode_item_proof",
-           "item_proof", "verify_item_proof"]
+__all__ = ["PROOF_DOMAIN", "ItemProof", "check_against_record", "decode_item_proof",
+           "encode_item_proof", "item_proof", "tree_item_proof", "verify_item_proof"]
 
 PROOF_DOMAIN: Final = b"fleet.jobproof/1"
 _HEAD = struct.Struct(">32sII")
@@ -65,8 +67,15 @@ class ItemProof:
 def item_proof(job: bytes, leaves: Sequence[bytes], index: int) -> ItemProof:
     """The proof of item ``index`` from all the job's leaves (O(n) hashing: the ledger
     keeps leaves, not nodes)."""
-    nodes = [leaf_node(leaf) for leaf in leaves]
-    return ItemProof(job, len(leaves), index, leaves[index], tuple(inclusion_path(nodes, index)))
+    return ItemProof(job, len(leaves), index, leaves[index], tuple(leaf_path(leaves, index)))
+
+
+def tree_item_proof(job: bytes, tree: SumTree, index: int, leaf: bytes) -> ItemProof:
+    """The proof of item ``index`` (whose leaf bytes are ``leaf``) from a kept tree, in
+    O(log n); :class:`MalformedItemProof` if the leaf is not the tree's at ``index``."""
+    if tree.node(0, index) != leaf_node(leaf):
+        raise MalformedItemProof(f"that leaf is not item {index}'s in this tree")
+    return ItemProof(job, tree.size, index, leaf, tuple(tree.path(index)))
 
 
 def encode_item_proof(p: ItemProof) -> bytes:
@@ -137,3 +146,20 @@ def verify_item_proof(proof: ItemProof, receipt: Receipt) -> Item | int:
             raise error(f"the receipt states {stated} for {name}, its root sums to {summed}",
                         expected=stated, calculated=summed)
     return item
+
+
+def check_against_record(stated: Item | int, record: Item | None) -> None:
+    """That a verified leaf says what the item's run record says (``record``: the values
+    :func:`fleet.jobs.sum_tree.item_of` reads from the record, ``None`` for no closed run),
+    else :class:`ItemMismatch` naming the first field that differs."""
+    if record is None or isinstance(stated, int):
+        if (record is None) != isinstance(stated, int):
+            raise ItemMismatch("the leaf says the item is "
+                               f"{'missing' if isinstance(stated, int) else 'present'}, the "
+                               "records say otherwise", expected=stated, calculated=record)
+        return
+    for field in Item._fields:
+        if getattr(stated, field) != getattr(record, field):
+            raise ItemMismatch(f"item {stated.index}'s leaf and record differ in {field}",
+                               expected=getattr(stated, field),
+                               calculated=getattr(record, field))

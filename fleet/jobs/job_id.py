@@ -28,14 +28,15 @@ from dataclasses import dataclass
 from typing import Final, NamedTuple
 
 from fleet.address import digest
-from fleet.errors import ValueOutOfRange
 from fleet.jobs.job_errors import MalformedJobTerms
-from fleet.record.kernel import MAX_TEXT, encode_text, genesis
+from fleet.record.kernel import genesis
+from fleet.text import encode_text, text_at
 
 __all__ = [
     "ITEM_MARK",
     "JOB_DOMAIN",
     "MAX_ITEMS",
+    "MAX_NAME",
     "NONCE_SIZE",
     "TAG_SIZE",
     "ItemUnit",
@@ -47,6 +48,7 @@ __all__ = [
     "job_id",
     "job_tag",
     "parse_item_unit",
+    "read_terms",
 ]
 
 JOB_DOMAIN: Final = b"fleet.job/1"
@@ -54,9 +56,9 @@ ITEM_MARK: Final = b"jobitem1"
 TAG_SIZE: Final = 20
 NONCE_SIZE: Final = 16
 MAX_ITEMS: Final = 2**32 - 1
+MAX_NAME: Final = 128
 
 _HEAD = struct.Struct(">32s16sIB")
-_U16 = struct.Struct(">H")
 _U32 = struct.Struct(">I")
 
 
@@ -81,10 +83,7 @@ def encode_terms(terms: JobTerms) -> bytes:
         raise MalformedJobTerms(f"a job has 1 .. {MAX_ITEMS} items, got {terms.items!r}")
     if terms.grant is not None and (type(terms.grant) is not bytes or len(terms.grant) != 32):
         raise MalformedJobTerms("a job's grant id is 32 bytes")
-    try:
-        name = encode_text(terms.name, "job name")
-    except ValueOutOfRange as exc:
-        raise MalformedJobTerms(str(exc)) from exc
+    name = encode_text(terms.name, "a job name", MalformedJobTerms, MAX_NAME)
     grant = b"\x00" if terms.grant is None else b"\x01" + terms.grant
     return terms.issuer + terms.nonce + _U32.pack(terms.items) + grant + name
 
@@ -105,19 +104,18 @@ def read_terms(data: bytes, at: int = 0) -> tuple[JobTerms, int]:
         raise MalformedJobTerms(f"a job's grant flag is 0 or 1, got {flag}")
     if len(data) < end + 2:
         raise MalformedJobTerms("job terms are cut short before the name")
-    (size,) = _U16.unpack_from(data, end)
-    raw = data[end + 2:end + 2 + size]
-    if len(raw) != size or not 1 <= size <= MAX_TEXT:
-        raise MalformedJobTerms(f"a job name is 1 .. {MAX_TEXT} bytes")
+    stop = text_at(data, end)
+    if len(data) < stop:
+        raise MalformedJobTerms("job terms are cut short in the name")
     try:
-        name = raw.decode("utf-8")
+        name = data[end + 2:stop].decode("utf-8")
     except UnicodeDecodeError as exc:
         raise MalformedJobTerms("a job name is UTF-8 text") from exc
     terms = JobTerms(name, items, issuer, nonce, grant)
-    # Re-encoding checks the rest (printable, item count) and that the form is canonical.
-    if encode_terms(terms) != data[at:end + 2 + size]:
+    # Re-encoding checks the rest (printable, length, item count) and the canonical form.
+    if encode_terms(terms) != data[at:stop]:
         raise MalformedJobTerms("job terms are not in canonical form")
-    return terms, end + 2 + size
+    return terms, stop
 
 
 def decode_terms(data: bytes) -> JobTerms:

@@ -38,7 +38,6 @@ from fleet.jobs.sum_tree import (
     SOURCES,
     SUMS_SIZE,
     Item,
-    Node,
     decode_sums,
     encode_item_leaf,
     encode_sums,
@@ -178,8 +177,7 @@ def item_leaves(terms: JobTerms, items: Sequence[Item | None]) -> list[bytes]:
 def seal_leaves(terms: JobTerms, leaves: Sequence[bytes], log_size: int) -> Receipt:
     """The receipt over leaves as they are (a verifier's and a forger's view: no item is
     checked against its job here; :func:`seal` checks them)."""
-    nodes: list[Node] = [leaf_node(leaf) for leaf in leaves]
-    root, sums = subtree_root(nodes)
+    root, sums = subtree_root(leaf_node(leaf) for leaf in leaves)
     missing = tuple(i for i, leaf in enumerate(leaves) if leaf[0] == 0)
     return check_receipt(Receipt(terms, root, decode_sums(sums), log_size, missing))
 

@@ -30,7 +30,7 @@ largest power of two k < n, the first k to the left. Proof paths and their check
 from __future__ import annotations
 
 import struct
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from operator import add
 from typing import Final, NamedTuple
 
@@ -54,6 +54,7 @@ __all__ = [
     "ZERO_SUMS",
     "Item",
     "Node",
+    "SumTree",
     "add_sums",
     "decode_item_leaf",
     "decode_sums",
@@ -64,6 +65,7 @@ __all__ = [
     "inclusion_path",
     "item_of",
     "leaf_node",
+    "leaf_path",
     "node_hash",
     "path_length",
     "subtree_root",
@@ -235,18 +237,23 @@ def node_hash(left: Node, right: Node) -> Node:
             add_sums(left[1], right[1]))
 
 
-def subtree_root(nodes: Sequence[Node]) -> Node:
-    """The root of the RFC 9162 tree over ``nodes`` (at least one): paired bottom-up, an odd
-    last node carried up unchanged, which gives the same tree as the RFC's split."""
-    if not nodes:
+def subtree_root(nodes: Iterable[Node]) -> Node:
+    """The root of the RFC 9162 tree over ``nodes`` (at least one), streamed: a stack holds
+    one complete subtree per set bit of the count so far (O(log n) memory); at the end the
+    stack folds right to left, which is the RFC's split at the largest power of two."""
+    stack: list[tuple[int, Node]] = []
+    for node in nodes:
+        size = 1
+        while stack and stack[-1][0] == size:
+            node = node_hash(stack.pop()[1], node)
+            size *= 2
+        stack.append((size, node))
+    if not stack:
         raise MalformedItemProof("a job has at least one item")
-    level = list(nodes)
-    while len(level) > 1:
-        up = [node_hash(level[i], level[i + 1]) for i in range(0, len(level) - 1, 2)]
-        if len(level) % 2:
-            up.append(level[-1])
-        level = up
-    return level[0]
+    root = stack.pop()[1]
+    while stack:
+        root = node_hash(stack.pop()[1], root)
+    return root
 
 
 def _split(n: int) -> int:
@@ -256,17 +263,28 @@ def _split(n: int) -> int:
 
 def inclusion_path(nodes: Sequence[Node], index: int) -> list[Node]:
     """RFC 9162 ``PATH(index, D[n])`` over ``nodes``: the siblings from the leaf up."""
-    if not 0 <= index < len(nodes):
-        raise MalformedItemProof(f"item {index} is not in a job of {len(nodes)} items")
+    return _path(len(nodes), index, lambda lo, hi: subtree_root(nodes[lo:hi]))
+
+
+def leaf_path(leaves: Sequence[bytes], index: int) -> list[Node]:
+    """:func:`inclusion_path` over leaf bytes, each leaf hashed as its range is reached (no
+    list of all the nodes is held)."""
+    return _path(len(leaves), index,
+                 lambda lo, hi: subtree_root(leaf_node(leaf) for leaf in leaves[lo:hi]))
+
+
+def _path(size: int, index: int, root: Callable[[int, int], Node]) -> list[Node]:
+    if not 0 <= index < size:
+        raise MalformedItemProof(f"item {index} is not in a job of {size} items")
     path: list[Node] = []
-    lo, hi = 0, len(nodes)
+    lo, hi = 0, size
     while hi - lo > 1:
         k = _split(hi - lo)
         if index < lo + k:
-            path.append(subtree_root(nodes[lo + k:hi]))
+            path.append(root(lo + k, hi))
             hi = lo + k
         else:
-            path.append(subtree_root(nodes[lo:lo + k]))
+            path.append(root(lo, lo + k))
             lo += k
     path.reverse()
     return path
@@ -300,3 +318,67 @@ def fold_path(leaf: Node, index: int, size: int, path: Iterable[Node]) -> Node:
             r = node_hash(r, p)
         fn, sn = fn >> 1, sn >> 1
     return r
+
+
+_NODE_SIZE: Final = 32 + SUMS_SIZE
+
+
+class SumTree:
+    """A whole sum tree kept level by level (each level one ``bytes`` of 116-byte
+    ``hash || sums`` records), so every item's path is read in O(log n) instead of rebuilt
+    from the leaves. Built bottom-up, an odd last node carried up unchanged (the RFC 9162
+    shape): a node's path is then its sibling at each level where it has one."""
+
+    __slots__ = ("levels", "size")
+
+    def __init__(self, levels: list[bytes]) -> None:
+        if not levels or len(levels[-1]) != _NODE_SIZE or any(
+                len(lv) % _NODE_SIZE for lv in levels):
+            raise MalformedItemProof("a sum tree's levels are whole nodes, one at the top")
+        self.levels = levels
+        self.size = len(levels[0]) // _NODE_SIZE
+
+    @classmethod
+    def from_nodes(cls, nodes: Iterable[Node]) -> SumTree:
+        level = [h + s for h, s in nodes]
+        if not level:
+            raise MalformedItemProof("a job has at least one item")
+        levels = [b"".join(level)]
+        while len(level) > 1:
+            up = []
+            for i in range(0, len(level) - 1, 2):
+                h, s = node_hash(_split_node(level[i]), _split_node(level[i + 1]))
+                up.append(h + s)
+            if len(level) % 2:
+                up.append(level[-1])
+            level = up
+            levels.append(b"".join(level))
+        return cls(levels)
+
+    @classmethod
+    def from_leaves(cls, leaves: Iterable[bytes]) -> SumTree:
+        return cls.from_nodes(leaf_node(leaf) for leaf in leaves)
+
+    def node(self, level: int, index: int) -> Node:
+        at = index * _NODE_SIZE
+        return _split_node(self.levels[level][at:at + _NODE_SIZE])
+
+    @property
+    def root(self) -> Node:
+        return self.node(len(self.levels) - 1, 0)
+
+    def path(self, index: int) -> list[Node]:
+        """RFC 9162 ``PATH(index, D[size])``, the siblings from the leaf up."""
+        if not 0 <= index < self.size:
+            raise MalformedItemProof(f"item {index} is not in a job of {self.size} items")
+        path = []
+        for level in range(len(self.levels) - 1):
+            sibling = index ^ 1
+            if sibling * _NODE_SIZE < len(self.levels[level]):
+                path.append(self.node(level, sibling))
+            index >>= 1
+        return path
+
+
+def _split_node(record: bytes) -> Node:
+    return record[:32], record[32:]
