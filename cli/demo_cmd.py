@@ -20,6 +20,7 @@ async def _demo(workdir: Path, hosts: int, runs: int) -> dict[str, Any]:
     from cli._embedded import embedded_ledger, wait_folded
     from cli._env_demo import refused_resume
     from cli._grant_demo import overspending_run
+    from cli._job_demo import job_demo
     from cli._sim_procs import spawn_simulators
     from fleet.log.checkpoint import open_checkpoint
     from fleet.log.note import parse_verifier_key
@@ -102,6 +103,9 @@ async def _demo(workdir: Path, hosts: int, runs: int) -> dict[str, Any]:
                            "moved_record_segments": mreport.segments}
         cp = open_checkpoint(ledger.store.last_checkpoint()[2], [vkey])  # type: ignore[index]
         environment = refused_resume(workdir / "environment-check")
+        # Last (the figures above are the simulated fleet's): a job of six items under a
+        # grant, sealed by its last close, one item proved.
+        job = await job_demo(ledger, workdir, int(time.time() * 1000), vkey)
     return {
         "hosts": hosts, "runs": status["runs"], "segments": status["segments_folded"],
         "tree_size": status["tree_size"], "root": status["root"],
@@ -111,7 +115,7 @@ async def _demo(workdir: Path, hosts: int, runs: int) -> dict[str, Any]:
         "record_segments": report.segments, "origin": ledger.origin,
         "wait_proofs": dict(sorted(verdicts.items())),
         "moved_runs": len(moved), **moved_proof,
-        "environment_refusal": environment, "grant_refusal": overspent,
+        "environment_refusal": environment, "grant_refusal": overspent, "job": job,
         "seconds": round(time.monotonic() - started, 2),
     }
 
@@ -175,6 +179,13 @@ def demo(hosts: int, runs: int, keep: Path | None, as_json: bool, durable: bool)
                f"the issuer amended the budget to {g['amended_budget_uj']} µJ:")
     click.echo(f"    segment {g['refused_index']} refused: {g['rule']}: {g['reason']}; its "
                f"{g['segments_standing']} earlier segments stand")
+    j = summary["job"]
+    click.echo(f"  job {j['job']}: {j['items']} items on {', '.join(j['hosts'])} under one "
+               f"grant; a second run of item 2 refused: {j['duplicate_rule']}")
+    click.echo(f"    sealed by its last close: receipt root {j['receipt_root']}, "
+               f"{j['energy_uj']} uJ, missing {len(j['missing'])}; item {j['proved_item']} "
+               f"proved ({j['proof_bytes']} bytes) to the receipt, leaf {j['receipt_leaf']} "
+               f"of checkpoint size {j['checkpoint_size']}: verified offline")
     env = summary["environment_refusal"]
     click.echo(f"  a run parked in the {env['parked_in']} environment, offered "
                f"{env['offered_in']} to resume in: {env['rule']} on the host, nothing sealed")

@@ -403,7 +403,12 @@ def test_demo_json_reports_a_consistent_pipeline(tmp_path: Path) -> None:
     assert 0 < doc["proof_hashes"] <= doc["tree_size"].bit_length()
     assert len(doc["root"]) == 64
     offline = cli_json("status", "--data", str(tmp_path / "demo" / "ledger"), "--json")
-    assert (offline["tree_size"], offline["root"]) == (doc["tree_size"], doc["root"])
+    # The job demo runs last: the ledger's final tree is the one it reports.
+    job = doc["job"]
+    assert (offline["tree_size"], offline["root"]) == (job["tree_size"], job["root"])
+    assert job["tree_size"] == job["checkpoint_size"] == job["receipt_leaf"] + 1
+    assert job["duplicate_rule"] == "DuplicateItem" and job["missing"] == []
+    assert sum(job["verdicts"].values()) == job["items"] == 6
     env = doc["environment_refusal"]
     assert env["rule"] == "EnvironmentMismatch" and env["recorded"] != env["offered"]
     g = doc["grant_refusal"]
