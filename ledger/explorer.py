@@ -3,6 +3,8 @@
 - ``/ui/``: the newest checkpoints, and the runs with filters (host, verdict, phase);
 - ``/ui/run/<run>``: one run's chain as a timeline (executed, parked, resumed intervals,
   energy, the host of each segment and where it changes), each segment linking to
+- ``/ui/job/<job>``: a job's progress, energy totals, wait-proof verdicts, missing items,
+  receipt and item runs (the index lists the jobs);
 - ``/ui/proof/<run>/<index>``: the segment's inclusion proof path to the newest signed
   checkpoint, step by step, and a few lines of JavaScript that recompute it in the browser
   (WebCrypto SHA-256, RFC 9162 section 2.1.3.2) and say whether it reaches the
@@ -40,7 +42,9 @@ from fleet.record.wire import (
     envelope_wire,
 )
 from fleet.runtime.runtime_journal import account_marks
+from ledger import job_views
 from ledger.log_reader import LogReader, decimal
+from ledger.views import NotFound
 
 _STYLE = """
 body{font:14px/1.4 system-ui,sans-serif;margin:1.5em;color:#1d2430;background:#fafbfc}
@@ -154,8 +158,16 @@ class Explorer:
                      f"<span class=v-{r['verdict']}>{r['verdict']}"
                      + (f" (segment {r['segment']})" if r["segment"] else "") + "</span>")
                     for r in shown[:limit]]
+        jobs = job_views.jobs(self.reader.store)
+        job_rows = [(f"<a class=job href='/ui/job/{quote(j['job'])}'><code>{_e(j['job'])}"
+                     "</code></a>", _e(j["name"]), str(j["items"]), str(j["bound"]),
+                     str(j["closed"]), "sealed" if j["sealed"] else "open")
+                    for j in jobs[:limit]]
         body = ("<h1>Fleet log</h1><h2>Checkpoints</h2>"
                 + _table(("size", "root", "signed (UTC)"), cp_rows, "checkpoints")
+                + (f"<h2>Jobs <small>({len(jobs)})</small></h2>" + _table(
+                    ("job", "name", "items", "started", "closed", "state"), job_rows, "jobs")
+                   if jobs else "")
                 + f"<h2>Runs <small>({len(shown)} of {len(runs)})</small></h2>"
                 f"<form class=filters method=get action=/ui/>{selects}"
                 "<button type=submit>filter</button></form>"
@@ -275,6 +287,38 @@ class Explorer:
             f"<script>{_VERIFY_JS}</script>")
         return _page(f"proof {run} #{index}", body)
 
+    async def job(self, request: web.Request) -> web.Response:
+        job = request.match_info["job"]
+        try:
+            doc = job_views.job_status(self.reader.store, job, with_items=True)
+        except NotFound:
+            raise web.HTTPNotFound(text=f"no job {job}\n") from None
+        p, energy, r = doc["progress"], doc["energy"], doc["receipt"]
+        sources = [(s, str(energy[f"{s}_uj"]["measured"]), str(energy[f"{s}_uj"]["estimated"]))
+                   for s in ("receipts", "idle", "claim", "overhead")]
+        missing = doc["missing"]
+        items = [(str(i["index"]), f"<a class=run href='/ui/run/{quote(i['run'])}'><code>"
+                  f"{_e(i['run'])}</code></a>", "closed" if i["closed"] else "running")
+                 for i in doc["item_runs"]]
+        body = (f"<h1>Job {_e(doc['name'])}</h1><p><code>{_e(doc['job'])}</code></p>"
+                f"<p id=progress>{p['items']} items: {p['closed']} closed, {p['bound']} "
+                f"started, {p['unstarted']} not started; "
+                + ("sealed" if doc["sealed"] else "open") + "</p>"
+                f"<h2>Energy <small>({_uj(energy['total_uj'])})</small></h2>"
+                + _table(("source", "measured µJ", "estimated µJ"), sources, "energy")
+                + "<h2>Wait proofs</h2>" + _table(
+                    ("verdict", "items"), ((f"<span class=v-{v}>{v}</span>", str(n))
+                                           for v, n in doc["verdicts"].items()), "verdicts")
+                + f"<h2>Missing <small>({len(missing)})</small></h2><p id=missing>"
+                + (_e(", ".join(str(i) for i in missing[:200]))
+                   + (" …" if len(missing) > 200 else "") if missing else "none") + "</p>"
+                + ("<h2>Receipt</h2><p id=receipt>not sealed yet</p>" if r is None else
+                   f"<h2>Receipt</h2><p id=receipt>root <code>{_e(r['root'])}</code>, fleet "
+                   f"log size {r['log_size']} when sealed, its leaf {r['leaf_index']}</p>")
+                + f"<h2>Item runs <small>(first {len(items)} of {p['bound']})</small></h2>"
+                + _table(("item", "run", "state"), items, "items"))
+        return _page(f"job {doc['name']}", body)
+
     async def redirect(self, request: web.Request) -> web.Response:
         raise web.HTTPFound("/ui/?" + urlencode(request.query) if request.query else "/ui/")
 
@@ -305,4 +349,5 @@ def add_explorer(app: web.Application, reader: LogReader,
     app.router.add_get("/ui", explorer.redirect)
     app.router.add_get("/ui/", explorer.index)
     app.router.add_get("/ui/run/{run}", explorer.run)
+    app.router.add_get("/ui/job/{job}", explorer.job)
     app.router.add_get("/ui/proof/{run}/{index}", explorer.proof)
