@@ -308,6 +308,8 @@ def fold_path(leaf: Node, index: int, size: int, path: Iterable[Node]) -> Node:
         raise MalformedItemProof(f"the path of item {index} of {size} has "
                                  f"{path_length(index, size) if 0 <= index < size else '?'} "
                                  f"nodes, got {len(siblings)}")
+    if any(len(h) != 32 or len(s) != SUMS_SIZE for h, s in siblings):
+        raise MalformedItemProof(f"a path node is a 32-byte hash and {SUMS_SIZE} bytes of sums")
     fn, sn, r = index, size - 1, leaf
     for p in siblings:
         if fn & 1 or fn == sn:
