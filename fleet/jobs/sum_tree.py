@@ -148,6 +148,9 @@ def verdict_of(code: int, segment: int) -> Verdict:
 
 
 def _check_item(item: Item) -> None:
+    if type(item.index) is not int or type(item.verdict) is not int or type(
+            item.segment) is not int:
+        raise MalformedItemProof("an item's index, verdict and segment are integers")
     if not 0 <= item.index < 2**32 - 1:
         raise MalformedItemProof(f"an item index is in 0 .. 2**32 - 2, got {item.index}")
     for what in ("run", "grants", "head"):
@@ -168,7 +171,7 @@ def _check_item(item: Item) -> None:
 def encode_item_leaf(item: Item | int) -> bytes:
     """A present item's leaf bytes, or a missing item's (``item`` is then its index)."""
     if isinstance(item, int):
-        if not 0 <= item < 2**32 - 1:
+        if type(item) is not int or not 0 <= item < 2**32 - 1:
             raise MalformedItemProof(f"an item index is in 0 .. 2**32 - 2, got {item}")
         return _MISSING.pack(0, item)
     _check_item(item)
