@@ -13,11 +13,11 @@ from nacl.signing import SigningKey
 from fleet.address import digest
 from fleet.fold.job_events import open_event, seal_event
 from fleet.jobs.job_id import JobTerms, encode_terms, item_unit, job_id
-from fleet.jobs.receipt import decode_receipt, receipt_leaf
+from fleet.jobs.receipt import decode_receipt, receipt_leaf, seal_leaves
 from fleet.log.leaf import leaf_kind
 from fleet.record.builder import RecordBuilder
 from fleet.subjects import DEFAULT_FLEET
-from ledger import job_store
+from ledger import job_store, job_views
 
 from fault_helpers import SealedRun, fold_in_random_batches, host_key, store_summary
 from grant_helpers import World, key
@@ -98,6 +98,12 @@ def test_a_job_sealed_early_lists_its_missing_items(tmp_path: Path):
     late = item_run(job, 3)
     assert w.rule(late.subject, late.execute()) == "JobSealed"
     assert w.rule(JOB_SUBJECT, seal_event(OWNER, job)) == "JobSealed"
+    # Item 2's run closes after the seal: the run is folded, the receipt (and the leaves
+    # an item proof is made from) still have the item missing.
+    assert w.rule(open_only.subject, open_only.add(open_only.builder.close())) == "accepted"
+    leaves = job_views._leaves(w.ledger.store, _text(job), 4)
+    made = seal_leaves(decode_receipt(row["receipt"]).terms, leaves, 0)
+    assert made.root == decode_receipt(row["receipt"]).root and made.missing == (0, 2, 3)
 
 
 def test_job_events_are_refused_by_name(tmp_path: Path):
