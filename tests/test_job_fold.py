@@ -212,3 +212,16 @@ def test_a_twin_item_run_is_counted_without_the_gate_and_refused_with_it(tmp_pat
     assert finish(defended, item_run(job, 0))[0] == "accepted"
     assert defended.rule(twin.subject, message) == "DuplicateItem"
     assert seq == defended.seq - 1
+
+
+def test_job_events_route_to_the_job_fold_in_any_fleet():
+    """``<fleet>.ctl.job`` is the job fold's subject in every fleet, never a control event
+    nor a segment; another fleet's job subject is not this fleet's."""
+    from fleet.fold.route import CONTROL, JOB, SEGMENT, Router
+    from fleet.subjects import fleet_names
+
+    for names in (DEFAULT_FLEET, fleet_names("blue")):
+        route = Router(names)
+        assert route(names.job_subject) == JOB == route.routes([names.job_subject])[0]
+        assert route(names.control_subject("host")) == CONTROL
+    assert Router(fleet_names("blue"))(DEFAULT_FLEET.job_subject) == SEGMENT
