@@ -65,6 +65,9 @@ def test_a_job_is_sealed_by_its_last_close_with_its_receipt_next_in_the_log(tmp_
     assert row is not None and row["sealed_seq"] == w.seq and row["leaf_index"] == 6
     receipt = decode_receipt(row["receipt"])
     assert receipt.log_size == 6 and receipt.missing == () and receipt.items == 3
+    # The book forgets a sealed job's items (the store keeps them; proofs read the store).
+    assert w.ledger.jobs.items == {} and w.ledger.jobs.runs == {}
+    assert len(job_store.item_rows(w.ledger.store.conn, _text(job))) == 3
     [leaf] = w.ledger.store.leaves(6, 1)
     assert leaf.raw == receipt_leaf(row["receipt"]) and leaf_kind(leaf.raw) == "job"
     # The log's entries (tlog-tiles' entry bundle): the six run leaves and the receipt's, in
@@ -109,6 +112,9 @@ def test_a_job_sealed_early_lists_its_missing_items(tmp_path: Path):
     row = job_store.job_row(w.ledger.store.conn, _text(job))
     assert row is not None
     assert decode_receipt(row["receipt"]).missing == (0, 2, 3)
+    w.close()
+    w.open()  # a restarted ledger: the sealed job's items are not loaded, the rules hold
+    assert w.ledger.jobs.items == {}
     late = item_run(job, 3)
     assert w.rule(late.subject, late.execute()) == "JobSealed"
     assert w.rule(JOB_SUBJECT, seal_event(OWNER, job)) == "JobSealed"

@@ -442,7 +442,7 @@ def _spec_verify(bundle: dict, vkey_text: str) -> dict:
     assert log_root == base64.b64decode(root_b64)
     # The signed note: the verifier key "name+keyid+base64(0x01 || key)"; a signature line
     # "— name base64(keyid || signature)" over the text before the blank line.
-    name, key_id, key_b64 = vkey_text.strip().split("+")
+    name, key_id, key_b64 = vkey_text.strip().split("+", 2)  # base64 may hold "+"
     key = base64.b64decode(key_b64)
     assert key[0] == 1 and hashlib.sha256(name.encode() + b"\n" + key).digest()[:4].hex() \
         == key_id
