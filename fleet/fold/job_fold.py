@@ -33,22 +33,22 @@ from __future__ import annotations
 from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass, field
 
-from fleet.errors import FleetError
-from fleet.fold.job_events import OPEN, JobAccepted, decide_job_event
-from fleet.fold.reference import Accepted, Refused, RunSlot
-from fleet.grants.grant_book import GrantView
-from fleet.jobs.job_errors import (
+from fleet_ledger.fleet.errors import FleetError
+from fleet_ledger.fleet.fold.job_events import OPEN, JobAccepted, decide_job_event
+from fleet_ledger.fleet.fold.reference import Accepted, Refused, RunSlot
+from fleet_ledger.fleet.grants.grant_book import GrantView
+from fleet_ledger.fleet.jobs.job_errors import (
     DuplicateItem,
     ItemGrantMismatch,
     ItemOutOfRange,
     JobSealed,
     UnknownJob,
 )
-from fleet.jobs.job_id import JobTerms, job_tag, parse_item_unit
-from fleet.jobs.job_records import item_from_state
-from fleet.jobs.receipt import encode_receipt, receipt_leaf, seal_leaves
-from fleet.jobs.sum_tree import encode_item_leaf
-from fleet.record.kinds import CLOSED
+from fleet_ledger.fleet.jobs.job_id import JobTerms, job_tag, parse_item_unit
+from fleet_ledger.fleet.jobs.job_records import item_from_state
+from fleet_ledger.fleet.jobs.receipt import encode_receipt, receipt_leaf, seal_leaves
+from fleet_ledger.fleet.jobs.sum_tree import encode_item_leaf
+from fleet_ledger.fleet.record.kinds import CLOSED
 
 __all__ = ["BatchJobs", "ItemEntry", "JobBook", "JobEntry", "Sealed", "rebuild"]
 
