@@ -97,3 +97,37 @@ def test_a_refusal_after_a_renewal_is_written_over_the_renewed_claim(
     doc, report = asyncio.run(main())
     assert report["refused"] == "JournalTampered"
     assert doc["status"] == "refused" and doc["refused"] == "JournalTampered", doc
+
+
+def test_a_waiting_worker_is_woken_by_a_signal_not_by_its_poll(
+        nats_server: NatsServer, tmp_path: Path):
+    """A worker whose full passes are 600 s apart (after its first) continues a parked run
+    within seconds of a signal being stored: the signals stream pushes it the run (a
+    worker that only polled would not move for ten minutes)."""
+
+    async def main() -> list[dict]:  # type: ignore[type-arg]
+        nc = await connect([nats_server.url])
+        store = await FleetStore(nc.jetstream()).open()
+        host = Host("A", tmp_path / "A")
+        rt = Runtime(tmp_path / "A", host=host)
+        worker = Worker(rt, store, _no_adopt, _no_drain)
+        run = rt.start(flows.slow_after_go, "pushed", {"seconds": 0.0})
+        await worker.publish(await rt.advance(run))
+        reports: asyncio.Queue[dict] = asyncio.Queue()  # type: ignore[type-arg]
+        stop = asyncio.Event()
+        loop = asyncio.create_task(worker.run_forever(stop, reports.put_nowait, poll=600.0))
+        try:
+            await asyncio.sleep(0.5)  # the first full pass: nothing to do yet
+            assert reports.empty()
+            await store.send_signal(run, "go", None, "g1")
+            got = [await asyncio.wait_for(reports.get(), timeout=30.0)]
+        finally:
+            stop.set()
+            await asyncio.wait_for(loop, timeout=30.0)
+            host.close()
+            rt.close()
+            await nc.close()
+        return got
+
+    (report,) = asyncio.run(main())
+    assert report["status"] == "done" and report["result"] == "slow done"

@@ -28,9 +28,16 @@ from __future__ import annotations
 import contextlib
 import json
 import time
+from collections.abc import Callable
 from typing import Any
 
-from nats.js.api import KeyValueConfig, ObjectStoreConfig, StorageType, StreamConfig
+from nats.js.api import (
+    DeliverPolicy,
+    KeyValueConfig,
+    ObjectStoreConfig,
+    StorageType,
+    StreamConfig,
+)
 from nats.js.errors import BadRequestError, KeyWrongLastSequenceError, NotFoundError
 
 from fleet.address import digest, format_address
@@ -147,6 +154,20 @@ class FleetStore:
         finally:
             await sub.unsubscribe()
         return out
+
+    async def watch_signals(self, woken: Callable[[str], None]) -> Any:
+        """Call ``woken(run token)`` for each signal the stream stores from now on: a push
+        subscription (an ordered consumer delivering new messages' headers only, each after
+        the stream has stored it, so a reader woken by it finds the signal). Returns the
+        subscription (``await sub.unsubscribe()`` to stop)."""
+        prefix = f"{self.signal_subject}."
+
+        async def ring(msg: Any) -> None:
+            woken(msg.subject[len(prefix):])
+
+        return await self.js.subscribe(f"{prefix}>", stream=self.signals_stream, cb=ring,
+                                       ordered_consumer=True, headers_only=True,
+                                       deliver_policy=DeliverPolicy.NEW)
 
     async def forget_signals(self, seqs: list[int]) -> None:
         """Delete delivered signals from the stream: once journaled (encrypted, shreddable)
