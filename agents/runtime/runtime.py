@@ -446,8 +446,11 @@ class Runtime:
             idle = self._park_idle(meta, view.size())
             hr.resume(park_transcript(hr), manifest, idle_uj=idle.uj,
                       provenance=idle.provenance, meter=idle.meter)
+            # Rides the first entry's commit too: a death before it left the run resumed
+            # on its record with nothing journaled, which the next interval continues.
             self.journal.set_run(hr.run, "running", {**meta, "open": True, "first":
-                                                     view.end, "seg": hr.state.index})
+                                                     view.end, "seg": hr.state.index},
+                                 defer=True)
         return resume
 
     def _park_idle(self, meta: dict[str, Any], size: int) -> Reading:
