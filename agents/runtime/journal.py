@@ -106,8 +106,9 @@ class Journal:
     def set_run(self, run: str, status: str, meta: dict[str, Any], *,
                 defer: bool = False) -> None:
         """Set a run's status and meta; with ``defer``, only in this process until the
-        run's next append or flush writes it in that transaction (a mark that must be
-        durable before any entry it speaks of, and need not be before)."""
+        run's next entries are written, in their transaction (a mark that must be durable
+        before any entry it speaks of, and need not be before; with no entry it is never
+        written: the next set_run replaces it)."""
         if defer:
             self._runs_pending[run] = (status, json.loads(canon(meta)))
             return
@@ -170,11 +171,13 @@ class Journal:
     def flush(self, run: str | None = None) -> None:
         """Write the deferred entries of ``run`` (of every run with None) in one
         transaction."""
-        runs = [run] if run is not None else list({*self._pending, *self._runs_pending})
+        runs = [run] if run is not None else list(self._pending)
         pending = [p for r in runs for p in self._pending.get(r, [])]
-        marks = [(r, self._runs_pending.pop(r)) for r in runs if r in self._runs_pending]
-        if not pending and not marks:
+        if not pending:
             return
+        # A deferred mark is written with the run's entries (it speaks of them), else not.
+        marks = [(r, self._runs_pending.pop(r)) for r in runs
+                 if r in self._runs_pending and self._pending.get(r)]
         with immediate(self.db):
             for r, (status, meta) in marks:
                 self.db.execute("UPDATE runs SET status = ?, meta = ? WHERE run = ?",
