@@ -15,7 +15,7 @@ from nats.js.errors import NotFoundError
 
 from fleet.subjects import run_token
 
-__all__ = ["held_keys"]
+__all__ = ["IN_FLIGHT", "held_keys"]
 
 
 async def held_keys(kv: Any, addresses: Iterable[str]) -> dict[str, list[str]]:

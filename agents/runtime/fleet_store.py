@@ -25,6 +25,7 @@ for one wait, exactly one update succeeds, and only that one continues the run.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import time
@@ -45,7 +46,7 @@ from fleet.runtime.runtime_errors import SignalConflict
 from fleet.runtime.runtime_journal import signal_digest
 from fleet.subjects import DEFAULT_FLEET, FleetNames, run_token
 from plumbing.nats_connect import bucket_keys
-from plumbing.runtime_keys import held_keys
+from plumbing.runtime_keys import IN_FLIGHT, held_keys
 
 # A claim that has not turned into a new state within this long (the worker died) may be
 # claimed again.
@@ -262,9 +263,13 @@ class FleetStore:
         held one (a compare-and-set against no history): a key already there stays, and
         a shredded one (its purge marker) is never written again by a host that held a
         copy for its interval."""
-        for address, key in keys.items():
+        async def put(address: str, key: list[str]) -> None:
             with contextlib.suppress(KeyWrongLastSequenceError, BadRequestError):
                 await self.keys.update(run_token(address), json.dumps(key).encode(), last=0)
+
+        items = list(keys.items())
+        for i in range(0, len(items), IN_FLIGHT):  # a batch per round trip, not a key
+            await asyncio.gather(*(put(a, k) for a, k in items[i:i + IN_FLIGHT]))
 
     async def blob_keys(self, addresses: list[str]) -> dict[str, list[str]]:
         """The keys still held for ``addresses`` (a shredded one is absent)."""
