@@ -219,7 +219,8 @@ async def _no_adopt(run: str) -> Any:
               "ledger.vkey in the host's folder).")
 @click.option("--once", is_flag=True, help="One pass over the runs, then exit.")
 @click.option("--poll", type=float, default=1.0, show_default=True,
-              help="Seconds between passes.")
+              help="Seconds between full passes (timers, deadlines, orphans); a stored"
+              " signal wakes the worker for its run at once.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON line per run continued.")
 @nats_options
 def runtime_worker(environment: Path | None, host_dir: Path, name: str | None,
