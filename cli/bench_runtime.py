@@ -35,8 +35,8 @@ from typing import Any
 
 import click
 
-from cli._app import UserError, bench
-from cli._common import emit_result
+from fleet_ledger.cli._app import UserError, bench
+from fleet_ledger.cli._common import emit_result
 
 
 def noop() -> None:
@@ -58,7 +58,7 @@ async def noop_steps(ctx: Any, inp: dict[str, Any]) -> int:
 
 
 def _baseline(path: Path, steps: int) -> float:
-    from plumbing import sqlite
+    from fleet_ledger.plumbing import sqlite
 
     db = sqlite.connect(path)
     db.execute("CREATE TABLE steps (workflow TEXT, step INTEGER, output BLOB,"
@@ -72,7 +72,7 @@ def _baseline(path: Path, steps: int) -> float:
 
 
 def _steps(folder: Path, steps: int) -> float:
-    from agents.runtime import Runtime
+    from fleet_ledger.agents.runtime import Runtime
 
     rt = Runtime(folder)
     try:
@@ -93,7 +93,7 @@ def _resume(folder: Path, entries: int, every: int) -> tuple[float, float, int, 
     the CPU ms of each (the wall time on a loaded machine is mostly waiting). The workflow
     carries its state into a new epoch every ``every`` steps (0: never, a plain coroutine
     replayed from its start)."""
-    from agents.runtime import Runtime
+    from fleet_ledger.agents.runtime import Runtime
 
     steps = max(1, (entries - 2) // 2)  # start, a dispatch and a result each, the wait
     while every and steps > 1 and 2 + 2 * steps + (steps - 1) // every > entries:
@@ -189,7 +189,7 @@ def bench_runtime(steps: int, resume_entries: int, resume_sizes: str, every: int
                                "no_epochs_cpu_ms": round(plain_cpu, 1)}
         latency: dict[str, Any] = {}
         if signals:
-            from cli._bench_runtime_signal import signal_latency
+            from fleet_ledger.cli._bench_runtime_signal import signal_latency
 
             latency = signal_latency(base / "signal", signals, poll, signal_wake == "push")
     step, baseline = statistics.median(step_us), statistics.median(base_us)

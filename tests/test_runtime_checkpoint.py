@@ -19,16 +19,16 @@ import runtime_flows as flows
 import runtime_tamper as tamper
 from test_runtime_kill import proc
 
-from agents.host import Host
-from agents.runtime import Context, Runtime
-from agents.runtime.checkpoint import Epoch, _mac, folder_key, unpack
-from agents.runtime.journal import verify_chain
-from agents.runtime.runtime import run_ids, workflow_name
-from cli.runtime_verify_cmds import journal_file
-from fleet.address import format_address
-from fleet.record.wire import RecordWire, decode_envelope, segment_to_wire
-from fleet.runtime.runtime_errors import JournalTampered
-from fleet.runtime.runtime_verify import parse_journal, verify_runtime
+from fleet_ledger.agents.host import Host
+from fleet_ledger.agents.runtime import Context, Runtime
+from fleet_ledger.agents.runtime.checkpoint import Epoch, _mac, folder_key, unpack
+from fleet_ledger.agents.runtime.journal import verify_chain
+from fleet_ledger.agents.runtime.runtime import run_ids, workflow_name
+from fleet_ledger.cli.runtime_verify_cmds import journal_file
+from fleet_ledger.fleet.address import format_address
+from fleet_ledger.fleet.record.wire import RecordWire, decode_envelope, segment_to_wire
+from fleet_ledger.fleet.runtime.runtime_errors import JournalTampered
+from fleet_ledger.fleet.runtime.runtime_verify import parse_journal, verify_runtime
 
 STEPS = 40
 EVERY = 10  # steps per epoch: the park's checkpoint names the fourth epoch

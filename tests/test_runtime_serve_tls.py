@@ -23,7 +23,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
-from plumbing.natsd import NatsServer
+from fleet_ledger.plumbing.natsd import NatsServer
 
 from pipeline_helpers import FLEET_BIN
 

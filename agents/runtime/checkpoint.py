@@ -41,8 +41,8 @@ from pathlib import Path
 
 from blake3 import blake3
 
-from agents.runtime.journal import Entry, Journal, verify_from
-from fleet.runtime.runtime_journal import CONTINUE, SIGNAL, START, canon, genesis, text
+from fleet_ledger.agents.runtime.journal import Entry, Journal, verify_from
+from fleet_ledger.fleet.runtime.runtime_journal import CONTINUE, SIGNAL, START, canon, genesis, text
 
 log = logging.getLogger(__name__)
 
