@@ -3,6 +3,9 @@ no NATS, no SQLite, no ledger."""
 
 from __future__ import annotations
 
+import pytest
+
+from fleet.errors import ForeignRun
 from fleet.fold import Accepted, Admission, BatchRuns, HostEntry, Message, Refused, RunSlot
 from fleet.fold import decide as decide_one
 from fleet.fold.batch import BatchHeads, Incoming, decide_batch, merge_seals, seal_items
@@ -11,6 +14,7 @@ from fleet.fold.fast import batch_addresses
 from fleet.fold.grant_events import GrantBook
 from fleet.fold.policy import checkpoint_due, leads_signing
 from fleet.fold.route import CONTROL, GRANT, SEGMENT, Router
+from fleet.record.phases import PARKED, RESUMED
 from fleet.record.record import RunState
 from fleet.record.wire import envelope_wire
 from fleet.subjects import DEFAULT_FLEET, fleet_names
@@ -173,3 +177,24 @@ def test_batch_heads_gather_accepted_heads_only_and_fall_back_to_the_store():
     items.append(Incoming(9, "x", b"", Refused("Fork", "", None, r.run, 3)))
     assert heads(r.run, 2) == items[1].decision.head  # type: ignore[union-attr]
     assert heads(r.run, 3) == b"stored"
+
+
+def test_the_batch_moves_a_runs_holder_by_the_kernels_rule_only():
+    """Taking a step moves the holder as the kernel says: a parked run's resume by another
+    host hands it over, and a step the kernel would refuse (ForeignRun) is refused at the
+    take too, never written into the batch's copy."""
+    state = RunState.open(bytes(32), bytes(32))
+    state.index, state.phase = 2, PARKED
+    committed = RunSlot("h1", state)
+    runs = BatchRuns(lambda run: committed if run == state.run else None)
+
+    def step(host: str, kind: str, index: int) -> Accepted:
+        st = (b"", RESUMED, None, None, None, False, None, None)
+        return Accepted(host, state.run, index, bytes(32), kind, b"", st)
+
+    runs.take(step("h2", "resumed", 3))
+    assert runs.changed[state.run].host == "h2" and committed.host == "h1"
+    with pytest.raises(ForeignRun):
+        runs.take(step("h3", "executed", 4))
+    held = runs.changed[state.run]
+    assert held.host == "h2" and held.state.index == 3

@@ -174,18 +174,26 @@ class BatchRuns:
         return slot if slot is not None else self._committed(run)
 
     def take(self, d: Accepted) -> RunSlot:
-        """Apply an accepted step (decided against :meth:`get`) to the batch's copy."""
+        """Apply an accepted step (decided against :meth:`get`) to the batch's copy: the
+        kernel's holder change (:func:`fleet.record.kernel.next_holder`), then its state
+        change (:func:`fleet.record.kernel.apply`)."""
         slot = self.changed.get(d.run)
+        holder: str | None
         if slot is None:
             if d.opened is not None:
-                slot = RunSlot(d.host, RunState.open(*d.opened))
+                slot, holder = RunSlot(d.host, RunState.open(*d.opened)), None
             else:
                 held = self._committed(d.run)
                 assert held is not None, "a step for a run the batch cannot see"
                 slot = held.copy()
+                holder = slot.host
             self.changed[d.run] = slot
-        slot.host = d.host
-        kernel.apply(slot.state, d.index, d.head, d.step)
+        else:
+            holder = slot.host
+        state = slot.state
+        slot.host = kernel.next_holder(holder, d.host, state.phase, d.kind, d.index,
+                                       state.index + 1)
+        kernel.apply(state, d.index, d.head, d.step)
         return slot
 
 

@@ -557,11 +557,13 @@ def check_holder(holder: str, host: str, phase: str, kind: str, index: int,
     raise ForeignRun(f"the run is held by host {holder!r}", segment=index)
 
 
-def next_holder(holder: str, host: str, phase: str, kind: str, index: int,
+def next_holder(holder: str | None, host: str, phase: str, kind: str, index: int,
                 next_index: int) -> str:
     """The host that holds the run after ``host`` sealed its segment ``index``: ``host``
-    itself, if :func:`check_holder` allows it to seal it (``ForeignRun`` otherwise)."""
-    check_holder(holder, host, phase, kind, index, next_index)
+    itself, if :func:`check_holder` allows it to seal it (``ForeignRun`` otherwise).
+    ``holder`` ``None``: no host holds the run yet (it is new), and its opener holds it."""
+    if holder is not None:
+        check_holder(holder, host, phase, kind, index, next_index)
     return host
 
 
