@@ -47,7 +47,7 @@ A *park* is held as plain bytes, ``snapshot_bytes || manifest[32]``; a *step* is
 from __future__ import annotations
 
 import struct
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, Protocol, Self
 
@@ -91,6 +91,7 @@ from fleet.record.wait_proof import Calls, Verdict, WaitTracker
 __all__ = [
     "ACCOUNT_PRESENT",
     "ATTESTATION_DOMAIN",
+    "BODIES",
     "CLAIM",
     "CLAIMED",
     "CLOSED",
@@ -373,24 +374,25 @@ def suspended_bytes(snapshot: bytes, manifest: bytes) -> bytes:
     return _B_SUSPENDED + snapshot + check_digest(manifest, "manifest")
 
 
-def resumed_bytes(snapshot: bytes, manifest: bytes, idle_uj: int, provenance: str,
-                  meter: str) -> bytes:
+def resumed_bytes(snapshot: bytes, manifest: bytes, idle_uj: int, idle_provenance: str,
+                  idle_meter: str) -> bytes:
     """``0x03 || snapshot || manifest[32] || idle_uj:u64 || provenance:u8 || text(meter)``."""
     return (_B_RESUMED + snapshot + check_digest(manifest, "manifest")
-            + _energy(idle_uj, provenance, "idle_uj") + encode_text(meter, "meter"))
+            + _energy(idle_uj, idle_provenance, "idle_uj") + encode_text(idle_meter, "meter"))
 
 
-def closed_bytes(idle_uj: int | None = None, provenance: str | None = None,
-                 meter: str | None = None) -> bytes:
+def closed_bytes(idle_uj: int | None = None, idle_provenance: str | None = None,
+                 idle_meter: str | None = None) -> bytes:
     """``0x04`` (a bare close), or ``0x04 || idle_uj:u64 || provenance:u8 || text(meter)``:
     a close that ends a park, with the idle energy the park drew until the close. The three
     idle fields come together or not at all (``MalformedSegment``)."""
-    if idle_uj is None and provenance is None and meter is None:
+    if idle_uj is None and idle_provenance is None and idle_meter is None:
         return CLOSED_BYTES
-    if idle_uj is None or provenance is None or meter is None:
+    if idle_uj is None or idle_provenance is None or idle_meter is None:
         raise MalformedSegment("a close gives its idle energy, provenance and meter together"
                                " or none of them")
-    return CLOSED_BYTES + _energy(idle_uj, provenance, "idle_uj") + encode_text(meter, "meter")
+    return (CLOSED_BYTES + _energy(idle_uj, idle_provenance, "idle_uj")
+            + encode_text(idle_meter, "meter"))
 
 
 def pool_unit(host: str, pool: str) -> bytes:
@@ -407,11 +409,12 @@ def _slot_energy(warm_uj: int, warm_provenance: str, warm_meter: str, idle_uj: i
             + _energy(idle_uj, idle_provenance, "idle_uj") + encode_text(idle_meter, "idle_meter"))
 
 
-def claimed_bytes(slot: bytes, snapshot: bytes, manifest: bytes, warm_uj: int,
-                  warm_provenance: str, warm_meter: str, idle_uj: int, idle_provenance: str,
-                  idle_meter: str) -> bytes:
+def claimed_bytes(slot: bytes, warm_uj: int, warm_provenance: str, warm_meter: str,
+                  idle_uj: int, idle_provenance: str, idle_meter: str, snapshot: bytes,
+                  manifest: bytes) -> bytes:
     """``0x05 || slot[32] || snapshot || manifest[32] || slot energy``; the snapshot is an
-    image park's (a transcript retains no sandbox to start from: ``MalformedSnapshot``)."""
+    image park's (a transcript retains no sandbox to start from: ``MalformedSnapshot``).
+    The arguments come in the table's order of the fields (:data:`BODIES`)."""
     if snapshot[DIGEST:DIGEST + 1] == _B_TRANSCRIPT:
         raise MalformedSnapshot("a warm slot is an image park: a transcript holds no sandbox")
     return (_B_CLAIMED + check_digest(slot, "slot") + snapshot
@@ -426,6 +429,16 @@ def evicted_bytes(slot: bytes, warm_uj: int, warm_provenance: str, warm_meter: s
     return (_B_EVICTED + check_digest(slot, "slot")
             + _slot_energy(warm_uj, warm_provenance, warm_meter, idle_uj, idle_provenance,
                            idle_meter))
+
+
+# Each kind's canonical bytes, called with its fields in the table's order, its parameters
+# named as they are (:data:`fleet.record.kinds.TABLE`; a snapshot as its canonical bytes, the
+# attestation object, which travels beside the segment, left out): how the object API
+# builds them.
+BODIES: Final[dict[str, Callable[..., bytes]]] = {
+    EXECUTED: executed_bytes, SUSPENDED: suspended_bytes, RESUMED: resumed_bytes,
+    CLOSED: closed_bytes, CLAIMED: claimed_bytes, EVICTED: evicted_bytes,
+}
 
 
 # -- the rules ------------------------------------------------------------------------------

@@ -121,8 +121,8 @@ def step(wire: object, take: Callable[[], bytes], run: kernel.Position, index: i
             return kernel.evicted_step(run, index, body, warm, warm_p, idle, idle_p)
         snapshot = _snapshot(w.snapshot, take)
         manifest = take()
-        body = kernel.claimed_bytes(slot, snapshot, manifest, warm, warm_p, w.warm_meter, idle,
-                                    idle_p, w.idle_meter)
+        body = kernel.claimed_bytes(slot, warm, warm_p, w.warm_meter, idle, idle_p,
+                                    w.idle_meter, snapshot, manifest)
         return kernel.claimed_step(run, index, body, manifest, warm, warm_p, idle, idle_p)
     raise NotFast  # pragma: no cover - the tagged union has no other member
 
