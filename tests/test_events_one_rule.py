@@ -168,3 +168,12 @@ def test_runs_control_and_grant_events_share_one_batch_overlay() -> None:
         assert isinstance(overlay, EventOverlay)
         assert overlay.take(refused) is refused
         assert not overlay.changed and overlay.accepted == []
+
+
+def test_the_kernels_text_codec_is_the_one_codec_with_the_records_limit() -> None:
+    """The kernel's ``encode_text`` is :func:`fleet.text.encode_text` with the record's
+    limit and refusal, not a copy of it (one cache, one set of checks)."""
+    from fleet import text
+
+    assert kernel.encode_text.func is text.encode_text
+    assert kernel.encode_text.keywords == {"error": ValueOutOfRange, "limit": kernel.MAX_TEXT}

@@ -35,7 +35,8 @@ from typing import Any, Final
 from fleet.address import digest, format_address, parse_address
 from fleet.env.exec_errors import MalformedPolicy, PolicyMismatch
 from fleet.errors import FleetError, MalformedAddress, ValueOutOfRange
-from fleet.record.kernel import MAX_TEXT, encode_text
+from fleet.record.kernel import MAX_TEXT
+from fleet.text import encode_text
 
 __all__ = [
     "ALLOW",
@@ -130,10 +131,7 @@ def _verdict_code(value: object, what: str) -> int:
 
 
 def _label(value: object) -> bytes:
-    try:
-        return encode_text(value, "a rule's label")
-    except ValueOutOfRange as exc:
-        raise MalformedPolicy(str(exc)) from None
+    return encode_text(value, "a rule's label", MalformedPolicy, MAX_TEXT)
 
 
 def _make(default: str, rules: tuple[Rule, ...]) -> ExecPolicy:

@@ -49,10 +49,12 @@ from __future__ import annotations
 import struct
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, Final, Protocol, Self
 
 from blake3 import blake3
 
+from fleet import text
 from fleet.address import digest
 from fleet.errors import (
     AttestationMismatch,
@@ -193,7 +195,6 @@ POOL_DOMAIN: Final = b"fleet.warmpool/1"
 NO_GRANTS: Final = bytes(DIGEST)
 
 _U32 = struct.Struct(">I")
-_U16 = struct.Struct(">H")
 # u64 energy in microjoules, then its provenance byte: an attestation's receipt and a
 # resume's idle energy share this layout.
 _ENERGY = struct.Struct(">QB")
@@ -244,25 +245,9 @@ def _energy(uj: object, provenance: object, what: str) -> bytes:
     return _ENERGY.pack(uj, code)
 
 
-# Meters and outcomes repeat across segments: their checked encodings are memoised
-# (bounded; a refused text raises and is never stored).
-_TEXTS: dict[str, bytes] = {}
-
-
-def encode_text(value: object, what: str) -> bytes:
-    """``len:u16 || utf8`` of a non-empty printable text of at most ``MAX_TEXT`` bytes."""
-    held = _TEXTS.get(value) if type(value) is str else None  # type: ignore[arg-type]
-    if held is not None:
-        return held
-    if not isinstance(value, str) or not value or not value.isprintable():
-        raise ValueOutOfRange(f"{what} must be non-empty printable text, got {value!r}")
-    raw = value.encode("utf-8")
-    if len(raw) > MAX_TEXT:
-        raise ValueOutOfRange(f"{what} is {len(raw)} bytes, the limit is {MAX_TEXT}")
-    held = _U16.pack(len(raw)) + raw
-    if len(_TEXTS) < 4096:
-        _TEXTS[value] = held
-    return held
+# ``len:u16 || utf8`` of a non-empty printable text of at most ``MAX_TEXT`` bytes, else
+# ``ValueOutOfRange``: the one text codec (fleet.text), with the record's limit and refusal.
+encode_text: Final = partial(text.encode_text, error=ValueOutOfRange, limit=MAX_TEXT)
 
 
 _NO_IDS = _U32.pack(0)
