@@ -8,11 +8,20 @@ import pytest
 from fleet.errors import ForeignRun
 from fleet.fold import Accepted, Admission, BatchRuns, HostEntry, Message, Refused, RunSlot
 from fleet.fold import decide as decide_one
-from fleet.fold.batch import BatchHeads, Incoming, decide_batch, merge_seals, seal_items
+from fleet.fold.batch import (
+    BatchHeads,
+    Decided,
+    Incoming,
+    decide_batch,
+    decide_written,
+    merge_seals,
+    refusal_notices,
+    seal_items,
+)
 from fleet.fold.cache import RunCache
 from fleet.fold.fast import batch_addresses
 from fleet.fold.grant_events import GrantBook
-from fleet.fold.policy import checkpoint_due, leads_signing
+from fleet.fold.policy import LeadState, checkpoint_due, leads_signing
 from fleet.fold.route import CONTROL, GRANT, SEGMENT, Router
 from fleet.record.phases import PARKED, RESUMED
 from fleet.record.record import RunState
@@ -198,3 +207,62 @@ def test_the_batch_moves_a_runs_holder_by_the_kernels_rule_only():
         runs.take(step("h3", "executed", 4))
     held = runs.changed[state.run]
     assert held.host == "h2" and held.state.index == 3
+
+
+def test_the_lead_state_signs_always_alone_and_as_a_replica_from_its_floor_while_it_holds():
+    """A single ledger leads and signs from the start; a replica only while its lease holds,
+    once committed up to the stream's end it read at takeover, and never after a drop."""
+    alone = LeadState(replicated=False)
+    assert alone.leading and alone.signs(0)
+    replica = LeadState(replicated=True)
+    assert not replica.leading and not replica.signs(10**6)  # no lease task yet
+    held = [True]
+    replica.holds = lambda: held[0]
+    replica.took(None)  # the stream's end not read
+    assert replica.leading and not replica.signs(10**6)
+    replica.took(100)
+    assert not replica.signs(99) and replica.signs(100)
+    held[0] = False
+    assert not replica.leading and not replica.signs(100)
+    held[0] = True
+    replica.dropped()
+    assert replica.floor is None and not replica.signs(100)
+
+
+def test_a_batch_refused_at_its_write_is_prepared_and_decided_again_until_written():
+    """The write says the table the batch was decided against changed: the core prepares
+    it again and decides again; an empty decision is never written."""
+    _r, msgs, hosts = _batch()
+    calls: list[str] = []
+
+    def decide(prepared: int) -> Decided:
+        calls.append(f"decide {prepared}")
+        return _decide_alone(msgs, hosts, 0)
+
+    def write(decided: Decided, prepared: int) -> bool:
+        calls.append(f"write {prepared}")
+        return prepared >= 2
+
+    def again(prepared: int) -> int:
+        calls.append(f"again {prepared}")
+        return prepared + 1
+
+    decided = decide_written(1, decide, write, again)
+    assert len(decided.items) == 4
+    assert calls == ["decide 1", "write 1", "again 1", "decide 2", "write 2"]
+    calls.clear()
+    empty = decide_written(1, lambda _p: _decide_alone(msgs, hosts, 4), write, again)
+    assert empty.items == [] and calls == []
+
+
+def test_each_refusal_naming_its_host_becomes_one_notice_for_that_host():
+    """A refused message that names its host is told to it as the JSON the host reads;
+    accepted messages and refusals of no host make none."""
+    refused = Refused("Fork", "the run already holds a different segment 3", "h1", b"r", 3)
+    items = [Incoming(7, "s.h1", b"", refused),
+             Incoming(8, "s.x", b"", Refused("MalformedSegment", "bad", None, None, None))]
+    _r, msgs, hosts = _batch()
+    items += _decide_alone(msgs[:1], hosts, 0).items
+    assert refusal_notices(items) == [(
+        "h1", b'{"stream_seq":7,"subject":"s.h1","rule":"Fork","detail":'
+              b'"the run already holds a different segment 3","index":3}')]

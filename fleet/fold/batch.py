@@ -18,7 +18,7 @@ touched. Each message goes to one fold by its subject (its route, computed once 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import NamedTuple
+from typing import NamedTuple, TypeVar
 
 import msgspec
 
@@ -40,9 +40,10 @@ from fleet.record.wire import EnvelopeWire, identity
 from fleet.subjects import FleetNames
 
 __all__ = ["BatchChanges", "BatchHeads", "Decided", "Incoming", "SealItems", "decide_batch",
-           "merge_seals", "run_at", "seal_items"]
+           "decide_written", "merge_seals", "refusal_notices", "run_at", "seal_items"]
 
 HeadAt = Callable[[bytes, int], "bytes | None"]
+P = TypeVar("P")  # a prepared batch, as the shell holds it
 
 
 class Incoming(msgspec.Struct, frozen=True, gc=False):
@@ -213,3 +214,31 @@ def decide_batch(
         if seq > top:
             top = seq
     return Decided(items, top, BatchChanges(ctx.runs.changed, batch_grants, control))
+
+
+def decide_written(prepared: P, decide: Callable[[P], Decided],
+                   write: Callable[[Decided, P], bool], again: Callable[[P], P]) -> Decided:
+    """Decide a prepared batch (``decide``) and write it (``write``, in a transaction the
+    shell commits later); a batch decided against a host table that has changed since it
+    was prepared (``write`` says ``False``, writing nothing) is prepared again with the
+    current table (``again``) and decided again. A batch with nothing to decide is not
+    written."""
+    while True:
+        decided = decide(prepared)
+        if not decided.items or write(decided, prepared):
+            return decided
+        prepared = again(prepared)
+
+
+def refusal_notices(items: Iterable[Incoming]) -> list[tuple[str, bytes]]:
+    """(host, JSON) of each refusal in ``items`` that names its host: what the ledger tells
+    that host on its rejection subject, ``{"stream_seq", "subject", "rule", "detail",
+    "index"}`` (the host's refusal watcher reads it)."""
+    out = []
+    for item in items:
+        d = item.decision
+        if isinstance(d, Refused) and d.host is not None:
+            out.append((d.host, msgspec.json.encode(
+                {"stream_seq": item.stream_seq, "subject": item.subject, "rule": d.rule,
+                 "detail": d.detail, "index": d.index})))
+    return out
