@@ -35,6 +35,7 @@ from fleet.fold.batch import (
     Incoming,
     decide_batch,
     decide_written,
+    first_gap,
     merge_seals,
     refusal_notices,
     seal_items,
@@ -552,21 +553,19 @@ class Ledger:
         repositions the consumer at the watermark (:func:`ledger.stream.ensure_consumer`).
         A hole the stream itself has (its first message beyond it) is passed over."""
         last = next((max(m.seq for m in b) for b in earlier if b), self.store.watermark())
+        seqs = [m.seq for m in msgs]
         expected = last + 1
-        for m in msgs:
-            if m.seq < expected:
-                continue  # a redelivery of something already fetched
-            if m.seq > expected:
-                assert self.js is not None
-                info = await self.js.stream_info(self.names.stream)
-                if info.state.first_seq > expected:
-                    log.warning("the stream starts at %d: nothing to fold before it",
-                                info.state.first_seq)
-                    expected = m.seq + 1
-                    continue
-                raise DeliveryGap(f"the consumer delivered stream sequence {m.seq} where "
-                                  f"{expected} was next: folding again from the watermark")
-            expected = m.seq + 1
+        while (gap := first_gap(expected, seqs)) is not None:
+            seq, expected = gap
+            assert self.js is not None
+            info = await self.js.stream_info(self.names.stream)
+            if info.state.first_seq > expected:
+                log.warning("the stream starts at %d: nothing to fold before it",
+                            info.state.first_seq)
+                expected = seq + 1
+                continue
+            raise DeliveryGap(f"the consumer delivered stream sequence {seq} where "
+                              f"{expected} was next: folding again from the watermark")
 
     async def _start_commit(self, msgs: list[Delivery], prepared: Prepared) -> None:
         """Decide and write a batch, then start its commit (:class:`CommitPipeline`)."""

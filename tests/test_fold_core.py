@@ -14,6 +14,7 @@ from fleet.fold.batch import (
     Incoming,
     decide_batch,
     decide_written,
+    first_gap,
     merge_seals,
     refusal_notices,
     seal_items,
@@ -266,3 +267,15 @@ def test_each_refusal_naming_its_host_becomes_one_notice_for_that_host():
     assert refusal_notices(items) == [(
         "h1", b'{"stream_seq":7,"subject":"s.h1","rule":"Fork","detail":'
               b'"the run already holds a different segment 3","index":3}')]
+
+
+def test_the_first_hole_in_a_delivery_is_found_and_redeliveries_are_none():
+    """A delivery going on from the one due (redeliveries of earlier ones allowed) has no
+    hole; the first sequence beyond the one due is reported with the one it skipped to,
+    and scanning again past it finds the next."""
+    assert first_gap(5, [5, 6, 7]) is None
+    assert first_gap(5, [3, 5, 4, 6]) is None  # redeliveries
+    assert first_gap(5, []) is None
+    assert first_gap(5, [5, 6, 9, 10, 12]) == (9, 7)
+    assert first_gap(10, [5, 6, 9, 10, 12]) == (12, 11)  # past the first hole
+    assert first_gap(13, [5, 6, 9, 10, 12]) is None

@@ -40,7 +40,8 @@ from fleet.record.wire import EnvelopeWire, identity
 from fleet.subjects import FleetNames
 
 __all__ = ["BatchChanges", "BatchHeads", "Decided", "Incoming", "SealItems", "decide_batch",
-           "decide_written", "merge_seals", "refusal_notices", "run_at", "seal_items"]
+           "decide_written", "first_gap", "merge_seals", "refusal_notices", "run_at",
+           "seal_items"]
 
 HeadAt = Callable[[bytes, int], "bytes | None"]
 P = TypeVar("P")  # a prepared batch, as the shell holds it
@@ -242,3 +243,20 @@ def refusal_notices(items: Iterable[Incoming]) -> list[tuple[str, bytes]]:
                 {"stream_seq": item.stream_seq, "subject": item.subject, "rule": d.rule,
                  "detail": d.detail, "index": d.index})))
     return out
+
+
+def first_gap(expected: int, seqs: Iterable[int]) -> tuple[int, int] | None:
+    """The first hole in a delivery's order: ``(seq, expected)``, the first stream
+    sequence beyond the one due (``expected``, then one past each in turn) and the one it
+    skipped to; ``None`` when the delivery goes on without a hole (a redelivery of an
+    earlier message is no hole). The fold must not go past a hole: the shell asks the stream
+    whether it has the hole itself (then the hole is passed over: scanning again from
+    ``seq + 1`` finds the next) or the delivery lost messages (then it folds again from its
+    watermark)."""
+    for seq in seqs:
+        if seq < expected:
+            continue
+        if seq > expected:
+            return seq, expected
+        expected = seq + 1
+    return None
