@@ -560,7 +560,7 @@ def next_holder(holder: str | None, host: str, phase: str, kind: str, index: int
     """The host that holds the run after ``host`` sealed its segment ``index``: ``host``
     itself, if :func:`check_holder` allows it to seal it (``ForeignRun`` otherwise).
     ``holder`` ``None``: no host holds the run yet (it is new), and its opener holds it."""
-    if holder is not None:
+    if holder is not None and holder != host:  # the common case, without a second call
         check_holder(holder, host, phase, kind, index, next_index)
     return host
 
