@@ -38,8 +38,8 @@ from dataclasses import dataclass, field
 from nacl.exceptions import BadSignatureError
 from nacl.signing import SigningKey, VerifyKey
 
-from fleet.log.log_errors import BadSignature, MalformedNote
-from fleet.log.note import (
+from fleet_ledger.fleet.log.log_errors import BadSignature, MalformedNote
+from fleet_ledger.fleet.log.note import (
     Signature,
     key_id,
     key_text,

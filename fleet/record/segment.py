@@ -17,8 +17,8 @@ from typing import Any
 import msgspec
 from msgspec.structs import force_setattr
 
-from fleet.record import kernel
-from fleet.record.kinds import (
+from fleet_ledger.fleet.record import kernel
+from fleet_ledger.fleet.record.kinds import (
     ADDRESS,
     CALLS,
     CLAIMED,

@@ -36,10 +36,10 @@ from typing import Any
 
 import msgspec
 
-from fleet.address import format_address, message_id, parse_address
-from fleet.errors import FleetError, MalformedSegment, RecordError, ValueOutOfRange
-from fleet.record.attestation import Attestation, make_attestation
-from fleet.record.kinds import (
+from fleet_ledger.fleet.address import format_address, message_id, parse_address
+from fleet_ledger.fleet.errors import FleetError, MalformedSegment, RecordError, ValueOutOfRange
+from fleet_ledger.fleet.record.attestation import Attestation, make_attestation
+from fleet_ledger.fleet.record.kinds import (
     ADDRESS,
     ATTESTATION,
     CALLS,
@@ -59,7 +59,7 @@ from fleet.record.kinds import (
     KindSpec,
     index_in_range,
 )
-from fleet.record.segment import (
+from fleet_ledger.fleet.record.segment import (
     SEGMENT_CLASS,
     CallAccount,
     ImageSnapshot,
