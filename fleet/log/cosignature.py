@@ -150,7 +150,7 @@ def parse_witness_key(text: str) -> WitnessKey:
     parts = text.strip().split("+", 2)
     if len(parts) != 3:
         raise MalformedKey("a witness verifier key is name+keyid+base64")
-    kid, public = _parse(*parts, kind="verifier")
+    kid, public = _parse(parts[0], parts[1], parts[2], kind="verifier")
     if cosigner_key_id(parts[0], public) != kid:
         raise MalformedKey(f"witness key id {parts[1]} does not match its name and key")
     return WitnessKey(parts[0], kid, public)
@@ -161,7 +161,7 @@ def parse_witness_signer(text: str) -> WitnessSigner:
     parts = text.strip().split("+", 4)
     if len(parts) != 5 or parts[:2] != ["PRIVATE", "KEY"]:
         raise MalformedKey("a witness signer key is PRIVATE+KEY+name+keyid+base64")
-    kid, seed = _parse(*parts[2:], kind="signer")
+    kid, seed = _parse(parts[2], parts[3], parts[4], kind="signer")
     signer = witness_signer_from_seed(parts[2], seed)
     if signer.key_id != kid:
         raise MalformedKey(f"witness signer key id {parts[3]} does not match its name and key")

@@ -230,12 +230,12 @@ def check_u64(value: object, what: str) -> int:
 def check_provenance(value: object) -> str:
     if value not in PROVENANCES:
         raise ValueOutOfRange(f"provenance must be 'measured' or 'estimated', got {value!r}")
-    return value  # type: ignore[return-value]
+    return value
 
 
 def _energy(uj: object, provenance: object, what: str) -> bytes:
     """``uj:u64 || provenance:u8``."""
-    code = PROVENANCES.get(provenance) if type(provenance) is str else None  # type: ignore[arg-type]
+    code = PROVENANCES.get(provenance) if type(provenance) is str else None
     if code is None:
         check_provenance(provenance)
     if type(uj) is not int or not 0 <= uj <= MAX_U64:
@@ -250,7 +250,7 @@ _TEXTS: dict[str, bytes] = {}
 
 def encode_text(value: object, what: str) -> bytes:
     """``len:u16 || utf8`` of a non-empty printable text of at most ``MAX_TEXT`` bytes."""
-    held = _TEXTS.get(value) if type(value) is str else None  # type: ignore[arg-type]
+    held = _TEXTS.get(value) if type(value) is str else None
     if held is not None:
         return held
     if not isinstance(value, str) or not value or not value.isprintable():
@@ -514,7 +514,8 @@ def closed_step(run: Position, index: int, body: bytes = CLOSED_BYTES,
         raise ZeroIdleEnergy(
             "a park is never free: idle_uj must be the energy its retained state drew",
             segment=index)
-    return body, nxt, run.park, None, (provenance, idle_uj), False, None, None
+    # A body from closed_bytes carries all three idle fields or none: this only narrows.
+    return body, nxt, run.park, None, (check_provenance(provenance), idle_uj), False, None, None
 
 
 def claimed_step(run: Position, index: int, body: bytes, manifest: bytes, warm_uj: int,

@@ -29,7 +29,7 @@ import base64
 import binascii
 import functools
 from collections.abc import Callable
-from typing import Any
+from typing import Any, final
 
 import msgspec
 
@@ -139,17 +139,20 @@ class _SegmentBase(_Sealer, gc=False, forbid_unknown_fields=True, omit_defaults=
     seal: str
 
 
+@final
 class ExecutedWire(_SegmentBase, tag=EXECUTED):
     attestation: str
     attestation_object: AttestationWire
     calls: CallsWire | None = None
 
 
+@final
 class SuspendedWire(_SegmentBase, tag=SUSPENDED):
     snapshot: SnapshotWire
     manifest: str
 
 
+@final
 class ResumedWire(_SegmentBase, tag=RESUMED):
     snapshot: SnapshotWire
     manifest: str
@@ -158,6 +161,7 @@ class ResumedWire(_SegmentBase, tag=RESUMED):
     idle_meter: str
 
 
+@final
 class ClosedWire(_SegmentBase, tag=CLOSED):
     # A close that ends a park may carry the park's idle energy (all three or none).
     idle_uj: int | None = None
@@ -175,16 +179,20 @@ class _SlotWire(_SegmentBase):
     idle_meter: str
 
 
+@final
 class ClaimedWire(_SlotWire, tag=CLAIMED):
     snapshot: SnapshotWire
     manifest: str
 
 
+@final
 class EvictedWire(_SlotWire, tag=EVICTED):
     pass
 
 
 # A tagged union: msgspec picks the struct by "kind" and refuses any field of another kind.
+# Its members are final, so that a check of ``type(w) is X`` narrows ``w`` for the type
+# checker (both ways: the decoders dispatch on the exact type).
 SegmentWire = (ExecutedWire | SuspendedWire | ResumedWire | ClosedWire | ClaimedWire
                | EvictedWire)
 
@@ -296,8 +304,9 @@ def _segment_from_wire(wire: SegmentWire) -> SealedSegment:
             wire.idle_provenance, wire.idle_meter,
         )
     elif type(wire) is ClaimedWire:
-        segment = Claimed(slot=parse_address(wire.slot),
-                          snapshot=snapshot_from_wire(wire.snapshot),  # type: ignore[arg-type]
+        slot, park = parse_address(wire.slot), snapshot_from_wire(wire.snapshot)
+        segment = Claimed(slot=slot,
+                          snapshot=park,  # type: ignore[arg-type]  # Claimed refuses a transcript
                           manifest=parse_address(wire.manifest), **_slot_energy(wire))
     elif type(wire) is EvictedWire:
         segment = Evicted(slot=parse_address(wire.slot), **_slot_energy(wire))

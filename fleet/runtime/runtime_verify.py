@@ -180,7 +180,7 @@ def journal_json(run: str, name: str, workflow: str, entries: list[Row],
 
 def _chain(journal: JournalFile) -> list[bytes]:
     hashes = list(chain_hashes(journal.run, journal.workflow,
-                               (e[:4] for e in journal.entries)))  # type: ignore[misc]
+                               (e[:4] for e in journal.entries)))
     for (seq, kind, call, _body, stated), got in zip(journal.entries, hashes, strict=True):
         if stated is not None and stated != got:
             raise JournalTampered(f"journal entry {seq} ({kind} {call}) does not hash to its"
