@@ -12,7 +12,7 @@ import pytest
 from fleet.address import format_address, parse_address
 from fleet.errors import FleetError
 from fleet.record import kernel
-from fleet.record.kinds import KINDS, MAX_INDEX, TABLE, index_in_range
+from fleet.record.kinds import KINDS, MAX_INDEX, TABLE, Kind, index_in_range
 from fleet.record.phases import PARKED, RAN
 from fleet.record.segment import Segment
 from fleet.record.verify_fast import segment_addresses, step
@@ -103,6 +103,11 @@ def test_segment_objects_hold_the_tables_fields_and_names():
     for cls in classes:
         fields = tuple(f for f in cls.__struct_fields__ if not f.startswith("_"))
         assert fields == tuple(f for f in TABLE[cls.kind].fields if f != "attestation_object")
+
+
+def test_kind_type_names_the_tables_kinds():
+    """The Kind type (what the segment objects and the outbox declare) is the table's names."""
+    assert typing.get_args(Kind) == KINDS
 
 
 @pytest.mark.parametrize("wire", _samples(), ids=lambda w: WIRE_KIND[type(w)])

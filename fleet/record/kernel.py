@@ -81,6 +81,7 @@ from fleet.record.kinds import (
     SUSPENDED,
     TABLE,
     TAGS,
+    Kind,
     index_in_range,
 )
 from fleet.record.phases import CLOSED as PHASE_CLOSED
@@ -123,6 +124,7 @@ __all__ = [
     "TAG_SUSPENDED",
     "Calls",
     "Energy",
+    "Kind",
     "Position",
     "RunState",
     "Step",

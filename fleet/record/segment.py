@@ -10,6 +10,8 @@ whichever way the object was made.
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 import msgspec
 from msgspec.structs import force_setattr
 
@@ -21,6 +23,7 @@ from fleet.record.kernel import (
     EXECUTED,
     RESUMED,
     SUSPENDED,
+    Kind,
 )
 
 __all__ = [
@@ -106,7 +109,7 @@ class Executed(msgspec.Struct, frozen=True):
     calls: CallAccount | None = None
     # The canonical bytes, built (and so validated) once, when the segment is made.
     _raw: bytes = b""
-    kind = EXECUTED
+    kind: ClassVar[Kind] = EXECUTED
 
     def __post_init__(self) -> None:
         force_setattr(self, "_raw", kernel.executed_bytes(self.attestation, self.calls))
@@ -119,7 +122,7 @@ class Suspended(msgspec.Struct, frozen=True):
     snapshot: Snapshot
     manifest: bytes
     _raw: bytes = b""
-    kind = SUSPENDED
+    kind: ClassVar[Kind] = SUSPENDED
 
     def __post_init__(self) -> None:
         force_setattr(self, "_raw", kernel.suspended_bytes(self.snapshot.canonical(),
@@ -136,7 +139,7 @@ class Resumed(msgspec.Struct, frozen=True):
     idle_provenance: str
     idle_meter: str
     _raw: bytes = b""
-    kind = RESUMED
+    kind: ClassVar[Kind] = RESUMED
 
     def __post_init__(self) -> None:
         force_setattr(self, "_raw", kernel.resumed_bytes(
@@ -155,7 +158,7 @@ class Closed(msgspec.Struct, frozen=True):
     idle_provenance: str | None = None
     idle_meter: str | None = None
     _raw: bytes = b""
-    kind = CLOSED
+    kind: ClassVar[Kind] = CLOSED
 
     def __post_init__(self) -> None:
         force_setattr(self, "_raw", kernel.closed_bytes(self.idle_uj, self.idle_provenance,
@@ -189,7 +192,7 @@ class Claimed(_SlotEnergy, frozen=True, kw_only=True):
     snapshot: ImageSnapshot
     manifest: bytes
     _raw: bytes = b""
-    kind = CLAIMED
+    kind: ClassVar[Kind] = CLAIMED
 
     def __post_init__(self) -> None:
         force_setattr(self, "_raw", kernel.claimed_bytes(
@@ -204,7 +207,7 @@ class Evicted(_SlotEnergy, frozen=True, kw_only=True):
     pool's overhead (zero refused by the record: ``ZeroOverheadEnergy``)."""
 
     _raw: bytes = b""
-    kind = EVICTED
+    kind: ClassVar[Kind] = EVICTED
 
     def __post_init__(self) -> None:
         force_setattr(self, "_raw", kernel.evicted_bytes(self.slot, *self._energy()))
