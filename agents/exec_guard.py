@@ -390,7 +390,8 @@ class ExecGuard:
             os.close(ev.fd)
             return
         try:
-            outside = ev.pid == self._pid or not self._group.contains(ev.pid)  # type: ignore[union-attr]
+            outside = ev.pid == self._pid or not (
+                self._group.contains(ev.pid))  # type: ignore[union-attr]  # None: an outsider
         except Exception:
             # Not provably the unit's: a live unit process's cgroup can always be read,
             # so this is an outsider (or a process already gone); never refuse one.
@@ -432,7 +433,8 @@ class ExecGuard:
             for ev in events:
                 if ev.fd >= 0:
                     try:
-                        mine = ev.pid != self._pid and self._group.contains(ev.pid)  # type: ignore[union-attr]
+                        mine = ev.pid != self._pid and (
+                            self._group.contains(ev.pid))  # type: ignore[union-attr]  # None: not the unit's
                     except Exception:
                         mine = False
                     self._answer(ev.fd, not mine)
@@ -533,10 +535,10 @@ class ExecGuard:
             try:
                 item = self._holds.get(timeout=LEASE_POLL_S) if holds else self._holds.get()
             except queue.Empty:
-                item = ()  # type: ignore[assignment]
-            if item is None:
-                break
-            if item:
+                pass  # no new hold: the held ones are looked at again
+            else:
+                if item is None:
+                    break
                 holds.append((*item, time.monotonic() + LEASE_HOLD_S))
             now, kept = time.monotonic(), []
             for hold in holds:
