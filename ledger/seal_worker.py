@@ -37,7 +37,7 @@ MAX_ITEM_MESSAGE = 0xFFFF
 
 
 def encode_request(items: list[Item]) -> bytes:
-    parts = []
+    parts: list[bytes] = []
     for public, message, signature in items:
         parts += (public, _LEN.pack(len(message)), message, signature)
     body = b"".join(parts)
