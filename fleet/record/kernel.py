@@ -648,7 +648,7 @@ class Energy:
         return Energy(dict(self.receipts), dict(self.idle), dict(self.claim),
                       dict(self.overhead), self.spent)
 
-    def as_json(self) -> dict[str, object]:
+    def as_json(self) -> dict[str, Any]:
         return {
             "total_uj": self.total_uj,
             "receipts_uj": dict(self.receipts),

@@ -35,6 +35,7 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -162,7 +163,7 @@ def parse_journal(data: bytes) -> JournalFile:
                        {a: _b64(b, f"the blob {a}") for a, b in blobs.items()}, parsed_keys)
 
 
-def journal_json(run: str, name: str, workflow: str, entries: list[Row],
+def journal_json(run: str, name: str, workflow: str, entries: Sequence[Row],
                  blobs: dict[str, bytes], keys: dict[str, tuple[bytes, bytes]]
                  ) -> dict[str, Any]:
     """The export file's JSON: ``{"format", "run", "name", "workflow", "entries": [[seq,
