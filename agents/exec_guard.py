@@ -390,8 +390,7 @@ class ExecGuard:
             os.close(ev.fd)
             return
         try:
-            outside = ev.pid == self._pid or not (
-                self._group.contains(ev.pid))  # type: ignore[union-attr]  # None: an outsider
+            outside = ev.pid == self._pid or not self._in_unit(ev.pid)
         except Exception:
             # Not provably the unit's: a live unit process's cgroup can always be read,
             # so this is an outsider (or a process already gone); never refuse one.
@@ -403,6 +402,12 @@ class ExecGuard:
             os.close(ev.fd)
         elif not self._decide_quickly(ev):
             self._work.put(ev)
+
+    def _in_unit(self, pid: int) -> bool:
+        # The group is made before the threads that ask start; the callers take any error
+        # (this assertion included) as "not provably the unit's".
+        assert self._group is not None
+        return self._group.contains(pid)
 
     def _decide_quickly(self, ev: fanotify.Event) -> bool:
         # Bytes already hashed are decided here, without a hand-over to the hashing thread;
@@ -433,8 +438,7 @@ class ExecGuard:
             for ev in events:
                 if ev.fd >= 0:
                     try:
-                        mine = ev.pid != self._pid and (
-                            self._group.contains(ev.pid))  # type: ignore[union-attr]  # None: not the unit's
+                        mine = ev.pid != self._pid and self._in_unit(ev.pid)
                     except Exception:
                         mine = False
                     self._answer(ev.fd, not mine)
