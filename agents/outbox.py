@@ -48,9 +48,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
-from fleet.record.kernel import EXECUTED, KINDS, Kind
-from plumbing import sqlite
-from plumbing.transactions import immediate
+from fleet_ledger.fleet.record.kernel import EXECUTED, KINDS, Kind
+from fleet_ledger.plumbing import sqlite
+from fleet_ledger.plumbing.transactions import immediate
 
 PRIORITY_KINDS: Final = frozenset(KINDS) - {EXECUTED}
 DEFAULT_LIMIT_BYTES: Final = 64 * 1024 * 1024

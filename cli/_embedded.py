@@ -9,12 +9,12 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from cli._app import CheckFailed
-from cli._common import progress
+from fleet_ledger.cli._app import CheckFailed
+from fleet_ledger.cli._common import progress
 
 if TYPE_CHECKING:  # imported where used: the demos start without the ledger's imports
-    from ledger.service import Ledger
-    from plumbing.natsd import NatsServer
+    from fleet_ledger.ledger.service import Ledger
+    from fleet_ledger.plumbing.natsd import NatsServer
 
 
 @asynccontextmanager
@@ -23,9 +23,9 @@ async def embedded_ledger(workdir: Path, grants: str = "enforce"
     """``(server, ledger)``: a nats-server storing in ``workdir/nats`` and a ledger named
     ``demo`` in ``workdir/ledger`` (checkpoints every 200 ms; ``grants`` as
     :attr:`LedgerConfig.grants`), stopped on exit."""
-    from cli._wiring import make_ledger
-    from ledger.service import LedgerConfig
-    from plumbing.natsd import NatsServer
+    from fleet_ledger.cli._wiring import make_ledger
+    from fleet_ledger.ledger.service import LedgerConfig
+    from fleet_ledger.plumbing.natsd import NatsServer
 
     with NatsServer(store_dir=workdir / "nats", die_with_parent=True) as server:
         ledger = make_ledger(LedgerConfig(data_dir=workdir / "ledger", servers=[server.url],

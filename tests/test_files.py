@@ -8,7 +8,7 @@ import stat
 import pytest
 
 import plumbing.files
-from plumbing.files import write_atomically, write_secret
+from fleet_ledger.plumbing.files import write_atomically, write_secret
 
 
 def test_write_secret_is_owner_only_and_never_overwrites(tmp_path):

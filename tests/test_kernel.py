@@ -11,24 +11,32 @@ from blake3 import blake3
 from nacl.signing import SigningKey
 
 import fleet.record.kernel
-from fleet.address import digest, format_address, parse_address
-from fleet.errors import FleetError, MalformedSnapshot, RecordError, RuleError
-from fleet.fold import Accepted, Admission, BatchRuns, HostEntry, Message, Refused, decide
-from fleet.fold.fast import decide_message, fast_decide
-from fleet.record import kernel
-from fleet.record.builder import RecordBuilder
-from fleet.record.record import RunState
-from fleet.record.segment import ImageSnapshot, make_snapshot
-from fleet.record.verify import verify_record
-from fleet.record.verify_fast import fast_check, segment_addresses, step
-from fleet.record.wire import (
+from fleet_ledger.fleet.address import digest, format_address, parse_address
+from fleet_ledger.fleet.errors import FleetError, MalformedSnapshot, RecordError, RuleError
+from fleet_ledger.fleet.fold import (
+    Accepted,
+    Admission,
+    BatchRuns,
+    HostEntry,
+    Message,
+    Refused,
+    decide,
+)
+from fleet_ledger.fleet.fold.fast import decide_message, fast_decide
+from fleet_ledger.fleet.record import kernel
+from fleet_ledger.fleet.record.builder import RecordBuilder
+from fleet_ledger.fleet.record.record import RunState
+from fleet_ledger.fleet.record.segment import ImageSnapshot, make_snapshot
+from fleet_ledger.fleet.record.verify import verify_record
+from fleet_ledger.fleet.record.verify_fast import fast_check, segment_addresses, step
+from fleet_ledger.fleet.record.wire import (
     SegmentWire,
     decode_record,
     encode_envelope,
     encode_record,
     envelope_wire,
 )
-from fleet.subjects import segment_subject
+from fleet_ledger.fleet.subjects import segment_subject
 
 import durable_vectors as dv
 

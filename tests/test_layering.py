@@ -114,17 +114,17 @@ from typing import TYPE_CHECKING
 
 import msgspec
 
-from fleet.log.merkle import leaf_hash
-from ledger import views
-from plumbing.files import write_secret
+from fleet_ledger.fleet.log.merkle import leaf_hash
+from fleet_ledger.ledger import views
+from fleet_ledger.plumbing.files import write_secret
 import anchors.store
 
 if TYPE_CHECKING:
-    from agents.host import Host
+    from fleet_ledger.agents.host import Host
 
 
 def serve():
-    from cli import main
+    from fleet_ledger.cli import main
     from . import views
     importlib.import_module("agents.outbox")
 """
@@ -135,7 +135,7 @@ import hashlib
 
 def save(path):
     import sqlite3
-    from plumbing.sqlite import connect
+    from fleet_ledger.plumbing.sqlite import connect
     from . import merkle
 """
 

@@ -15,9 +15,9 @@ from nats.aio.client import Client
 from nats.protocol import parser as nats_parser
 from nats.protocol.parser import Parser
 
-from fleet.subjects import STREAM
-from ledger import pull
-from ledger.pull import (
+from fleet_ledger.fleet.subjects import STREAM
+from fleet_ledger.ledger import pull
+from fleet_ledger.ledger.pull import (
     BadDelivery,
     FetchPuller,
     PullerState,
@@ -27,11 +27,11 @@ from ledger.pull import (
     open_puller,
     stream_seq,
 )
-from ledger.puller import Puller, _parse_fast
-from ledger.service import Ledger, LedgerConfig
-from ledger.stream import ensure_consumer, ensure_stream
-from plumbing.nats_connect import connect
-from plumbing.natsd import NatsServer
+from fleet_ledger.ledger.puller import Puller, _parse_fast
+from fleet_ledger.ledger.service import Ledger, LedgerConfig
+from fleet_ledger.ledger.stream import ensure_consumer, ensure_stream
+from fleet_ledger.plumbing.nats_connect import connect
+from fleet_ledger.plumbing.natsd import NatsServer
 
 
 def test_stream_seq_reads_both_ack_subject_layouts():
@@ -41,8 +41,8 @@ def test_stream_seq_reads_both_ack_subject_layouts():
 
 
 def test_ack_fields_and_publish_time_read_one_layout():
-    from ledger.metrics import publish_time_ns
-    from ledger.pull import ack_fields
+    from fleet_ledger.ledger.metrics import publish_time_ns
+    from fleet_ledger.ledger.pull import ack_fields
 
     common = "$JS.ACK.FLEET.ledger.1.42.40.1700000000000000001.7"
     domain = "$JS.ACK.hub.ACCHASH.FLEET.ledger.1.43.41.1700000000000000002.6.tok"

@@ -15,8 +15,8 @@ from typing import ClassVar
 import msgspec
 from msgspec.structs import force_setattr
 
-from fleet.record import kernel
-from fleet.record.kernel import (
+from fleet_ledger.fleet.record import kernel
+from fleet_ledger.fleet.record.kernel import (
     CLAIMED,
     CLOSED,
     EVICTED,
