@@ -77,15 +77,15 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any
 
-from agents import fanotify
-from agents.exec_journal_store import ExecJournal
-from agents.host_linux import Mount, hash_fd, load_libc, mounts
-from agents.seccomp_filter import Filter, SeccompUnavailable
-from agents.unit_caps import CapabilityDrop
-from agents.unit_cgroup import CgroupUnavailable, UnitGroup, Watchdog
-from agents.unit_ns import NamespaceUnavailable, UnitNamespace, unshare_cgroup
-from fleet.address import format_address
-from fleet.env.exec_decision import (
+from fleet_ledger.agents import fanotify
+from fleet_ledger.agents.exec_journal_store import ExecJournal
+from fleet_ledger.agents.host_linux import Mount, hash_fd, load_libc, mounts
+from fleet_ledger.agents.seccomp_filter import Filter, SeccompUnavailable
+from fleet_ledger.agents.unit_caps import CapabilityDrop
+from fleet_ledger.agents.unit_cgroup import CgroupUnavailable, UnitGroup, Watchdog
+from fleet_ledger.agents.unit_ns import NamespaceUnavailable, UnitNamespace, unshare_cgroup
+from fleet_ledger.fleet.address import format_address
+from fleet_ledger.fleet.env.exec_decision import (
     EXEC,
     LEASE_HELD,
     LEASE_NONE,
@@ -97,8 +97,8 @@ from fleet.env.exec_decision import (
     is_exec_syscall,
     judge,
 )
-from fleet.env.exec_errors import ExecGuardUnavailable
-from fleet.env.exec_policy import ExecPolicy
+from fleet_ledger.fleet.env.exec_errors import ExecGuardUnavailable
+from fleet_ledger.fleet.env.exec_policy import ExecPolicy
 
 __all__ = ["ExecGuard", "GuardStats", "reachable_filesystems"]
 

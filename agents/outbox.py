@@ -48,9 +48,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final, Literal
 
-from fleet.record.kernel import EXECUTED, KINDS
-from plumbing import sqlite
-from plumbing.transactions import immediate
+from fleet_ledger.fleet.record.kernel import EXECUTED, KINDS
+from fleet_ledger.plumbing import sqlite
+from fleet_ledger.plumbing.transactions import immediate
 
 Kind = Literal["executed", "suspended", "resumed", "closed", "claimed", "evicted"]
 PRIORITY_KINDS: Final = frozenset(KINDS) - {EXECUTED}

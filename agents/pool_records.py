@@ -24,15 +24,15 @@ One process at a time records a given pool's evictions.
 
 from __future__ import annotations
 
-from agents.host import Host, HostRun
-from agents.warm_pool import Accrued, Slot, WarmPool
-from fleet.address import format_address, parse_address
-from fleet.env.pool_errors import SlotClaimed
-from fleet.record import kernel
-from fleet.record.kernel import NO_GRANTS, pool_unit
-from fleet.record.record import RunState
-from fleet.record.segment import Claimed, Evicted, ImageSnapshot
-from fleet.record.wire import SealedSegment
+from fleet_ledger.agents.host import Host, HostRun
+from fleet_ledger.agents.warm_pool import Accrued, Slot, WarmPool
+from fleet_ledger.fleet.address import format_address, parse_address
+from fleet_ledger.fleet.env.pool_errors import SlotClaimed
+from fleet_ledger.fleet.record import kernel
+from fleet_ledger.fleet.record.kernel import NO_GRANTS, pool_unit
+from fleet_ledger.fleet.record.record import RunState
+from fleet_ledger.fleet.record.segment import Claimed, Evicted, ImageSnapshot
+from fleet_ledger.fleet.record.wire import SealedSegment
 
 __all__ = ["claimed_segment", "evict_to_record", "evicted_segment", "pool_run",
            "record_evictions", "start_from_slot"]

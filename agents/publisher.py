@@ -50,8 +50,8 @@ import nats.js.errors
 from nats.js import JetStreamContext
 from nats.js.api import Header
 
-from agents.outbox import Entry, Outbox
-from fleet.subjects import STREAM
+from fleet_ledger.agents.outbox import Entry, Outbox
+from fleet_ledger.fleet.subjects import STREAM
 
 log = logging.getLogger(__name__)
 

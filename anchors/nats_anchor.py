@@ -16,9 +16,9 @@ from typing import Any
 import nats
 from nats.aio.client import Client
 
-from anchors.base import Anchor, AnchorError, ProofSource, Receipt
-from fleet.log.checkpoint import parse_checkpoint
-from fleet.log.note import parse_note
+from fleet_ledger.anchors.base import Anchor, AnchorError, ProofSource, Receipt
+from fleet_ledger.fleet.log.checkpoint import parse_checkpoint
+from fleet_ledger.fleet.log.note import parse_note
 
 
 class NatsAnchor(Anchor):

@@ -33,15 +33,15 @@ async def signalled(ctx: Any, inp: dict[str, Any]) -> int:
 
 
 async def _measure(folder: Path, url: str, rounds: int, poll: float) -> list[float]:
-    from agents.host import Host
-    from agents.runtime import Runtime
-    from agents.runtime.fleet_store import FleetStore
-    from agents.runtime.runtime import workflow_name
-    from agents.runtime.worker import Worker, running_doc
-    from cli.runtime_cmds import _drain
-    from fleet.subjects import run_token
-    from ledger.stream import ensure_stream
-    from plumbing.nats_connect import connect
+    from fleet_ledger.agents.host import Host
+    from fleet_ledger.agents.runtime import Runtime
+    from fleet_ledger.agents.runtime.fleet_store import FleetStore
+    from fleet_ledger.agents.runtime.runtime import workflow_name
+    from fleet_ledger.agents.runtime.worker import Worker, running_doc
+    from fleet_ledger.cli.runtime_cmds import _drain
+    from fleet_ledger.fleet.subjects import run_token
+    from fleet_ledger.ledger.stream import ensure_stream
+    from fleet_ledger.plumbing.nats_connect import connect
 
     nc = await connect([url], name="bench-runtime-signal", wait_s=10.0)
     host = Host("bench", folder)
@@ -82,7 +82,7 @@ async def _measure(folder: Path, url: str, rounds: int, poll: float) -> list[flo
 
 def signal_latency(folder: Path, rounds: int, poll: float) -> dict[str, Any]:
     """p50 / p99 / max ms from a signal sent to the step after its wait running."""
-    from plumbing.testing import running_server
+    from fleet_ledger.plumbing.testing import running_server
 
     MARKS.clear()
     with running_server(folder / "nats") as server:

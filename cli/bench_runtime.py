@@ -30,8 +30,8 @@ from typing import Any
 
 import click
 
-from cli._app import UserError, bench
-from cli._common import emit_result
+from fleet_ledger.cli._app import UserError, bench
+from fleet_ledger.cli._common import emit_result
 
 
 def noop() -> None:
@@ -48,7 +48,7 @@ async def noop_steps(ctx: Any, inp: dict[str, Any]) -> int:
 
 
 def _baseline(path: Path, steps: int) -> float:
-    from plumbing import sqlite
+    from fleet_ledger.plumbing import sqlite
 
     db = sqlite.connect(path)
     db.execute("CREATE TABLE steps (workflow TEXT, step INTEGER, output BLOB,"
@@ -62,7 +62,7 @@ def _baseline(path: Path, steps: int) -> float:
 
 
 def _steps(folder: Path, steps: int) -> float:
-    from agents.runtime import Runtime
+    from fleet_ledger.agents.runtime import Runtime
 
     rt = Runtime(folder)
     try:
@@ -81,7 +81,7 @@ def _resume(folder: Path, entries: int) -> tuple[float, float, int, float, float
     """ms to resume a run of ``entries`` entries with its replay checkpoint, then from
     zero (the checkpoint deleted), each in a fresh process's view; the entries held; and
     the CPU ms of each (the wall time on a loaded machine is mostly waiting)."""
-    from agents.runtime import Runtime
+    from fleet_ledger.agents.runtime import Runtime
 
     steps = max(1, (entries - 2) // 2)  # start, a dispatch and a result each, the wait
     rt = Runtime(folder)
@@ -158,7 +158,7 @@ def bench_runtime(steps: int, resume_entries: int, resume_sizes: str, signals: i
                                "from_zero_cpu_ms": round(zero_cpu, 1)}
         latency: dict[str, Any] = {}
         if signals:
-            from cli._bench_runtime_signal import signal_latency
+            from fleet_ledger.cli._bench_runtime_signal import signal_latency
 
             latency = signal_latency(base / "signal", signals, poll)
     step, baseline = statistics.median(step_us), statistics.median(base_us)

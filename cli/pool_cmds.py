@@ -21,10 +21,10 @@ from typing import Any
 
 import click
 
-from cli._app import CheckFailed, UserError, cli
-from cli._common import emit_json, emit_result
-from fleet.address import format_address, parse_address
-from fleet.errors import FleetError, MalformedAddress
+from fleet_ledger.cli._app import CheckFailed, UserError, cli
+from fleet_ledger.cli._common import emit_json, emit_result
+from fleet_ledger.fleet.address import format_address, parse_address
+from fleet_ledger.fleet.errors import FleetError, MalformedAddress
 
 
 def _data(fn: Any) -> Any:
@@ -36,7 +36,7 @@ def _data(fn: Any) -> Any:
 
 
 def _open(data: Path, name: str) -> Any:
-    from agents.warm_pool import WarmPool
+    from fleet_ledger.agents.warm_pool import WarmPool
 
     data.mkdir(parents=True, exist_ok=True)
     try:
@@ -118,14 +118,14 @@ def pool_list(data: Path, name: str, as_json: bool) -> None:
 
 def _end(data: Path, name: str, slot: str, as_json: bool, run: str | None,
          host_name: str | None = None, identity: tuple[bytes, bytes] | None = None) -> None:
-    from agents import pool_records
+    from fleet_ledger.agents import pool_records
 
     pool = _open(data, name)
     host = None
     try:
         extra: dict[str, Any] = {}
         if host_name is not None:
-            from agents.host import Host
+            from fleet_ledger.agents.host import Host
 
             host = Host(host_name, data)
             if identity is not None:
@@ -176,7 +176,7 @@ def pool_claim(slot: str, data: Path, name: str, run_id: str | None, host_name: 
     if unit is None or grants is None:
         raise UserError("--host needs --unit and --grants (the run's identity)")
     ids = (_address(unit, "--unit"), _address(grants, "--grants"))
-    from fleet.record.kernel import genesis
+    from fleet_ledger.fleet.record.kernel import genesis
 
     run = format_address(genesis(*ids))  # type: ignore[arg-type]
     if run_id is not None and _address(run_id, "--run") != parse_address(run):
@@ -202,8 +202,8 @@ def pool_evict(slot: str, data: Path, name: str, host_name: str | None, as_json:
 def pool_record(data: Path, name: str, host_name: str, as_json: bool) -> None:
     """Seal every eviction not yet in the pool's own run (one a crash left between the pool
     and the record); prints the pool run and the segments sealed."""
-    from agents import pool_records
-    from agents.host import Host
+    from fleet_ledger.agents import pool_records
+    from fleet_ledger.agents.host import Host
 
     pool = _open(data, name)
     host = None

@@ -7,13 +7,13 @@ from pathlib import Path
 
 import click
 
-from cli._app import CheckFailed, UserError, cli
-from fleet.errors import FleetError
-from fleet.fold.grant_verify import GrantCheck, verify_grant_evidence
-from fleet.grants.grant import terms_json
-from fleet.record.verify import RecordReport, verify_record
-from fleet.record.wait_proof import verdict_json
-from fleet.record.wire import decode_record
+from fleet_ledger.cli._app import CheckFailed, UserError, cli
+from fleet_ledger.fleet.errors import FleetError
+from fleet_ledger.fleet.fold.grant_verify import GrantCheck, verify_grant_evidence
+from fleet_ledger.fleet.grants.grant import terms_json
+from fleet_ledger.fleet.record.verify import RecordReport, verify_record
+from fleet_ledger.fleet.record.wait_proof import verdict_json
+from fleet_ledger.fleet.record.wire import decode_record
 
 
 def read_input(path: str) -> bytes:

@@ -30,9 +30,9 @@ from typing import Any
 import click
 from aiohttp import web
 
-from cli._app import FLEET, UserError
-from cli._common import nats_options
-from cli.runtime_cmds import (
+from fleet_ledger.cli._app import FLEET, UserError
+from fleet_ledger.cli._common import nats_options
+from fleet_ledger.cli.runtime_cmds import (
     _environment,
     _host_opts,
     _import_path,
@@ -74,11 +74,11 @@ def authorized(request: web.Request, token: bytes) -> bool:
 
 def make_app(token: bytes, rt: Any, host: Any, store: Any, nc: Any) -> web.Application:
     """The HTTP app over an open runtime, host and JetStream store."""
-    from agents.runtime.runtime import load_workflow
-    from cli.runtime_cmds import NoSuchRun, RunExists
-    from fleet.errors import FleetError
-    from fleet.runtime.runtime_errors import SignalConflict
-    from fleet.subjects import run_token
+    from fleet_ledger.agents.runtime.runtime import load_workflow
+    from fleet_ledger.cli.runtime_cmds import NoSuchRun, RunExists
+    from fleet_ledger.fleet.errors import FleetError
+    from fleet_ledger.fleet.runtime.runtime_errors import SignalConflict
+    from fleet_ledger.fleet.subjects import run_token
 
     starts = asyncio.Lock()
 
@@ -169,8 +169,8 @@ def runtime_serve(listen: str, token_file: Path | None, environment: Path | None
                   nkey: Path | None) -> None:
     """Serve POST /runs, POST /runs/{run}/signals/{name} and GET /runs/{run} until
     SIGTERM or SIGINT (docs/runtime.md)."""
-    from agents.host import Host
-    from agents.runtime import Runtime
+    from fleet_ledger.agents.host import Host
+    from fleet_ledger.agents.runtime import Runtime
 
     token = _token(token_file)
     where, port = _listen(listen)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import struct
 
-from fleet.errors import FleetError
+from fleet_ledger.fleet.errors import FleetError
 
 __all__ = ["check_text", "encode_text", "text_at"]
 

@@ -21,16 +21,16 @@ from urllib.parse import quote, urlencode
 
 from aiohttp import web
 
-from fleet.audit import format_uj as _uj
-from fleet.audit import format_when as _when
-from fleet.audit import park_form
-from fleet.log.checkpoint import parse_checkpoint
-from fleet.log.merkle import leaf_hash
-from fleet.log.note import parse_note
-from fleet.record.run_codec import state_from_json
-from fleet.record.segment import CallAccount
-from fleet.record.wait_proof import verdict_json, waited_inside, why
-from fleet.record.wire import (
+from fleet_ledger.fleet.audit import format_uj as _uj
+from fleet_ledger.fleet.audit import format_when as _when
+from fleet_ledger.fleet.audit import park_form
+from fleet_ledger.fleet.log.checkpoint import parse_checkpoint
+from fleet_ledger.fleet.log.merkle import leaf_hash
+from fleet_ledger.fleet.log.note import parse_note
+from fleet_ledger.fleet.record.run_codec import state_from_json
+from fleet_ledger.fleet.record.segment import CallAccount
+from fleet_ledger.fleet.record.wait_proof import verdict_json, waited_inside, why
+from fleet_ledger.fleet.record.wire import (
     ClaimedWire,
     ClosedWire,
     EvictedWire,
@@ -39,8 +39,8 @@ from fleet.record.wire import (
     SuspendedWire,
     envelope_wire,
 )
-from fleet.runtime.runtime_journal import account_marks
-from ledger.log_reader import LogReader, decimal
+from fleet_ledger.fleet.runtime.runtime_journal import account_marks
+from fleet_ledger.ledger.log_reader import LogReader, decimal
 
 _STYLE = """
 body{font:14px/1.4 system-ui,sans-serif;margin:1.5em;color:#1d2430;background:#fafbfc}

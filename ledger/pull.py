@@ -349,7 +349,7 @@ async def _start_lean(nc: Client, stream: str, durable: str) -> Pull | str:
     """The lean puller, started; or why it could not be (imported or started), after
     undoing whatever of its start was done."""
     try:
-        from ledger.puller import Puller
+        from fleet_ledger.ledger.puller import Puller
     except ImportError as exc:
         return f"nats-py {nats_py_version()}: the lean puller does not import ({exc})"
     puller = Puller(nc, stream, durable)

@@ -45,7 +45,7 @@ from nats.protocol.parser import AWAITING_CONTROL_LINE, MAX_CONTROL_LINE_SIZE, P
 
 # Defined beside the fetch puller (a module that needs no private part of nats-py), and
 # still importable from here.
-from ledger.pull import BadDelivery, Delivery, ack_fields
+from fleet_ledger.ledger.pull import BadDelivery, Delivery, ack_fields
 
 __all__ = ["Puller"]
 

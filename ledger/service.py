@@ -29,8 +29,8 @@ from nats.aio.client import Client
 from nats.js import JetStreamContext
 from nats.js.errors import FetchTimeoutError
 
-from fleet.fold import HostEntry, Refused, batch_addresses
-from fleet.fold.batch import (
+from fleet_ledger.fleet.fold import HostEntry, Refused, batch_addresses
+from fleet_ledger.fleet.fold.batch import (
     BatchChanges,
     Decided,
     Incoming,
@@ -38,24 +38,28 @@ from fleet.fold.batch import (
     merge_seals,
     seal_items,
 )
-from fleet.fold.cache import RunCache
-from fleet.fold.policy import checkpoint_due, leads_signing
-from fleet.fold.route import Route, Router
-from fleet.log.checkpoint import check_consistent_then_sign, make_checkpoint, parse_checkpoint
-from fleet.log.note import Signer, parse_note
-from fleet.record.wire import EnvelopeWire, envelope_wire
-from fleet.subjects import fleet_names
-from ledger.api import LedgerApi, ServiceFacts
-from ledger.commit_pipeline import CommitPipeline
-from ledger.keys import load_or_create_signer
-from ledger.metrics import FoldMetrics, new_registry
-from ledger.pull import Delivery, PullerState, ack_all, nak, open_puller
-from ledger.replica import Progress, Replica, check_no_offline_hosts, read_replicas
-from ledger.seal_worker import MAX_ITEM_MESSAGE, SealTicket, SealWorker
-from ledger.store import CheckpointReader, HostsChanged, LedgerStore
-from ledger.stream import ensure_consumer, ensure_stream
-from plumbing.anchoring import AnchorTaskFactory, ReceiptStore
-from plumbing.nats_connect import connect
+from fleet_ledger.fleet.fold.cache import RunCache
+from fleet_ledger.fleet.fold.policy import checkpoint_due, leads_signing
+from fleet_ledger.fleet.fold.route import Route, Router
+from fleet_ledger.fleet.log.checkpoint import (
+    check_consistent_then_sign,
+    make_checkpoint,
+    parse_checkpoint,
+)
+from fleet_ledger.fleet.log.note import Signer, parse_note
+from fleet_ledger.fleet.record.wire import EnvelopeWire, envelope_wire
+from fleet_ledger.fleet.subjects import fleet_names
+from fleet_ledger.ledger.api import LedgerApi, ServiceFacts
+from fleet_ledger.ledger.commit_pipeline import CommitPipeline
+from fleet_ledger.ledger.keys import load_or_create_signer
+from fleet_ledger.ledger.metrics import FoldMetrics, new_registry
+from fleet_ledger.ledger.pull import Delivery, PullerState, ack_all, nak, open_puller
+from fleet_ledger.ledger.replica import Progress, Replica, check_no_offline_hosts, read_replicas
+from fleet_ledger.ledger.seal_worker import MAX_ITEM_MESSAGE, SealTicket, SealWorker
+from fleet_ledger.ledger.store import CheckpointReader, HostsChanged, LedgerStore
+from fleet_ledger.ledger.stream import ensure_consumer, ensure_stream
+from fleet_ledger.plumbing.anchoring import AnchorTaskFactory, ReceiptStore
+from fleet_ledger.plumbing.nats_connect import connect
 
 log = logging.getLogger(__name__)
 

@@ -19,8 +19,8 @@ from typing import NamedTuple
 
 import msgspec
 
-from fleet.record.record import RunState
-from fleet.record.run_codec import state_from_json
+from fleet_ledger.fleet.record.record import RunState
+from fleet_ledger.fleet.record.run_codec import state_from_json
 
 
 class CheckpointRow(NamedTuple):

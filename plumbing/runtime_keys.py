@@ -12,7 +12,7 @@ from typing import Any
 
 from nats.js.errors import NotFoundError
 
-from fleet.subjects import run_token
+from fleet_ledger.fleet.subjects import run_token
 
 __all__ = ["held_keys"]
 

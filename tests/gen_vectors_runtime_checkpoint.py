@@ -8,10 +8,10 @@ import json
 from pathlib import Path
 from typing import Any
 
-from agents.runtime.checkpoint import _mac, mac_key, pack
-from agents.runtime.journal import Entry
-from fleet.address import format_address
-from fleet.runtime.runtime_journal import canon, entry_hash, genesis
+from fleet_ledger.agents.runtime.checkpoint import _mac, mac_key, pack
+from fleet_ledger.agents.runtime.journal import Entry
+from fleet_ledger.fleet.address import format_address
+from fleet_ledger.fleet.runtime.runtime_journal import canon, entry_hash, genesis
 
 PATH = (Path(__file__).resolve().parent.parent / "docs" / "spec" / "vectors"
         / "runtime-checkpoint.json")

@@ -10,7 +10,7 @@ import os
 import sqlite3
 from typing import Any
 
-from agents.runtime import Context
+from fleet_ledger.agents.runtime import Context
 
 
 def _db() -> sqlite3.Connection:
@@ -119,7 +119,7 @@ def summarize(view: Any) -> str:
 
 async def agent_loop(ctx: Context, inp: dict[str, Any]) -> Any:
     """Three tool calls, then a model call that sees the last two results (tail/2)."""
-    from agents.runtime.projection import tail
+    from fleet_ledger.agents.runtime.projection import tail
 
     for i in range(3):
         await ctx.step("tool", effect, f"t{i}")
@@ -128,7 +128,7 @@ async def agent_loop(ctx: Context, inp: dict[str, Any]) -> Any:
 
 async def agent_loop_wider(ctx: Context, inp: dict[str, Any]) -> Any:
     """`agent_loop` with a wider projection: the model would see something else."""
-    from agents.runtime.projection import tail
+    from fleet_ledger.agents.runtime.projection import tail
 
     for i in range(3):
         await ctx.step("tool", effect, f"t{i}")

@@ -9,9 +9,9 @@ import time
 
 from http_helpers import enroll_h1, publish, serving
 
-from fleet.address import format_address
-from fleet.audit import AuditPark, AuditRun, audit
-from fleet.record.segment import CallAccount
+from fleet_ledger.fleet.address import format_address
+from fleet_ledger.fleet.audit import AuditPark, AuditRun, audit
+from fleet_ledger.fleet.record.segment import CallAccount
 
 from fault_helpers import MANIFEST, SealedRun, sealed_run
 from pipeline_helpers import cli, wait_for

@@ -9,9 +9,9 @@ import pytest
 from control_helpers import operator_key
 from nacl.signing import SigningKey
 
-from fleet.errors import ValueOutOfRange
-from fleet.fold import HostEntry, Refused
-from fleet.fold.control import (
+from fleet_ledger.fleet.errors import ValueOutOfRange
+from fleet_ledger.fleet.fold import HostEntry, Refused
+from fleet_ledger.fleet.fold.control import (
     CONTROL_DOMAIN,
     ENROLL,
     REKEY,
@@ -24,7 +24,7 @@ from fleet.fold.control import (
     keys_at,
     sign_event,
 )
-from fleet.fold.grant_events import (
+from fleet_ledger.fleet.fold.grant_events import (
     EVENT_DOMAIN,
     GrantBook,
     Trigger,
@@ -32,12 +32,12 @@ from fleet.fold.grant_events import (
     decode_event,
     trigger_event,
 )
-from fleet.grants import signed_event
-from fleet.grants.grant_errors import MalformedGrant
-from fleet.record import kernel
-from fleet.record.seal import encode_key
-from fleet.text import encode_text
-from ledger.store import LedgerStore, StoreError
+from fleet_ledger.fleet.grants import signed_event
+from fleet_ledger.fleet.grants.grant_errors import MalformedGrant
+from fleet_ledger.fleet.record import kernel
+from fleet_ledger.fleet.record.seal import encode_key
+from fleet_ledger.fleet.text import encode_text
+from fleet_ledger.ledger.store import LedgerStore, StoreError
 
 
 def _key(n: int) -> bytes:

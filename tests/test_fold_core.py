@@ -3,17 +3,31 @@ no NATS, no SQLite, no ledger."""
 
 from __future__ import annotations
 
-from fleet.fold import Accepted, Admission, BatchRuns, HostEntry, Message, Refused, RunSlot
-from fleet.fold import decide as decide_one
-from fleet.fold.batch import BatchHeads, Incoming, decide_batch, merge_seals, seal_items
-from fleet.fold.cache import RunCache
-from fleet.fold.fast import batch_addresses
-from fleet.fold.grant_events import GrantBook
-from fleet.fold.policy import checkpoint_due, leads_signing
-from fleet.fold.route import CONTROL, GRANT, SEGMENT, Router
-from fleet.record.record import RunState
-from fleet.record.wire import envelope_wire
-from fleet.subjects import DEFAULT_FLEET, fleet_names
+from fleet_ledger.fleet.fold import (
+    Accepted,
+    Admission,
+    BatchRuns,
+    HostEntry,
+    Message,
+    Refused,
+    RunSlot,
+)
+from fleet_ledger.fleet.fold import decide as decide_one
+from fleet_ledger.fleet.fold.batch import (
+    BatchHeads,
+    Incoming,
+    decide_batch,
+    merge_seals,
+    seal_items,
+)
+from fleet_ledger.fleet.fold.cache import RunCache
+from fleet_ledger.fleet.fold.fast import batch_addresses
+from fleet_ledger.fleet.fold.grant_events import GrantBook
+from fleet_ledger.fleet.fold.policy import checkpoint_due, leads_signing
+from fleet_ledger.fleet.fold.route import CONTROL, GRANT, SEGMENT, Router
+from fleet_ledger.fleet.record.record import RunState
+from fleet_ledger.fleet.record.wire import envelope_wire
+from fleet_ledger.fleet.subjects import DEFAULT_FLEET, fleet_names
 
 from fault_helpers import host_key, sealed_run
 

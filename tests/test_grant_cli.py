@@ -11,10 +11,10 @@ from typing import Any
 
 from http_helpers import enroll_h1, publish
 
-from cli.grant_cmds import load_key
-from fleet.address import digest, format_address
-from fleet.grants.grant import decode_grant, make_terms, sign_grant
-from plumbing.natsd import NatsServer
+from fleet_ledger.cli.grant_cmds import load_key
+from fleet_ledger.fleet.address import digest, format_address
+from fleet_ledger.fleet.grants.grant import decode_grant, make_terms, sign_grant
+from fleet_ledger.plumbing.natsd import NatsServer
 
 from fault_helpers import LedgerProc, fleet, store_summary, wait_until
 from grant_helpers import run_under

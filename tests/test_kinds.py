@@ -9,14 +9,14 @@ from typing import Any
 
 import pytest
 
-from fleet.address import format_address, parse_address
-from fleet.errors import FleetError
-from fleet.record import kernel
-from fleet.record.kinds import KINDS, MAX_INDEX, TABLE, index_in_range
-from fleet.record.phases import PARKED, RAN
-from fleet.record.segment import Segment
-from fleet.record.verify_fast import segment_addresses, step
-from fleet.record.wire import (
+from fleet_ledger.fleet.address import format_address, parse_address
+from fleet_ledger.fleet.errors import FleetError
+from fleet_ledger.fleet.record import kernel
+from fleet_ledger.fleet.record.kinds import KINDS, MAX_INDEX, TABLE, index_in_range
+from fleet_ledger.fleet.record.phases import PARKED, RAN
+from fleet_ledger.fleet.record.segment import Segment
+from fleet_ledger.fleet.record.verify_fast import segment_addresses, step
+from fleet_ledger.fleet.record.wire import (
     WIRE_KIND,
     AttestationWire,
     CallsWire,

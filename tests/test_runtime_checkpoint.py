@@ -9,9 +9,9 @@ import sqlite3
 from pathlib import Path
 from typing import Any
 
-from agents.runtime import Context, Runtime
-from agents.runtime.checkpoint import _mac, folder_key, pack, unpack
-from fleet.runtime.runtime_journal import canon
+from fleet_ledger.agents.runtime import Context, Runtime
+from fleet_ledger.agents.runtime.checkpoint import _mac, folder_key, pack, unpack
+from fleet_ledger.fleet.runtime.runtime_journal import canon
 
 STEPS = 40  # 80 entries and more: past MIN_TAIL, so the park takes a checkpoint
 

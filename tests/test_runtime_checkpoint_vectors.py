@@ -9,7 +9,7 @@ import struct
 from blake3 import blake3
 from gen_vectors_runtime_checkpoint import PATH, build
 
-from agents.runtime.checkpoint import unpack
+from fleet_ledger.agents.runtime.checkpoint import unpack
 
 
 def _text(value: str) -> bytes:

@@ -9,13 +9,13 @@ from pathlib import Path
 import pytest
 import runtime_flows as flows
 
-from agents.host import Host
-from agents.runtime import Runtime
-from agents.runtime import worker as worker_module
-from agents.runtime.fleet_store import FleetStore
-from agents.runtime.worker import Worker
-from plumbing.nats_connect import connect
-from plumbing.natsd import NatsServer
+from fleet_ledger.agents.host import Host
+from fleet_ledger.agents.runtime import Runtime
+from fleet_ledger.agents.runtime import worker as worker_module
+from fleet_ledger.agents.runtime.fleet_store import FleetStore
+from fleet_ledger.agents.runtime.worker import Worker
+from fleet_ledger.plumbing.nats_connect import connect
+from fleet_ledger.plumbing.natsd import NatsServer
 
 
 async def _no_adopt(run: str):  # type: ignore[no-untyped-def]
@@ -67,7 +67,7 @@ def test_a_refusal_after_a_renewal_is_written_over_the_renewed_claim(
         nats_server: NatsServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     """With a 0.3 s lease, an interval refused after 0.5 s (the claim renewed meanwhile):
     the refusal lands (the run is ``refused``), not lost against the first revision."""
-    from fleet.runtime.runtime_errors import JournalTampered
+    from fleet_ledger.fleet.runtime.runtime_errors import JournalTampered
 
     monkeypatch.setattr(worker_module, "CLAIM_LEASE_S", 0.3)
 

@@ -31,8 +31,8 @@ from pathlib import Path
 
 from blake3 import blake3
 
-from agents.runtime.journal import Entry, Journal
-from fleet.runtime.runtime_journal import canon, text
+from fleet_ledger.agents.runtime.journal import Entry, Journal
+from fleet_ledger.fleet.runtime.runtime_journal import canon, text
 
 log = logging.getLogger(__name__)
 

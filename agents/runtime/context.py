@@ -22,7 +22,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from agents.runtime.effects import (
+from fleet_ledger.agents.runtime.effects import (
     NO_RETRY,
     UNKNOWN,
     Invalid,
@@ -31,11 +31,11 @@ from agents.runtime.effects import (
     check_effect,
     failure,
 )
-from agents.runtime.journal import Entry, Journal
-from agents.runtime.projection import History, Projected, Projection, summarized_view
-from fleet.address import format_address
-from fleet.runtime.runtime_errors import ReplayDiverged, SignalTimeout
-from fleet.runtime.runtime_journal import (
+from fleet_ledger.agents.runtime.journal import Entry, Journal
+from fleet_ledger.agents.runtime.projection import History, Projected, Projection, summarized_view
+from fleet_ledger.fleet.address import format_address
+from fleet_ledger.fleet.runtime.runtime_errors import ReplayDiverged, SignalTimeout
+from fleet_ledger.fleet.runtime.runtime_journal import (
     ATTEMPT,
     COMMANDS,
     DISPATCH,

@@ -33,12 +33,12 @@ from typing import Any
 from nats.js.api import KeyValueConfig, ObjectStoreConfig, StorageType, StreamConfig
 from nats.js.errors import BadRequestError, KeyWrongLastSequenceError, NotFoundError
 
-from fleet.address import digest, format_address
-from fleet.runtime.runtime_errors import SignalConflict
-from fleet.runtime.runtime_journal import signal_digest
-from fleet.subjects import DEFAULT_FLEET, FleetNames, run_token
-from plumbing.nats_connect import bucket_keys
-from plumbing.runtime_keys import held_keys
+from fleet_ledger.fleet.address import digest, format_address
+from fleet_ledger.fleet.runtime.runtime_errors import SignalConflict
+from fleet_ledger.fleet.runtime.runtime_journal import signal_digest
+from fleet_ledger.fleet.subjects import DEFAULT_FLEET, FleetNames, run_token
+from fleet_ledger.plumbing.nats_connect import bucket_keys
+from fleet_ledger.plumbing.runtime_keys import held_keys
 
 # A claim that has not turned into a new state within this long (the worker died) may be
 # claimed again.

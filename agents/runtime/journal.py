@@ -18,9 +18,9 @@ from typing import Any
 
 from nacl.secret import SecretBox
 
-from fleet.address import format_address, parse_address
-from fleet.runtime.runtime_errors import JournalTampered, ValueShredded
-from fleet.runtime.runtime_journal import (
+from fleet_ledger.fleet.address import format_address, parse_address
+from fleet_ledger.fleet.runtime.runtime_errors import JournalTampered, ValueShredded
+from fleet_ledger.fleet.runtime.runtime_journal import (
     blob_address,
     canon,
     chain_hashes,
@@ -28,9 +28,9 @@ from fleet.runtime.runtime_journal import (
     genesis,
     value_addresses,
 )
-from fleet.runtime.runtime_journal import open_blob as open_blob_raw
-from plumbing import sqlite
-from plumbing.transactions import immediate
+from fleet_ledger.fleet.runtime.runtime_journal import open_blob as open_blob_raw
+from fleet_ledger.plumbing import sqlite
+from fleet_ledger.plumbing.transactions import immediate
 
 DB_NAME = "runtime.db"
 

@@ -25,17 +25,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NoReturn
 
-from agents.energy import IntervalMeter, Reading, transcript_park_idle
-from agents.host import Host, HostRun
-from agents.runtime.checkpoint import Checkpoints, folder_key, mac_key
-from agents.runtime.context import Context, Inbox, Park
-from agents.runtime.journal import Entry, Journal, verify_chain
-from fleet.address import format_address, parse_address
-from fleet.env.manifest import Manifest
-from fleet.record.kernel import genesis
-from fleet.record.segment import CallAccount, TranscriptSnapshot, make_snapshot
-from fleet.record.wait_proof import verdict_json, waited_inside
-from fleet.runtime.runtime_errors import (
+from fleet_ledger.agents.energy import IntervalMeter, Reading, transcript_park_idle
+from fleet_ledger.agents.host import Host, HostRun
+from fleet_ledger.agents.runtime.checkpoint import Checkpoints, folder_key, mac_key
+from fleet_ledger.agents.runtime.context import Context, Inbox, Park
+from fleet_ledger.agents.runtime.journal import Entry, Journal, verify_chain
+from fleet_ledger.fleet.address import format_address, parse_address
+from fleet_ledger.fleet.env.manifest import Manifest
+from fleet_ledger.fleet.record.kernel import genesis
+from fleet_ledger.fleet.record.segment import CallAccount, TranscriptSnapshot, make_snapshot
+from fleet_ledger.fleet.record.wait_proof import verdict_json, waited_inside
+from fleet_ledger.fleet.runtime.runtime_errors import (
     CodeChanged,
     EnvironmentChanged,
     JournalTampered,
@@ -48,8 +48,8 @@ from fleet.runtime.runtime_errors import (
     ValueShredded,
     WorkflowUnknown,
 )
-from fleet.runtime.runtime_identity import code_version, run_manifest
-from fleet.runtime.runtime_journal import (
+from fleet_ledger.fleet.runtime.runtime_identity import code_version, run_manifest
+from fleet_ledger.fleet.runtime.runtime_journal import (
     RESOLVE,
     SIGNAL,
     START,
@@ -59,8 +59,8 @@ from fleet.runtime.runtime_journal import (
     run_ids,
     runtime_manifest,
 )
-from fleet.runtime.runtime_journal import genesis as journal_genesis
-from fleet.subjects import run_token
+from fleet_ledger.fleet.runtime.runtime_journal import genesis as journal_genesis
+from fleet_ledger.fleet.subjects import run_token
 
 Workflow = Callable[..., Coroutine[Any, Any, Any]]
 

@@ -24,13 +24,18 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from agents.adoption import ResumeRefused
-from agents.host import Host, HostRun
-from agents.runtime.fleet_store import CLAIM_LEASE_S, FleetStore, claim_stale, wait_over
-from agents.runtime.runtime import Outcome, Runtime, park_transcript
-from fleet.address import format_address
-from fleet.errors import FleetError
-from fleet.runtime.runtime_errors import (
+from fleet_ledger.agents.adoption import ResumeRefused
+from fleet_ledger.agents.host import Host, HostRun
+from fleet_ledger.agents.runtime.fleet_store import (
+    CLAIM_LEASE_S,
+    FleetStore,
+    claim_stale,
+    wait_over,
+)
+from fleet_ledger.agents.runtime.runtime import Outcome, Runtime, park_transcript
+from fleet_ledger.fleet.address import format_address
+from fleet_ledger.fleet.errors import FleetError
+from fleet_ledger.fleet.runtime.runtime_errors import (
     CodeChanged,
     EnvironmentChanged,
     JournalTampered,
@@ -40,7 +45,7 @@ from fleet.runtime.runtime_errors import (
     ValueShredded,
     WorkflowUnknown,
 )
-from fleet.runtime.runtime_journal import RESOLVE, SIGNAL
+from fleet_ledger.fleet.runtime.runtime_journal import RESOLVE, SIGNAL
 
 PERMANENT = (JournalTampered, ValueShredded, ReplayDiverged, WorkflowUnknown,
              NotTranscriptPark, CodeChanged, EnvironmentChanged)

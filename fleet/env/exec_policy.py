@@ -32,10 +32,10 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from fleet.address import digest, format_address, parse_address
-from fleet.env.exec_errors import MalformedPolicy, PolicyMismatch
-from fleet.errors import FleetError, MalformedAddress, ValueOutOfRange
-from fleet.record.kernel import MAX_TEXT, encode_text
+from fleet_ledger.fleet.address import digest, format_address, parse_address
+from fleet_ledger.fleet.env.exec_errors import MalformedPolicy, PolicyMismatch
+from fleet_ledger.fleet.errors import FleetError, MalformedAddress, ValueOutOfRange
+from fleet_ledger.fleet.record.kernel import MAX_TEXT, encode_text
 
 __all__ = [
     "ALLOW",

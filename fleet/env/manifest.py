@@ -47,9 +47,9 @@ from typing import Any
 
 import rfc8785
 
-from fleet.address import digest, format_address, parse_address
-from fleet.env import jsonc
-from fleet.env.manifest_errors import (
+from fleet_ledger.fleet.address import digest, format_address, parse_address
+from fleet_ledger.fleet.env import jsonc
+from fleet_ledger.fleet.env.manifest_errors import (
     BadEnvironmentName,
     BadManifestSignature,
     LifecycleCommand,
@@ -67,9 +67,9 @@ from fleet.env.manifest_errors import (
     UntrustedManifestKey,
     Widening,
 )
-from fleet.errors import MalformedAddress
-from fleet.log.log_errors import MalformedKey
-from fleet.log.note import Signer, Verifier, b64decode_strict, parse_verifier_key
+from fleet_ledger.fleet.errors import MalformedAddress
+from fleet_ledger.fleet.log.log_errors import MalformedKey
+from fleet_ledger.fleet.log.note import Signer, Verifier, b64decode_strict, parse_verifier_key
 
 __all__ = [
     "ALLOWED",

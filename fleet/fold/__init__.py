@@ -18,14 +18,14 @@ used from the former modules ``fleet.fold`` and ``fleet.fold_fast`` are re-expor
 :mod:`fleet.fold.batch` is not (it imports :mod:`fleet.fold.control`, which imports this package).
 """
 
-from fleet.fold.fast import (
+from fleet_ledger.fleet.fold.fast import (
     batch_addresses,
     decide_message,
     fast_decide,
     fold_message,
     wire_seal_item,
 )
-from fleet.fold.reference import (
+from fleet_ledger.fleet.fold.reference import (
     Accepted,
     Admission,
     BatchRuns,

@@ -22,11 +22,11 @@ from typing import NamedTuple
 
 import msgspec
 
-from fleet.fold.control import BatchControl, ControlAccepted
-from fleet.fold.fast import fold_message, wire_seal_item
-from fleet.fold.grant_events import GrantAccepted, GrantBook, signature_items
-from fleet.fold.grant_fold import BatchGrants
-from fleet.fold.reference import (
+from fleet_ledger.fleet.fold.control import BatchControl, ControlAccepted
+from fleet_ledger.fleet.fold.fast import fold_message, wire_seal_item
+from fleet_ledger.fleet.fold.grant_events import GrantAccepted, GrantBook, signature_items
+from fleet_ledger.fleet.fold.grant_fold import BatchGrants
+from fleet_ledger.fleet.fold.reference import (
     Accepted,
     Admission,
     BatchRuns,
@@ -35,9 +35,9 @@ from fleet.fold.reference import (
     Refused,
     RunSlot,
 )
-from fleet.fold.route import CONTROL, GRANT, Route
-from fleet.record.wire import EnvelopeWire, identity
-from fleet.subjects import FleetNames
+from fleet_ledger.fleet.fold.route import CONTROL, GRANT, Route
+from fleet_ledger.fleet.record.wire import EnvelopeWire, identity
+from fleet_ledger.fleet.subjects import FleetNames
 
 __all__ = ["BatchChanges", "BatchHeads", "Decided", "Incoming", "SealItems", "decide_batch",
            "merge_seals", "run_at", "seal_items"]

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Generic, TypeVar
 
-from fleet.fold import Refused
+from fleet_ledger.fleet.fold import Refused
 
 __all__ = ["EventOverlay"]
 

@@ -38,8 +38,8 @@ from dataclasses import dataclass, field
 import msgspec
 from nacl.signing import VerifyKey
 
-from fleet.address import id_text
-from fleet.errors import (
+from fleet_ledger.fleet.address import id_text
+from fleet_ledger.fleet.errors import (
     AttestationMismatch,
     BadSeal,
     FleetError,
@@ -51,16 +51,21 @@ from fleet.errors import (
     SubjectMismatch,
     UnknownHost,
 )
-from fleet.grants.grant_book import GrantView
-from fleet.grants.grant_gate import check_step
-from fleet.log.leaf import encode_leaf
-from fleet.record import kernel
-from fleet.record.kernel import Step, genesis, index_in_range
-from fleet.record.record import RunState
-from fleet.record.seal import bad_seal, check_seal
-from fleet.record.verify import check_next
-from fleet.record.wire import Envelope, EnvelopeWire, decode_envelope, envelope_from_wire
-from fleet.subjects import DEFAULT_FLEET, FleetNames, parse_segment_subject
+from fleet_ledger.fleet.grants.grant_book import GrantView
+from fleet_ledger.fleet.grants.grant_gate import check_step
+from fleet_ledger.fleet.log.leaf import encode_leaf
+from fleet_ledger.fleet.record import kernel
+from fleet_ledger.fleet.record.kernel import Step, genesis, index_in_range
+from fleet_ledger.fleet.record.record import RunState
+from fleet_ledger.fleet.record.seal import bad_seal, check_seal
+from fleet_ledger.fleet.record.verify import check_next
+from fleet_ledger.fleet.record.wire import (
+    Envelope,
+    EnvelopeWire,
+    decode_envelope,
+    envelope_from_wire,
+)
+from fleet_ledger.fleet.subjects import DEFAULT_FLEET, FleetNames, parse_segment_subject
 
 __all__ = [
     "Accepted",

@@ -30,16 +30,21 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from fleet.log.checkpoint import Checkpoint, open_checkpoint
-from fleet.log.cosignature import (
+from fleet_ledger.fleet.log.checkpoint import Checkpoint, open_checkpoint
+from fleet_ledger.fleet.log.cosignature import (
     WitnessKey,
     cosignatures,
     parse_signature_lines,
     verify_cosignature_lines,
 )
-from fleet.log.log_errors import MalformedBundle, MissingCosignatures, OriginMismatch, SizeMismatch
-from fleet.log.merkle import verify_consistency
-from fleet.log.note import Verifier, parse_note
+from fleet_ledger.fleet.log.log_errors import (
+    MalformedBundle,
+    MissingCosignatures,
+    OriginMismatch,
+    SizeMismatch,
+)
+from fleet_ledger.fleet.log.merkle import verify_consistency
+from fleet_ledger.fleet.log.note import Verifier, parse_note
 
 TsaCheck = Callable[[str, str], str]
 """(base64 receipt, checkpoint body) -> a description of what verified; raises on failure."""

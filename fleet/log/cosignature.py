@@ -40,8 +40,8 @@ from hashlib import sha256
 from nacl.exceptions import BadSignatureError
 from nacl.signing import SigningKey, VerifyKey
 
-from fleet.log.log_errors import BadSignature, MalformedKey, MalformedNote
-from fleet.log.note import Signature, parse_key_fields, parse_note, valid_name
+from fleet_ledger.fleet.log.log_errors import BadSignature, MalformedKey, MalformedNote
+from fleet_ledger.fleet.log.note import Signature, parse_key_fields, parse_note, valid_name
 
 __all__ = [
     "ALG_COSIGNATURE_V1",

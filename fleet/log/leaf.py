@@ -18,8 +18,8 @@ from __future__ import annotations
 import struct
 from typing import NamedTuple
 
-from fleet.log.log_errors import MalformedLeaf
-from fleet.record.kinds import index_in_range
+from fleet_ledger.fleet.log.log_errors import MalformedLeaf
+from fleet_ledger.fleet.record.kinds import index_in_range
 
 __all__ = [
     "LEAF_DOMAIN",

@@ -52,7 +52,7 @@ from hashlib import sha256
 from nacl.exceptions import BadSignatureError
 from nacl.signing import SigningKey, VerifyKey
 
-from fleet.log.log_errors import (
+from fleet_ledger.fleet.log.log_errors import (
     AmbiguousKey,
     BadSignature,
     MalformedKey,

@@ -53,8 +53,8 @@ from typing import Any, Final, Protocol, Self
 
 from blake3 import blake3
 
-from fleet.address import digest
-from fleet.errors import (
+from fleet_ledger.fleet.address import digest
+from fleet_ledger.fleet.errors import (
     AttestationMismatch,
     ForeignRun,
     HeadMismatch,
@@ -70,7 +70,7 @@ from fleet.errors import (
     ZeroIdleEnergy,
     ZeroOverheadEnergy,
 )
-from fleet.record.kinds import (
+from fleet_ledger.fleet.record.kinds import (
     CLAIMED,
     CLOSED,
     EVICTED,
@@ -83,10 +83,10 @@ from fleet.record.kinds import (
     TAGS,
     index_in_range,
 )
-from fleet.record.phases import CLOSED as PHASE_CLOSED
-from fleet.record.phases import FRESH, TRANSITIONS
-from fleet.record.phases import PARKED as PHASE_PARKED
-from fleet.record.wait_proof import Calls, Verdict, WaitTracker
+from fleet_ledger.fleet.record.phases import CLOSED as PHASE_CLOSED
+from fleet_ledger.fleet.record.phases import FRESH, TRANSITIONS
+from fleet_ledger.fleet.record.phases import PARKED as PHASE_PARKED
+from fleet_ledger.fleet.record.wait_proof import Calls, Verdict, WaitTracker
 
 __all__ = [
     "ACCOUNT_PRESENT",

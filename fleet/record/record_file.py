@@ -16,10 +16,10 @@ from __future__ import annotations
 
 from nacl.signing import VerifyKey
 
-from fleet.errors import MalformedSegment, RecordError
-from fleet.record.seal import decode_key
-from fleet.record.wire import RecordWire, SegmentWire
-from fleet.subjects import check_host_name
+from fleet_ledger.fleet.errors import MalformedSegment, RecordError
+from fleet_ledger.fleet.record.seal import decode_key
+from fleet_ledger.fleet.record.wire import RecordWire, SegmentWire
+from fleet_ledger.fleet.subjects import check_host_name
 
 __all__ = ["SINGLE", "Sealers", "join_pages", "sealers"]
 

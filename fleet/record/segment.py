@@ -13,8 +13,8 @@ from __future__ import annotations
 import msgspec
 from msgspec.structs import force_setattr
 
-from fleet.record import kernel
-from fleet.record.kernel import (
+from fleet_ledger.fleet.record import kernel
+from fleet_ledger.fleet.record.kernel import (
     CLAIMED,
     CLOSED,
     EVICTED,

@@ -19,14 +19,14 @@ from blake3 import blake3
 from nacl.exceptions import BadSignatureError
 from nacl.signing import VerifyKey
 
-from fleet.address import parse_address, parse_addresses
-from fleet.errors import FleetError
-from fleet.record import kernel
-from fleet.record.kernel import Step
-from fleet.record.record import RunState
-from fleet.record.record_file import SINGLE, Sealers
-from fleet.record.seal import seal_message
-from fleet.record.wire import (
+from fleet_ledger.fleet.address import parse_address, parse_addresses
+from fleet_ledger.fleet.errors import FleetError
+from fleet_ledger.fleet.record import kernel
+from fleet_ledger.fleet.record.kernel import Step
+from fleet_ledger.fleet.record.record import RunState
+from fleet_ledger.fleet.record.record_file import SINGLE, Sealers
+from fleet_ledger.fleet.record.seal import seal_message
+from fleet_ledger.fleet.record.wire import (
     WIRE_KIND,
     ClaimedWire,
     ClosedWire,

@@ -33,11 +33,11 @@ from typing import Any
 
 import msgspec
 
-from fleet.address import format_address, message_id, parse_address
-from fleet.errors import FleetError, MalformedSegment, RecordError, ValueOutOfRange
-from fleet.record.attestation import Attestation, make_attestation
-from fleet.record.kinds import index_in_range
-from fleet.record.segment import (
+from fleet_ledger.fleet.address import format_address, message_id, parse_address
+from fleet_ledger.fleet.errors import FleetError, MalformedSegment, RecordError, ValueOutOfRange
+from fleet_ledger.fleet.record.attestation import Attestation, make_attestation
+from fleet_ledger.fleet.record.kinds import index_in_range
+from fleet_ledger.fleet.record.segment import (
     CLAIMED,
     CLOSED,
     EVICTED,
@@ -55,8 +55,8 @@ from fleet.record.segment import (
     Suspended,
     make_snapshot,
 )
-from fleet.record.segment import Closed as ClosedSegment
-from fleet.record.segment import resumed as make_resumed
+from fleet_ledger.fleet.record.segment import Closed as ClosedSegment
+from fleet_ledger.fleet.record.segment import resumed as make_resumed
 
 __all__ = [
     "ENVELOPE_VERSION",

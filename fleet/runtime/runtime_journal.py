@@ -37,8 +37,8 @@ from typing import Any
 from nacl.exceptions import CryptoError
 from nacl.secret import SecretBox
 
-from fleet.address import digest, format_address
-from fleet.runtime.runtime_errors import JournalTampered
+from fleet_ledger.fleet.address import digest, format_address
+from fleet_ledger.fleet.runtime.runtime_errors import JournalTampered
 
 __all__ = [
     "ATTEMPT",

@@ -38,14 +38,14 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from fleet.address import format_address, parse_address
-from fleet.errors import FleetError
-from fleet.record.phases import CLOSED, PARKED
-from fleet.record.verify import verify_state
-from fleet.record.wait_proof import Verdict, verdict_json
-from fleet.record.wire import ExecutedWire, RecordWire, SuspendedWire
-from fleet.runtime.runtime_errors import JournalTampered
-from fleet.runtime.runtime_journal import (
+from fleet_ledger.fleet.address import format_address, parse_address
+from fleet_ledger.fleet.errors import FleetError
+from fleet_ledger.fleet.record.phases import CLOSED, PARKED
+from fleet_ledger.fleet.record.verify import verify_state
+from fleet_ledger.fleet.record.wait_proof import Verdict, verdict_json
+from fleet_ledger.fleet.record.wire import ExecutedWire, RecordWire, SuspendedWire
+from fleet_ledger.fleet.runtime.runtime_errors import JournalTampered
+from fleet_ledger.fleet.runtime.runtime_journal import (
     chain_hashes,
     genesis,
     interval_account,
@@ -53,7 +53,7 @@ from fleet.runtime.runtime_journal import (
     open_blob,
     value_addresses,
 )
-from fleet.runtime.runtime_verify_errors import (
+from fleet_ledger.fleet.runtime.runtime_verify_errors import (
     CallAccountMismatch,
     JournalBeyondRecord,
     JournalRootMismatch,
