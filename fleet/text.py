@@ -37,7 +37,7 @@ _TEXTS: dict[str, bytes] = {}
 def encode_text(value: object, what: str, error: type[FleetError], limit: int
                 ) -> bytes:
     """``len:u16 || utf8`` of ``value``, checked (:func:`check_text`)."""
-    held = _TEXTS.get(value) if type(value) is str else None  # type: ignore[arg-type]
+    held = _TEXTS.get(value) if isinstance(value, str) else None
     if held is not None and len(held) - 2 <= limit:
         return held
     raw = check_text(value, what, error, limit)

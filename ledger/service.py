@@ -540,6 +540,7 @@ class Ledger:
             for batch_msgs in unacked:
                 for m in batch_msgs:
                     with contextlib.suppress(Exception):
+                        assert self.nc is not None  # start() connected it
                         await nak(self.nc, m, 1.0)
             await self._abandon()
             raise

@@ -13,7 +13,14 @@ import pytest
 from fleet_ledger.fleet.address import format_address, parse_address
 from fleet_ledger.fleet.errors import FleetError
 from fleet_ledger.fleet.record import kernel
-from fleet_ledger.fleet.record.kinds import FIELD_TYPES, KINDS, MAX_INDEX, TABLE, index_in_range
+from fleet_ledger.fleet.record.kinds import (
+    FIELD_TYPES,
+    KINDS,
+    MAX_INDEX,
+    TABLE,
+    Kind,
+    index_in_range,
+)
 from fleet_ledger.fleet.record.phases import PARKED, RAN
 from fleet_ledger.fleet.record.segment import Segment
 from fleet_ledger.fleet.record.verify_fast import segment_addresses, step
@@ -104,6 +111,11 @@ def test_segment_objects_hold_the_tables_fields_and_names():
     for cls in classes:
         fields = tuple(f for f in cls.__struct_fields__ if not f.startswith("_"))
         assert fields == tuple(f for f in TABLE[cls.kind].fields if f != "attestation_object")
+
+
+def test_kind_type_names_the_tables_kinds():
+    """The Kind type (what the segment objects and the outbox declare) is the table's names."""
+    assert typing.get_args(Kind) == KINDS
 
 
 @pytest.mark.parametrize("wire", _samples(), ids=lambda w: WIRE_KIND[type(w)])

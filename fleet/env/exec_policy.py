@@ -120,7 +120,7 @@ class ExecPolicy:
 def code_of(table: Mapping[str, int], value: object, what: str,
             error: type[FleetError] = ValueOutOfRange) -> int:
     """The byte code of ``value`` (a name in ``table``), or ``error`` naming the choices."""
-    code = table.get(value) if type(value) is str else None  # type: ignore[arg-type]
+    code = table.get(value) if type(value) is str else None
     if code is None:
         raise error(f"{what} must be one of {', '.join(map(repr, table))}, got {value!r}")
     return code

@@ -24,6 +24,7 @@ import msgspec
 
 from fleet_ledger.fleet.fold.control import BatchControl, ControlAccepted
 from fleet_ledger.fleet.fold.fast import fold_message, wire_seal_item
+from fleet_ledger.fleet.fold.grant_decide import RunAt
 from fleet_ledger.fleet.fold.grant_events import GrantAccepted, GrantBook, signature_items
 from fleet_ledger.fleet.fold.grant_fold import BatchGrants
 from fleet_ledger.fleet.fold.reference import (
@@ -93,10 +94,10 @@ def seal_items(msgs: Sequence[tuple[int, str, bytes]], wires: Sequence[EnvelopeW
     their conjunction, :func:`merge_seals`); an event with a message longer than
     ``max_message`` is left to the fold to check."""
     found = [(n, item) for n, item in (
-        (n, None if w is None else wire_seal_item(w, hosts, a and a[0]))
+        (n, None if w is None else wire_seal_item(w, hosts, a[0] if a else None))
         for n, (w, a) in enumerate(zip(wires, addresses, strict=True)))
         if item is not None]
-    runs = {identity(wires[n].run) for n, _ in found}  # type: ignore[union-attr]
+    runs = {identity(w.run) for n, _ in found if (w := wires[n]) is not None}
     for n, ((_seq, _subject, data), route) in enumerate(zip(msgs, routes, strict=True)):
         if route == GRANT:
             items = signature_items(data)
@@ -144,8 +145,7 @@ class BatchHeads:
         return held if held is not None else self._stored(run, index)
 
 
-def run_at(runs: BatchRuns, head_at: HeadAt
-           ) -> Callable[[bytes, int], tuple[bytes, int, bytes | None] | None]:
+def run_at(runs: BatchRuns, head_at: HeadAt) -> RunAt:
     """What a grant event asks of a run (:mod:`fleet.fold.grant_fold`): (its grants id, its
     index, its head at ``index`` if it holds that index), as the batch sees it."""
     def at(run: bytes, index: int) -> tuple[bytes, int, bytes | None] | None:

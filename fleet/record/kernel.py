@@ -83,6 +83,7 @@ from fleet_ledger.fleet.record.kinds import (
     SUSPENDED,
     TABLE,
     TAGS,
+    Kind,
     index_in_range,
 )
 from fleet_ledger.fleet.record.phases import CLOSED as PHASE_CLOSED
@@ -126,6 +127,7 @@ __all__ = [
     "TAG_SUSPENDED",
     "Calls",
     "Energy",
+    "Kind",
     "Position",
     "RunState",
     "Step",
@@ -232,12 +234,12 @@ def check_u64(value: object, what: str) -> int:
 def check_provenance(value: object) -> str:
     if value not in PROVENANCES:
         raise ValueOutOfRange(f"provenance must be 'measured' or 'estimated', got {value!r}")
-    return value  # type: ignore[return-value]
+    return value
 
 
 def _energy(uj: object, provenance: object, what: str) -> bytes:
     """``uj:u64 || provenance:u8``."""
-    code = PROVENANCES.get(provenance) if type(provenance) is str else None  # type: ignore[arg-type]
+    code = PROVENANCES.get(provenance) if type(provenance) is str else None
     if code is None:
         check_provenance(provenance)
     if type(uj) is not int or not 0 <= uj <= MAX_U64:
@@ -512,7 +514,8 @@ def closed_step(run: Position, index: int, body: bytes = CLOSED_BYTES,
         raise ZeroIdleEnergy(
             "a park is never free: idle_uj must be the energy its retained state drew",
             segment=index)
-    return body, nxt, run.park, None, (provenance, idle_uj), False, None, None
+    # A body from closed_bytes carries all three idle fields or none: this only narrows.
+    return body, nxt, run.park, None, (check_provenance(provenance), idle_uj), False, None, None
 
 
 def claimed_step(run: Position, index: int, body: bytes, manifest: bytes, warm_uj: int,
@@ -645,7 +648,7 @@ class Energy:
         return Energy(dict(self.receipts), dict(self.idle), dict(self.claim),
                       dict(self.overhead), self.spent)
 
-    def as_json(self) -> dict[str, object]:
+    def as_json(self) -> dict[str, Any]:
         return {
             "total_uj": self.total_uj,
             "receipts_uj": dict(self.receipts),

@@ -16,7 +16,7 @@ This module imports nothing of the project: it sits below the kernel and the pha
 
 from __future__ import annotations
 
-from typing import Final, NamedTuple
+from typing import Final, Literal, NamedTuple
 
 __all__ = [
     "ADDRESS",
@@ -38,6 +38,7 @@ __all__ = [
     "TEXT",
     "UJ",
     "FieldType",
+    "Kind",
     "KindSpec",
     "index_in_range",
 ]
@@ -49,6 +50,8 @@ CLOSED: Final = "closed"
 CLAIMED: Final = "claimed"
 EVICTED: Final = "evicted"
 KINDS: Final = (EXECUTED, SUSPENDED, RESUMED, CLOSED, CLAIMED, EVICTED)
+# The same names as a type (tests/test_kinds.py holds the two equal).
+Kind = Literal["executed", "suspended", "resumed", "closed", "claimed", "evicted"]
 
 # A segment's index is 1-based and below 2**63: every store holds it as a signed 64-bit
 # integer, so a larger one is refused at the decoder (``ValueOutOfRange``), never stored.

@@ -96,7 +96,8 @@ def make_snapshot(
     kernel.snapshot_bytes(fs_root, mem_image, transcript)
     if transcript is not None:
         return TranscriptSnapshot(transcript)
-    return ImageSnapshot(fs_root, mem_image)  # type: ignore[arg-type]
+    assert fs_root is not None  # snapshot_bytes refused a reference of neither form
+    return ImageSnapshot(fs_root, mem_image)
 
 
 def snapshot_from_bytes(raw: bytes) -> Snapshot:
@@ -104,7 +105,8 @@ def snapshot_from_bytes(raw: bytes) -> Snapshot:
     fs_root, mem_image, transcript = kernel.snapshot_parts(raw)
     if transcript is not None:
         return TranscriptSnapshot(transcript)
-    return ImageSnapshot(fs_root, mem_image)  # type: ignore[arg-type]
+    assert fs_root is not None  # snapshot_parts gives an image form its root
+    return ImageSnapshot(fs_root, mem_image)
 
 
 class CallAccount(msgspec.Struct, frozen=True):

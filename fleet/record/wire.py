@@ -32,7 +32,7 @@ import base64
 import binascii
 import functools
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 import msgspec
 
@@ -174,8 +174,13 @@ ClaimedWire: Any = WIRE_STRUCT[CLAIMED]
 EvictedWire: Any = WIRE_STRUCT[EVICTED]
 
 # A tagged union: msgspec picks the struct by "kind" and refuses any field of another kind.
-SegmentWire = (ExecutedWire | SuspendedWire | ResumedWire | ClosedWire | ClaimedWire
-               | EvictedWire)
+# Its members are made from the table at import, so the type checker knows them only as
+# their common base (index, head, seal); a decoder reads a kind's own fields as Any.
+if TYPE_CHECKING:
+    SegmentWire: TypeAlias = _SegmentBase
+else:
+    SegmentWire = (ExecutedWire | SuspendedWire | ResumedWire | ClosedWire | ClaimedWire
+                   | EvictedWire)
 
 
 class EnvelopeWire(msgspec.Struct, gc=False, forbid_unknown_fields=True):
