@@ -43,7 +43,7 @@ def encode_text(value: object, what: str, error: type[FleetError], limit: int
     raw = check_text(value, what, error, limit)
     held = _U16.pack(len(raw)) + raw
     if len(_TEXTS) < 4096:
-        _TEXTS[value] = held  # type: ignore[index]
+        _TEXTS[value] = held  # type: ignore[index]  # check_text refused all but a str
     return held
 
 

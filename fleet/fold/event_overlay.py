@@ -46,8 +46,8 @@ class EventOverlay(Generic[A]):
         """Take a decision: an accepted one changes the view and is kept; a refusal is
         returned as it is."""
         if isinstance(d, self.ACCEPTED):
-            self.make(d)  # type: ignore[arg-type]
-            self.accepted.append(d)  # type: ignore[arg-type]
+            self.make(d)  # type: ignore[arg-type]  # isinstance through the class attribute ACCEPTED does not narrow D
+            self.accepted.append(d)  # type: ignore[arg-type]  # as above: d is an ACCEPTED here
         return d
 
     def make(self, d: A) -> None:

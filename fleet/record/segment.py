@@ -150,7 +150,7 @@ def _segment_class(spec: KindSpec) -> type:
         force_setattr(self, "_raw", body(*values))
 
     def canonical(self: Any) -> bytes:
-        return self._raw  # type: ignore[no-any-return]
+        return self._raw  # type: ignore[no-any-return]  # the class is made from the table (self: Any)
 
     fields: list[tuple[str, Any] | tuple[str, Any, Any]] = [
         (name, _TYPES[FIELD_TYPES[name]] | None, None) if name in spec.optional

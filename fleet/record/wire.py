@@ -400,7 +400,7 @@ def segment_to_wire(sealed: SealedSegment, host: str | None = None) -> SegmentWi
             continue
         value = getattr(seg, name)
         values.append(value if convert is None or value is None else convert(value))
-    return WIRE_STRUCT[seg.kind](*values, host=host)  # type: ignore[no-any-return]
+    return WIRE_STRUCT[seg.kind](*values, host=host)  # type: ignore[no-any-return]  # made from the table
 
 
 def encode_envelope(
