@@ -386,7 +386,7 @@ def runtime_journal(run_id: str, host_dir: Path, as_json: bool) -> None:
             raise CheckFailed(f"{exc.rule}: {exc}") from None
     finally:
         journal.close()
-    doc = {"run": run_id, "name": row[0], "workflow": row[1], "status": row[2],
+    doc: dict[str, Any] = {"run": run_id, "name": row[0], "workflow": row[1], "status": row[2],
            "head": format_address(head),
            "entries": [{"seq": e.seq, "kind": e.kind, "call": e.call, "body": e.data(),
                         "hash": format_address(e.hash)} for e in entries]}

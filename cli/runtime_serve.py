@@ -211,7 +211,7 @@ def runtime_serve(listen: str, token_file: Path | None, tls_cert: Path | None,
         try:
             site = web.TCPSite(runner, where, port, ssl_context=tls)
             await site.start()
-            bound = site._server.sockets[0].getsockname()  # type: ignore[union-attr]
+            bound = runner.addresses[0]  # the one site's socket name
             click.echo(f"serving {'https' if tls else 'http'}://{bound[0]}:{bound[1]}")
             stop = asyncio.Event()
             loop = asyncio.get_running_loop()

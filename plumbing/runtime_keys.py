@@ -35,7 +35,8 @@ async def _get(kv: Any, address: str) -> bytes | None:
         entry = await kv.get(run_token(address))
     except NotFoundError:
         return None
-    return entry.value  # type: ignore[no-any-return]
+    value: bytes | None = entry.value  # kv is Any: the bucket of nats-py
+    return value
 
 
 IN_FLIGHT = 64

@@ -76,7 +76,8 @@ class Epoch:
         if seq == self.seq:
             return self
         before = [e for e in entries if self.seq <= e.seq < seq]
-        ids = {e.data().get("id") for e in before if e.kind == SIGNAL} - {None}
+        ids = {i for e in before if e.kind == SIGNAL
+               if isinstance(i := e.data().get("id"), str)}
         return Epoch(seq, cursor, self.size + stored_size(before), self.delivered | ids)
 
 

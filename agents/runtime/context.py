@@ -21,6 +21,7 @@ import time
 import weakref
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from types import FrameType
 from typing import Any, NoReturn
 
 from fleet_ledger.agents.runtime.effects import (
@@ -32,7 +33,7 @@ from fleet_ledger.agents.runtime.effects import (
     check_effect,
     failure,
 )
-from fleet_ledger.agents.runtime.journal import Entry, Journal
+from fleet_ledger.agents.runtime.journal import Entry, Journal, Value
 from fleet_ledger.agents.runtime.projection import History, Projected, Projection, summarized_view
 from fleet_ledger.fleet.address import format_address
 from fleet_ledger.fleet.runtime.runtime_errors import ReplayDiverged, SignalTimeout
@@ -85,9 +86,9 @@ class Inbox:
 
 def _site() -> str:
     """``file:line`` of the workflow code that called into the context."""
-    frame = sys._getframe(2)
+    frame: FrameType | None = sys._getframe(2)
     while frame is not None and os.path.dirname(frame.f_code.co_filename) == _HERE:
-        frame = frame.f_back  # type: ignore[assignment]
+        frame = frame.f_back
     if frame is None:
         return "?"
     return f"{os.path.basename(frame.f_code.co_filename)}:{frame.f_lineno}"
@@ -196,7 +197,7 @@ class Context:
     def _resolve(self, kind: str, call: str, body: dict[str, Any], value: Any = None,
                  with_value: bool = False, defer: bool = False) -> Entry:
         self._going_live()
-        values = ()
+        values: tuple[tuple[Value, bytes, bytes], ...] = ()
         if with_value:
             sealed = Journal.seal_value(value)
             body = {**body, "value": sealed[0].address}

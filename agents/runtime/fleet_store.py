@@ -285,7 +285,7 @@ class FleetStore:
             got = await self.obs.get(run_token(head))
         except NotFoundError:
             return None
-        return json.loads(got.data)  # type: ignore[no-any-return]
+        return json.loads(got.data)
 
 
 def _id_key(run: str, signal_id: str) -> str:

@@ -325,10 +325,10 @@ class Journal:
                     box, key, salt = held
                     blobs[address] = _b64(box)
                     keys[address] = [_b64(key), _b64(salt)]
-                elif (box := self._box(raw)) is not None:
+                elif (shut := self._box(raw)) is not None:
                     # A key given back to the fleet's bucket after its interval: the
                     # ciphertext still travels, the key is the bucket's to give.
-                    blobs[address] = _b64(box)
+                    blobs[address] = _b64(shut)
         journal = {"run": run, "name": name, "workflow": workflow,
                    "entries": [[e.seq, e.kind, e.call, e.body] for e in entries],
                    "blobs": blobs}
@@ -342,7 +342,7 @@ class Journal:
         run, workflow = str(data["run"]), str(data["workflow"])
         entries = [tuple(e) for e in data["entries"]]
         rows = [(run, *entry, h) for entry, h in zip(
-            entries, chain_hashes(run, workflow, entries), strict=True)]  # type: ignore[arg-type]
+            entries, chain_hashes(run, workflow, entries), strict=True)]
         prev = rows[-1][-1] if rows else genesis(run, workflow)
         if prev != head:
             raise JournalTampered(f"the journal of {run} does not chain to its park's"

@@ -84,7 +84,7 @@ def load_workflow(name: str) -> Workflow:
             obj = getattr(obj, part)
     except (ImportError, AttributeError) as exc:
         raise WorkflowUnknown(f"cannot load workflow {name}: {exc}") from None
-    return obj  # type: ignore[no-any-return]
+    return obj
 
 
 def run_address(name: str, workflow: str, grant: str | None = None) -> str:
@@ -292,8 +292,8 @@ class Runtime:
         if status == "cancelled":
             return Outcome(run, "cancelled", error=meta.get("reason"), entries=view.end)
         if status in ("done", "failed"):
-            end = entries[-1].data()
-            return Outcome(run, status, self._end_value(end), end.get("error"),
+            last = entries[-1].data()
+            return Outcome(run, status, self._end_value(last), last.get("error"),
                            entries=view.end)
         fn = self.workflows.get(wf) or load_workflow(wf)
         version, manifest = self.identity(fn, wf)

@@ -81,7 +81,9 @@ class Worker:
         """Drain the outbox, then publish where the run stands (and a parked journal)."""
         await self.drain()
         run = outcome.run
-        name, workflow, _status, meta = self.runtime.journal.run_row(run)  # type: ignore[misc]
+        row = self.runtime.journal.run_row(run)
+        assert row is not None  # the run was just advanced here
+        name, workflow, _status, meta = row
         entries = self.runtime.journal.entries(run)
         head = meta.get("head")
         journal, keys = self.runtime.journal.export(run)
@@ -93,8 +95,8 @@ class Worker:
                "wait": outcome.wait, "head": head, "host": self.host.name,
                "parked_at": meta.get("parked_at"), "segments": outcome.segments,
                "verdict": outcome.verdict, "blocked": outcome.blocked,
-               "delivered": sorted({e.data().get("id") for e in entries
-                                    if e.kind in (SIGNAL, RESOLVE)} - {None}),
+               "delivered": sorted({i for e in entries if e.kind in (SIGNAL, RESOLVE)
+                                    if (i := e.data().get("id")) is not None}),
                "error": outcome.error, "code_version": meta.get("code_version"),
                "manifest": meta.get("manifest"),
                "grant": format_address(self.runtime.held[run].state.grants_id)
@@ -104,7 +106,9 @@ class Worker:
 
     def running_doc(self, run: str) -> dict[str, Any]:
         """Where a local run stands while an interval of it runs here."""
-        name, workflow, _status, meta = self.runtime.journal.run_row(run)  # type: ignore[misc]
+        row = self.runtime.journal.run_row(run)
+        assert row is not None  # an interval of it runs here
+        name, workflow, _status, meta = row
         return running_doc(run, name, workflow, self.host.name, meta.get("head"))
 
     async def continue_orphans(self) -> list[dict[str, Any]]:

@@ -91,10 +91,7 @@ def wire_seal_item(
 def fold_message(ctx: Admission, msg: Message, fast: bool = True) -> Accepted | Refused:
     """Decide ``msg`` (:func:`decide_message`; ``fast=False``: by the reference path only)
     and take an accepted step into the batch's runs (``ctx.runs``)."""
-    d = decide_message(ctx, msg) if fast else decide(ctx, msg)
-    if type(d) is Accepted:
-        ctx.runs.take(d)
-    return d
+    return ctx.runs.take(decide_message(ctx, msg) if fast else decide(ctx, msg))
 
 
 def decide_message(ctx: Admission, msg: Message) -> Accepted | Refused:
