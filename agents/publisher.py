@@ -42,7 +42,7 @@ import logging
 import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 import nats
 import nats.errors
@@ -237,7 +237,7 @@ class Publisher:
             attempt += 1
 
     async def _attempt(self, entry: Entry, expected: int) -> tuple[int, bool]:
-        headers = {
+        headers: dict[str, Any] = {  # nats-py's type for them (a Header is a str)
             Header.MSG_ID: entry.msg_id,
             Header.EXPECTED_LAST_SUBJECT_SEQUENCE: str(expected),
         }

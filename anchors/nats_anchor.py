@@ -67,7 +67,8 @@ class NatsAnchor(Anchor):
                 receipt.update(stream=ack.stream, seq=ack.seq)
             else:
                 await nc.publish(self.subject, note.encode())
-                await nc.flush(timeout=self.timeout)
+                # nats-py annotates flush's timeout as an int; it passes it to asyncio.wait_for.
+                await nc.flush(timeout=self.timeout)  # type: ignore[arg-type]  # nats-py says int
         except Exception as exc:
             raise AnchorError(f"publishing to {self.subject} failed: {exc}") from exc
         return Receipt(self.name, self.kind, size, json.dumps(receipt, sort_keys=True))

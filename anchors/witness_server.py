@@ -129,6 +129,7 @@ class WitnessHTTPServer(ThreadingHTTPServer):
     @property
     def url(self) -> str:
         host, port = self.server_address[:2]
+        assert isinstance(host, str)  # an AF_INET address (bytes are AF_UNIX's)
         return f"http://{host}:{port}{self.prefix}"
 
 

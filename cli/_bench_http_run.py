@@ -4,7 +4,8 @@ HTTP from the same ledger, in one run, and what the followers got.
 One nats-server; one stream pre-filled with N sealed segments (those of ``fleet bench
 ingest``). Then fresh ledgers fold it in turn, each with its HTTP servers up in its loop
 (:func:`cli._wiring.start_ledger_http`), alternately *quiet* (no requests) and *loaded*
-(``python -m fleet_ledger.cli._bench_http_load`` running CLIENTS followers against it from the moment its
+(``python -m fleet_ledger.cli._bench_http_load`` running CLIENTS followers against it from the
+moment its
 fold starts until its watermark reaches the stream's end). The fold rate of each is N over
 that time; the medians are compared. Last, the followers run for a few seconds against the
 last ledger, caught up and idle, for the server's own capacity. Every ledger must end with

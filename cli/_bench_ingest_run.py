@@ -36,6 +36,7 @@ from nats.js.api import AckPolicy, ConsumerConfig
 from fleet_ledger.fleet.address import digest, format_address
 from fleet_ledger.fleet.fold.grant_events import decode_event, event_id, issue_event
 from fleet_ledger.fleet.grants.grant import grant_address, make_terms, sign_grant
+from fleet_ledger.fleet.grants.grant_codec import Issue
 from fleet_ledger.fleet.record.builder import RecordBuilder
 from fleet_ledger.fleet.record.seal import encode_key
 from fleet_ledger.fleet.record.segment import CallAccount, make_snapshot
@@ -71,7 +72,9 @@ def make_segments(count: int, hosts: int = 4, per_run: int = 10,
         if grants is not None:
             event = bench_grant(run_no, names, manifest, now_ms)
             grants.append(event)
-            grants_id = grant_address(decode_event(event).fields.grant)  # type: ignore[union-attr]
+            issued = decode_event(event).fields
+            assert isinstance(issued, Issue)  # bench_grant makes an ISSUE
+            grants_id = grant_address(issued.grant)
         b = RecordBuilder(keys[name], digest(b"bench-unit-%d" % run_no), grants_id)
         run = format_address(b.run)
         subject = segment_subject(name, run)

@@ -7,15 +7,19 @@ import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fleet_ledger.cli._app import CheckFailed
 from fleet_ledger.cli._common import progress
 
+if TYPE_CHECKING:  # imported where used: the demos start without the ledger's imports
+    from fleet_ledger.ledger.service import Ledger
+    from fleet_ledger.plumbing.natsd import NatsServer
+
 
 @asynccontextmanager
 async def embedded_ledger(workdir: Path, grants: str = "enforce"
-                          ) -> AsyncIterator[tuple[Any, Any]]:
+                          ) -> AsyncIterator[tuple[NatsServer, Ledger]]:
     """``(server, ledger)``: a nats-server storing in ``workdir/nats`` and a ledger named
     ``demo`` in ``workdir/ledger`` (checkpoints every 200 ms; ``grants`` as
     :attr:`LedgerConfig.grants`), stopped on exit."""

@@ -80,7 +80,7 @@ class LedgerRecordSource:
         """The run's record file, fetched in pages and joined (a long record is larger
         than one NATS message)."""
         async def pages() -> list[RecordWire]:
-            out = []
+            out: list[RecordWire] = []
             first = 1
             while True:
                 page = decode_record(await call(

@@ -94,9 +94,9 @@ async def _measure(workdir: Path, segments: int, repeats: int) -> dict[str, Any]
             host.close()
             assert held.state.index == segments and held.state.phase == "parked"
             rounds.append((total, timed.fetch_s, timed.prove_s))
-        messages = [(seal_message(b.run, s.index, s.head), s.seal) for s in b.sealed]
+        seals = [(seal_message(b.run, s.index, s.head), s.seal) for s in b.sealed]
         t = time.perf_counter()
-        for message, signature in messages:
+        for message, signature in seals:
             key.verify_key.verify(message, signature)
         bare = time.perf_counter() - t
         size = len(await asyncio.to_thread(source.record, run))

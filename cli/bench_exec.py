@@ -157,8 +157,8 @@ def measure(execs: int, rounds: int, binary: Path, *, marks: str = "all",
                 samples["open_guarded"] += got
                 refused["open_guarded"] += n
                 unit_proc.kill()
-            for c in cold:
-                os.unlink(c)
+            for copy in cold:
+                os.unlink(copy)
     opens = {k: _open_summary(samples.pop(k), refused[k]) for k in refused}
     s = {k: _summary(v) for k, v in samples.items()}
     base = s["baseline"]["p50"]

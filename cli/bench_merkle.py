@@ -25,7 +25,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from hashlib import sha256
 from pathlib import Path
 from typing import Any
@@ -51,7 +51,7 @@ def _percentiles(samples: list[float]) -> tuple[float, float]:
     return round(pick(0.50) * 1e3, 4), round(pick(0.99) * 1e3, 4)
 
 
-def _timed(calls: list[Callable[[], object]]) -> list[float]:
+def _timed(calls: Sequence[Callable[[], object]]) -> list[float]:
     out = []
     clock = time.perf_counter
     for call in calls:

@@ -101,7 +101,9 @@ async def _demo(workdir: Path, hosts: int, runs: int) -> dict[str, Any]:
             moved_proof = {"moved_proved_run": moved[0],
                            "moved_holders": views.holders(ledger.store, moved[0]),
                            "moved_record_segments": mreport.segments}
-        cp = open_checkpoint(ledger.store.last_checkpoint()[2], [vkey])  # type: ignore[index]
+        last = ledger.store.last_checkpoint()
+        assert last is not None  # the bundles above were proved against one
+        cp = open_checkpoint(last[2], [vkey])
         environment = refused_resume(workdir / "environment-check")
         # Last (the figures above are the simulated fleet's): a job of six items under a
         # grant, sealed by its last close, one item proved.

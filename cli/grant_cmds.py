@@ -111,7 +111,7 @@ def terms_options(fn: Callable[..., Any]) -> Callable[..., Any]:
 
 def _read_terms_file(value: str) -> dict[str, Any]:
     try:
-        text = click.get_text_stream("stdin").read() if value == "-" else Path(value).read_text()
+        text = click.open_file("-").read() if value == "-" else Path(value).read_text()
     except FileNotFoundError:
         raise UserError(f"{value}: no such terms file") from None
     except OSError as exc:
@@ -339,7 +339,8 @@ def grant_issue(key_file: Path, subject: str, out: Path, url: str | None, nkey: 
     data = _event(lambda: _issuable(sign_grant(issuer, subject_key, terms)))
     _write(out, data)
     address = format_address(grant_address(data))
-    doc = {"address": address, "file": str(out), "published": None, "checked": "offline"}
+    doc: dict[str, Any] = {"address": address, "file": str(out), "published": None,
+                           "checked": "offline"}
     if not as_json:
         _offline("checked offline only (the grant's own rules); the ledger's enrolled host "
                  "keys and its decision are the ledger's")
@@ -640,7 +641,7 @@ def _publish_amend(key_file: Path, what: str, url: str, nkey: Path | None, seq: 
 
 def _amend_options(fn: Callable[..., Any]) -> Callable[..., Any]:
     """GRANT, the issuer's key, ``--seq``/``--previous``, where to publish, ``--json``."""
-    for option in reversed([
+    options: list[Callable[[Callable[..., Any]], Callable[..., Any]]] = [
         click.argument("what", metavar="GRANT"),
         _key_option("The issuer's key file."),
         click.option("--seq", type=click.IntRange(1), help="The amendment's number "
@@ -649,7 +650,8 @@ def _amend_options(fn: Callable[..., Any]) -> Callable[..., Any]:
                      "first; default: asked from the ledger)."),
         publish_options(True),
         click.option("--json", "as_json", is_flag=True, help="Print JSON."),
-    ]):
+    ]
+    for option in reversed(options):
         fn = option(fn)
     return fn
 

@@ -219,7 +219,7 @@ def host_simulate(hosts: int, runs: int, url: str, data: Path, name: str | None,
 
     procs = spawn_simulators(hosts, runs, url, data, enroll_into, name or "host", nkey=nkey,
                              migrate=migrate, vkey=vkey, seed=seed,
-                             job=None if job is None else (job["job"], job_items or 0))
+                             job=None if job is None else (str(job["job"]), job_items or 0))
     import signal
     import sys
     from concurrent.futures import ThreadPoolExecutor, wait

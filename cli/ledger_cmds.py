@@ -274,7 +274,7 @@ def status(url: str, nkey: Path | None, data: Path | None, as_json: bool) -> Non
         receipts = None
         try:
             receipts = _offline_receipts(data)
-            doc = views.status(store, origin=origin, vkey=vkey,  # type: ignore[arg-type]
+            doc = views.status(store, origin=origin, vkey=vkey,
                                lag=None, healthy=True, detail="offline", receipts=receipts)
             # The mode is the serving ledger's option, not stored: unknown offline.
             doc["grants"] = {"mode": None, "folded": store.grant_count()}

@@ -44,7 +44,8 @@ def _read_text(path: str, what: str) -> str:
     try:
         return Path(path).read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
-        raise UserError(f"cannot read {what} {path}: {exc.strerror or exc}") from exc
+        why = exc.strerror if isinstance(exc, OSError) else None
+        raise UserError(f"cannot read {what} {path}: {why or exc}") from exc
 
 
 def load_verifiers(values: tuple[str, ...]) -> list[Verifier]:

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import subprocess
 from pathlib import Path
-from typing import Any
+from typing import Any, overload
 
 import click
 
@@ -43,6 +43,18 @@ def _open(data: Path, name: str) -> Any:
         return WarmPool(data / "pool.db", name)
     except FleetError as exc:
         raise UserError(f"{exc.rule}: {exc}") from None
+
+
+@overload
+def _address(text: str, what: str) -> bytes: ...
+
+
+@overload
+def _address(text: None, what: str) -> None: ...
+
+
+@overload
+def _address(text: str | None, what: str) -> bytes | None: ...
 
 
 def _address(text: str | None, what: str) -> bytes | None:
@@ -82,8 +94,8 @@ def pool_warm(data: Path, name: str, manifest: str, fs_root: str, mem_image: str
             raise CheckFailed(f"the warm-up command exited with {done.returncode}")
 
     try:
-        slot = pool.warm(_address(manifest, "--manifest"),  # type: ignore[arg-type]
-                         fs_root=_address(fs_root, "--fs-root"),  # type: ignore[arg-type]
+        slot = pool.warm(_address(manifest, "--manifest"),
+                         fs_root=_address(fs_root, "--fs-root"),
                          mem_image=_address(mem_image, "--mem-image"),
                          volume_bytes=volume_bytes, memory_bytes=memory_bytes,
                          warmup=run if warmup else None)
@@ -178,10 +190,10 @@ def pool_claim(slot: str, data: Path, name: str, run_id: str | None, host_name: 
     ids = (_address(unit, "--unit"), _address(grants, "--grants"))
     from fleet_ledger.fleet.record.kernel import genesis
 
-    run = format_address(genesis(*ids))  # type: ignore[arg-type]
+    run = format_address(genesis(*ids))
     if run_id is not None and _address(run_id, "--run") != parse_address(run):
         raise UserError(f"--run {run_id} is not the run of --unit and --grants ({run})")
-    _end(data, name, slot, as_json, run, host_name, ids)  # type: ignore[arg-type]
+    _end(data, name, slot, as_json, run, host_name, ids)
 
 
 @pool_group.command("evict")

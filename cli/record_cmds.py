@@ -73,8 +73,8 @@ def verify(record_file: str, host_key: str | None, as_json: bool, reference: boo
     except FleetError as exc:
         if as_json:
             out: dict[str, object] = {"verdict": "invalid", "rule": exc.rule, "error": str(exc)}
-            if getattr(exc, "segment", None) is not None:
-                out["segment"] = exc.segment  # type: ignore[attr-defined]
+            if (segment := getattr(exc, "segment", None)) is not None:
+                out["segment"] = segment
             click.echo(json.dumps(out))
         raise CheckFailed(f"{record_file}: {describe_failure(exc)}") from None
     if as_json:

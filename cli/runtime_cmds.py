@@ -239,7 +239,8 @@ async def _no_adopt(run: str) -> Any:
               "ledger.vkey in the host's folder).")
 @click.option("--once", is_flag=True, help="One pass over the runs, then exit.")
 @click.option("--poll", type=float, default=1.0, show_default=True,
-              help="Seconds between passes.")
+              help="Seconds between full passes (timers, deadlines, orphans); a stored"
+              " signal wakes the worker for its run at once.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON line per run continued.")
 @nats_options
 def runtime_worker(environment: Path | None, host_dir: Path, name: str | None,
@@ -405,7 +406,7 @@ def runtime_journal(run_id: str, host_dir: Path, as_json: bool) -> None:
             raise CheckFailed(f"{exc.rule}: {exc}") from None
     finally:
         journal.close()
-    doc = {"run": run_id, "name": row[0], "workflow": row[1], "status": row[2],
+    doc: dict[str, Any] = {"run": run_id, "name": row[0], "workflow": row[1], "status": row[2],
            "head": format_address(head),
            "entries": [{"seq": e.seq, "kind": e.kind, "call": e.call, "body": e.data(),
                         "hash": format_address(e.hash)} for e in entries]}

@@ -28,7 +28,7 @@ def bucket_keys(url: str, nkey: Path | None, addresses: list[str]) -> dict[str, 
     async def go() -> dict[str, list[str]]:
         nc, store = await _store(url, nkey, "fleet-runtime-export")
         try:
-            return await store.blob_keys(addresses)  # type: ignore[no-any-return]
+            return await store.blob_keys(addresses)
         finally:
             await nc.close()
 
@@ -137,8 +137,8 @@ def runtime_verify(run_id: str, record_file: str | None, journal_path: str | Non
     except FleetError as exc:
         if as_json:
             out: dict[str, object] = {"verdict": "invalid", "rule": exc.rule, "error": str(exc)}
-            if getattr(exc, "segment", None) is not None:
-                out["segment"] = exc.segment  # type: ignore[attr-defined]
+            if (segment := getattr(exc, "segment", None)) is not None:
+                out["segment"] = segment
             emit_json(out)
         raise CheckFailed(f"{run_id}: {describe_failure(exc)}") from None
     if report.run != run_id:

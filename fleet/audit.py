@@ -160,8 +160,9 @@ def audit_run(run: str, host: str, phase: str, state: RunState,
         if wire is not None and isinstance(wire.segment, ClaimedWire | EvictedWire):
             slots.append((wire.segment.slot, kind, idx))
     energy = state.energy
+    segment = verdict.get("segment")  # an int where the verdict names one
     return AuditRun(run, host, phase, str(verdict["verdict"]),
-                    verdict.get("segment"),  # type: ignore[arg-type]
+                    segment if isinstance(segment, int) else None,
                     dict(energy.receipts), dict(energy.idle), first_at, last_at,
                     tuple(_parks(s for s in segments if s[1] in _PARK_KINDS)),
                     dict(energy.claim), dict(energy.overhead), tuple(slots), tuple(effects))

@@ -89,11 +89,13 @@ class ApiLedger(Protocol):
 
     names: FleetNames
     origin: str
-    data_dir: Path
     store: LedgerStore
     receipts: ReceiptStore | None
     grants: GrantBook
     committed_seq: int
+
+    @property
+    def data_dir(self) -> Path: ...
 
     def reading(self) -> AbstractAsyncContextManager[None]: ...
 

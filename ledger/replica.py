@@ -158,6 +158,7 @@ class Replica:
             self.newest = (cp.size, cp.root, note)
 
     async def _open(self) -> None:
+        assert self.js is not None  # start() gave it
         replicas = self.replicas
         if self.lease is None:
             self.lease = await open_bucket(self.js, self.names.lease_bucket, self.ttl,

@@ -52,7 +52,7 @@ async def runtime_journal(js: Any, names: FleetNames, run: str) -> dict[str, Any
     try:
         journal = parse_journal(obj.data)
         hashes = list(chain_hashes(journal.run, journal.workflow,
-                                   (e[:4] for e in journal.entries)))  # type: ignore[misc]
+                                   (e[:4] for e in journal.entries)))
         if journal.run != run or not hashes or hashes[-1] != parse_address(head):
             raise FleetError("the stored journal does not chain to the run's head")
     except FleetError as exc:

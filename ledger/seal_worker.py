@@ -2,7 +2,8 @@
 
 Ed25519 verification is most of the fold's CPU (:mod:`ledger.seal_verifiers` picks the
 implementation), and it holds the GIL while it runs, so threads cannot share it out. The
-ledger therefore hands seals to a worker process (``python -m fleet_ledger.ledger.seal_worker``, talking
+ledger therefore hands seals to a worker process
+(``python -m fleet_ledger.ledger.seal_worker``, talking
 over its stdin and stdout): each batch's while the previous batch is folded (see
 :class:`SealWorker`). The verdicts are plain booleans, the ones the fold would compute in
 line; a worker that fails is dropped and the ledger verifies in line (slower, never
@@ -37,7 +38,7 @@ MAX_ITEM_MESSAGE = 0xFFFF
 
 
 def encode_request(items: list[Item]) -> bytes:
-    parts = []
+    parts: list[bytes] = []
     for public, message, signature in items:
         parts += (public, _LEN.pack(len(message)), message, signature)
     body = b"".join(parts)

@@ -38,12 +38,13 @@ class NotFound(Exception):
     """The run, segment or size asked for is not in this ledger."""
 
 
-def status(store: LedgerStore, *, origin: str, vkey: str, lag: int | None = None,
+def status(store: LedgerStore, *, origin: str | None, vkey: str | None, lag: int | None = None,
            healthy: bool = True, detail: str = "ok",
            receipts: ReceiptStore | None = None,
            puller: dict[str, Any] | None = None) -> dict[str, Any]:
     """The ledger's status; ``puller`` is a running ledger's (``PullerState.as_json``:
-    ``kind``, ``mode``, ``fallbacks``, ``reason``, ``nats_py``), None read offline."""
+    ``kind``, ``mode``, ``fallbacks``, ``reason``, ``nats_py``), None read offline (as
+    ``origin`` and ``vkey`` are from a folder without its keys)."""
     size = store.tree.size()
     last = store.last_checkpoint()
     counts = store.counts()

@@ -53,6 +53,21 @@ async def chain(ctx: Context, inp: dict[str, Any]) -> dict[str, Any]:
     return {"out": out, "pair": pair, "tail": tail, "t_ok": t > 0, "r_ok": 0 <= r < 1}
 
 
+async def epochs(ctx: Context, inp: dict[str, Any]) -> dict[str, Any]:
+    """``n`` effects in epochs of two (the results so far carried by
+    ``ctx.continue_as_new``); the second epoch opens with a durable sleep of ``park``
+    seconds (a park, when longer than the inline wait)."""
+    done = list(inp.get("done", []))
+    n = int(inp.get("n", 6))
+    if len(done) == 2:
+        await ctx.sleep(float(inp.get("park", 0)))
+    for i in range(len(done), n):
+        done.append(await ctx.step("effect", effect, f"e{i}"))
+        if len(done) % 2 == 0 and len(done) < n:
+            await ctx.continue_as_new({**inp, "done": done})
+    return {"done": done}
+
+
 async def approval(ctx: Context, inp: dict[str, Any]) -> dict[str, Any]:
     """A tool call, a wait for an approval signal, a long sleep, a last tool call."""
     label = await ctx.step("classify", effect, f"classify:{inp['ticket']}")

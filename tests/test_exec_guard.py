@@ -454,13 +454,15 @@ def test_the_cli_refuses_a_system_program_on_the_root_filesystem(unitfs, tmp_pat
     policy = _write_policy(denylist(env, label="env"), tmp_path / "policy.json")
     journal = tmp_path / "exec.db"
     script = f"{env} echo RAN-env; echo rc=$?; echo RAN-bash; exit 3"
-    done = subprocess.run([sys.executable, "-m", "fleet_ledger.cli", "exec", "run", "--policy", str(policy),
+    done = subprocess.run([sys.executable, "-m", "fleet_ledger.cli", "exec", "run",
+                           "--policy", str(policy),
                            "--journal", str(journal), "--mark", "/", "--mark", str(unitfs),
                            "--report", str(tmp_path / "report.json"), "--", "bash", "-c",
                            script], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert done.returncode == 3, done.stderr
     assert done.stdout == "rc=126\nRAN-bash\n"
-    shown = subprocess.run([sys.executable, "-m", "fleet_ledger.cli", "exec", "journal", str(journal),
+    shown = subprocess.run([sys.executable, "-m", "fleet_ledger.cli", "exec", "journal",
+                            str(journal),
                             "--json"], cwd=ROOT, capture_output=True, text=True, check=True)
     import json
 
@@ -483,7 +485,8 @@ def test_bench_exec_compares_guarded_execs_with_a_baseline_of_the_same_run(progr
     and cold) and for an outsider on the guarded filesystem, with ratios to the baseline."""
     import json
 
-    done = subprocess.run([sys.executable, "-m", "fleet_ledger.cli", "bench", "exec", "--execs", "10",
+    done = subprocess.run([sys.executable, "-m", "fleet_ledger.cli", "bench", "exec",
+                           "--execs", "10",
                            "--rounds", "1", "--binary", str(programs["benign"]), "--json"],
                           cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr

@@ -66,7 +66,8 @@ def test_a_refused_first_program_exits_126_with_its_summary_and_report(tmp_path)
     got = json.loads(report.read_text())
     assert got["exit"] == 126 and got["denied_first"] is True
     assert got["stats"]["denied"] == 1
-    shown = subprocess.run([sys.executable, "-m", "fleet_ledger.cli", "exec", "journal", str(journal),
+    shown = subprocess.run([sys.executable, "-m", "fleet_ledger.cli", "exec", "journal",
+                            str(journal),
                             "--json"], cwd=ROOT, capture_output=True, text=True, check=True)
     decisions = [d for i in json.loads(shown.stdout)["intervals"] for d in i["decisions"]]
     assert [(d["access"], d["verdict"], d["label"]) for d in decisions] == [

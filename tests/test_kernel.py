@@ -10,7 +10,7 @@ import pytest
 from blake3 import blake3
 from nacl.signing import SigningKey
 
-import fleet.record.kernel
+import fleet_ledger.fleet.record.kernel
 from fleet_ledger.fleet.address import digest, format_address, parse_address
 from fleet_ledger.fleet.errors import FleetError, MalformedSnapshot, RecordError, RuleError
 from fleet_ledger.fleet.fold import (
@@ -55,7 +55,7 @@ class IdleOverCap(RuleError):
 def idle_cap(monkeypatch: pytest.MonkeyPatch):  # type: ignore[no-untyped-def]
     """A switch that adds the made-up rule to the kernel's resume rule, as a new rule
     would be added (records are built before it is switched on, so they are sealed)."""
-    real = fleet.record.kernel.resumed_step
+    real = fleet_ledger.fleet.record.kernel.resumed_step
 
     def capped(run, index, body, snapshot, manifest, idle_uj, provenance):  # type: ignore[no-untyped-def]
         step_ = real(run, index, body, snapshot, manifest, idle_uj, provenance)
@@ -63,7 +63,7 @@ def idle_cap(monkeypatch: pytest.MonkeyPatch):  # type: ignore[no-untyped-def]
             raise IdleOverCap("a park drew more than the cap", segment=index)
         return step_
 
-    return lambda: monkeypatch.setattr(fleet.record.kernel, "resumed_step", capped)
+    return lambda: monkeypatch.setattr(fleet_ledger.fleet.record.kernel, "resumed_step", capped)
 
 
 def _record_with_big_park() -> RecordBuilder:

@@ -150,9 +150,9 @@ def test_prune_keeps_each_runs_newest_row_and_deletes_oldest_first(tmp_path):
 
 def test_acked_rows_are_bounded_automatically(tmp_path, monkeypatch):
     """Every PRUNE_EVERY acks the outbox prunes its acked rows down to keep_acked_bytes."""
-    import agents.outbox
+    import fleet_ledger.agents.outbox
 
-    monkeypatch.setattr(agents.outbox, "PRUNE_EVERY", 4)
+    monkeypatch.setattr(fleet_ledger.agents.outbox, "PRUNE_EVERY", 4)
     with Outbox(tmp_path / "o.db", keep_acked_bytes=250) as box:
         rows = [_put(box, i, size=100) for i in range(12)]
         for n, row in enumerate(rows):

@@ -12,7 +12,7 @@ import time
 import pytest
 from witness_helpers import MemLog
 
-import plumbing.files
+import fleet_ledger.plumbing.files
 from fleet_ledger.anchors.witness_client import post_add_checkpoint, submit
 from fleet_ledger.anchors.witness_server import RunningWitness, Witness
 from fleet_ledger.fleet.log.cosignature import (
@@ -146,7 +146,7 @@ def test_state_survives_restart_and_a_failed_write_answers_nothing(tmp_path, log
     def broken_replace(src, dst):
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(plumbing.files.os, "replace", broken_replace)
+    monkeypatch.setattr(fleet_ledger.plumbing.files.os, "replace", broken_replace)
     with pytest.raises(OSError):
         again.add_checkpoint(format_request(4, log.consistency_proof(4, 7), log.note(7)))
     monkeypatch.undo()

@@ -5,6 +5,8 @@
   batch's run overlay (:class:`BatchRuns`).
 - :mod:`fleet.fold.fast`: the same decision from the wire form for the common message, the
   reference path for the rest (:func:`fold_message`).
+- :mod:`fleet.fold.event_overlay`: the batch's overlay, one idea for its runs, control
+  events and grant events (a decision taken changes the batch's view, never the committed).
 - :mod:`fleet.fold.route`: which fold a message goes to, by its subject (a table).
 - :mod:`fleet.fold.batch`: one batch decided: seal verdicts merged, the heads and runs the
   batch has folded so far overlaid on the committed ones, control and grant events in

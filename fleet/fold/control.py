@@ -281,6 +281,8 @@ class BatchControl(EventOverlay[ControlAccepted]):
 
     __slots__ = ("accepted", "state")
 
+    ACCEPTED = ControlAccepted
+
     def __init__(self, operators: Mapping[bytes, int], hosts: Mapping[str, HostEntry],
                  retired: set[bytes] | None = None) -> None:
         self.state = ControlState(dict(operators), dict(hosts), set(retired or ()))

@@ -103,8 +103,10 @@ def fold_message(ctx: Admission, msg: Message, fast: bool = True) -> Accepted | 
             gated = jobs.gate(d)
             if type(gated) is not Accepted:
                 return gated
-        slot = ctx.runs.take(d)
+        ctx.runs.take(d)
         if d.opened is not None or d.kind == CLOSED:  # only these change an item
+            slot = ctx.runs.get(d.run)
+            assert slot is not None, "a step the batch took is in its runs"
             jobs.took(d, slot, msg.stream_seq)
     return d
 

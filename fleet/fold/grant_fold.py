@@ -23,6 +23,8 @@ class BatchGrants(GrantBook, EventOverlay[GrantAccepted]):
 
     __slots__ = ("accepted",)
 
+    ACCEPTED = GrantAccepted
+
     def __init__(self, book: GrantBook) -> None:
         super().__init__(book)
         self.accepted: list[GrantAccepted] = []

@@ -276,22 +276,24 @@ class BatchJobs(JobBook):
             self._own(key[0]).bound += 1
         if d.kind != CLOSED:
             return
-        key = self.run_item(d.run)
-        if key is None:
+        item_key = self.run_item(d.run)
+        if item_key is None:
             return
-        if self.job(key[0]).sealed is not None:  # type: ignore[union-attr]
+        entry_of_job = self.job(item_key[0])
+        assert entry_of_job is not None, "an item's job is in the book"
+        if entry_of_job.sealed is not None:
             return  # sealed early: the receipt lists it missing, and so do its leaves
-        held = self.item(key)
-        made = item_from_state(key[1], slot.state)
+        held = self.item(item_key)
+        made = item_from_state(item_key[1], slot.state)
         assert held is not None and made is not None, "a closed item run makes its item"
         closed = ItemEntry(held.run, held.bound, encode_item_leaf(made))
-        self.put_item(key, closed)
-        self.closed.append((key, closed))
-        job = self._own(key[0])
-        job.closed += 1
-        if job.closed == job.items:
+        self.put_item(item_key, closed)
+        self.closed.append((item_key, closed))
+        own = self._own(item_key[0])
+        own.closed += 1
+        if own.closed == own.items:
             # The receipt's leaf follows this segment's.
-            self._seal(job, stream_seq, self.leaves() + 1)
+            self._seal(own, stream_seq, self.leaves() + 1)
 
     def _seal(self, job: JobEntry, stream_seq: int, log_size: int) -> None:
         leaves = self.item_leaves(job.job, job.items)

@@ -142,7 +142,7 @@ class ItemUnit(NamedTuple):
     """What an item's unit id names: the tag of its job and its index."""
 
     tag: bytes
-    index: int
+    index: int  # type: ignore[assignment]  # the spec's field name shadows tuple.index
 
 
 def item_unit(job: bytes, index: int) -> bytes:

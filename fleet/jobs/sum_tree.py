@@ -101,7 +101,7 @@ class Item(NamedTuple):
     energy (8 values, the order of :data:`ENERGY_NAMES`) and wait-proof verdict (its code
     and, for Blocked and Malformed, the segment it names; else 0)."""
 
-    index: int
+    index: int  # type: ignore[assignment]  # the spec's field name shadows tuple.index
     run: bytes
     grants: bytes
     head: bytes

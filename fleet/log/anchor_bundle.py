@@ -180,11 +180,11 @@ def verify_anchors(
         name, kind, size, receipt = item.anchor, item.kind, item.size, item.data
         body = _covered_body(bundle, checkpoint, size, verifiers)
         if kind == "witness":
-            found = verify_cosignature_lines(body, parse_signature_lines(receipt), witnesses)
-            for c in found:
+            cosigned = verify_cosignature_lines(body, parse_signature_lines(receipt), witnesses)
+            for c in cosigned:
                 cosigners[(c.witness.name, c.witness.key_id)] = c.witness.name
-            detail = ", ".join(f"cosigned by {c.witness.name} at {c.timestamp}" for c in found)
-            checks.append(AnchorCheck(name, kind, size, bool(found),
+            detail = ", ".join(f"cosigned by {c.witness.name} at {c.timestamp}" for c in cosigned)
+            checks.append(AnchorCheck(name, kind, size, bool(cosigned),
                                       detail or "cosigned by a witness whose key was not given"))
         elif kind == "tsa":
             if tsa_check is None:

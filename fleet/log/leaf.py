@@ -57,7 +57,7 @@ class Leaf(NamedTuple):
     """A decoded fleet-log leaf."""
 
     run: bytes
-    index: int
+    index: int  # type: ignore[assignment]  # the spec's field name: it shadows tuple.index
     head: bytes
 
 

@@ -92,12 +92,12 @@ def join_pages(pages: list[RecordWire]) -> RecordWire:
     if [w.index for w in segments] != list(range(1, len(segments) + 1)):
         raise MalformedSegment("the pages do not hold segments 1..n in order")
     names = {w.host for w in segments}
-    if len(names) == 1 and None not in names:
-        (name,) = names
+    sole = next(iter(names)) if len(names) == 1 else None
+    if sole is not None:
         for w in segments:
             w.host = None
         return RecordWire(unit_id=first.unit_id, grants_id=first.grants_id, run=first.run,
-                          host_key=keys.get(name), segments=segments)
+                          host_key=keys.get(sole), segments=segments)
     return RecordWire(unit_id=first.unit_id, grants_id=first.grants_id, run=first.run,
                       hosts={n: keys[n] for n in sorted(keys) if n in names},
                       segments=segments)
