@@ -1,4 +1,13 @@
-"""Calling a ledger's request/reply API, for the CLI and for users' scripts."""
+"""Calling a ledger's request/reply API, for the CLI and for users' scripts.
+
+A request goes to one member of the replicas' queue group, picked by the NATS servers. When
+a node dies without closing its sockets (a host powered off, a container killed), the other
+nodes keep routing to the replicas behind it until their pings time out, and a request sent
+there is lost. Every API request is a read (none signs or writes), so :func:`call` hedges:
+with no answer after ``HEDGE_S`` it sends the same request again (to a member the servers
+pick again) while still waiting for the first, and takes whichever answer comes first, all
+within the one timeout. A slow but live replica is never cut short.
+"""
 
 from __future__ import annotations
 
@@ -17,6 +26,8 @@ from fleet_ledger.ledger.nats_config import READER
 from fleet_ledger.ledger.nats_config import inbox_prefix as user_inbox
 
 DEFAULT_URL = "nats://127.0.0.1:4222"
+# Seconds without an answer before the same request is sent again (see the module's doc).
+HEDGE_S = 3.0
 
 
 class LedgerUnreachable(Exception):
@@ -38,11 +49,12 @@ def default_url() -> str:
 async def call(url: str, endpoint: str, body: dict[str, Any] | None = None, *,
                nkey: Path | None = None, timeout: float = 10.0,
                inbox_prefix: str = user_inbox(READER), fleet: str = "fleet",
-               min_seq: int | None = None) -> bytes:
+               min_seq: int | None = None, hedge_s: float | None = HEDGE_S) -> bytes:
     """One API request; its raw JSON reply, or :class:`ApiError` / :class:`LedgerUnreachable`.
     With ``nkey``, replies come to ``inbox_prefix`` (the user's own: the reader's, or a
     host's, ``ledger.nats_config.inbox_prefix``). ``min_seq``: answered only once the ledger
-    has folded the stream up to that sequence (else ApiError 503, "behind: ...")."""
+    has folded the stream up to that sequence (else ApiError 503, "behind: ...").
+    ``hedge_s``: send again after this long without an answer (None: once only)."""
     if min_seq is not None:
         body = {**(body or {}), "min_seq": min_seq}
     servers = [u.strip() for u in url.split(",") if u.strip()]
@@ -65,9 +77,8 @@ async def call(url: str, endpoint: str, body: dict[str, Any] | None = None, *,
     except Exception as exc:
         raise LedgerUnreachable(f"cannot reach NATS at {url}: {_reason(exc)}") from None
     try:
-        msg = await nc.request(fleet_names(fleet).api_subject(endpoint),
-                               json.dumps(body or {}).encode(),
-                               timeout=timeout)
+        msg = await _hedged(nc, fleet_names(fleet).api_subject(endpoint),
+                            json.dumps(body or {}).encode(), timeout, hedge_s)
     except NoRespondersError:
         raise LedgerUnreachable(f"no ledger is serving its API on {url}") from None
     except (TimeoutError, NatsTimeout):
@@ -79,6 +90,35 @@ async def call(url: str, endpoint: str, body: dict[str, Any] | None = None, *,
     if "Nats-Service-Error-Code" in headers:
         raise ApiError(headers["Nats-Service-Error-Code"], headers.get("Nats-Service-Error", ""))
     return msg.data
+
+
+async def _hedged(nc: Any, subject: str, payload: bytes, timeout: float,
+                  hedge_s: float | None) -> Any:
+    """The first reply to ``payload`` on ``subject`` within ``timeout``: sent again every
+    ``hedge_s`` without one, every copy still awaited. Raises NoRespondersError at once
+    (nobody serves the subject), else TimeoutError."""
+    loop = asyncio.get_running_loop()
+    end = loop.time() + timeout
+    pending: set[asyncio.Task[Any]] = set()
+    try:
+        while (left := end - loop.time()) > 0:
+            pending.add(asyncio.create_task(nc.request(subject, payload, timeout=left)))
+            wait = left if hedge_s is None else min(hedge_s, left)
+            done, pending = await asyncio.wait(pending, timeout=wait,
+                                               return_when=asyncio.FIRST_COMPLETED)
+            for task in done:
+                exc = task.exception()
+                if exc is None:
+                    return task.result()
+                if isinstance(exc, NoRespondersError):
+                    raise exc
+            if hedge_s is None and not pending:
+                break
+        raise TimeoutError
+    finally:
+        for task in pending:
+            task.cancel()
+        await asyncio.gather(*pending, return_exceptions=True)
 
 
 def call_sync(url: str, endpoint: str, body: dict[str, Any] | None = None, **kw: Any) -> Any:
