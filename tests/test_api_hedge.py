@@ -65,6 +65,5 @@ def test_without_hedging_a_lost_request_times_out(nats_server: NatsServer):
 @pytest.mark.timeout(60)
 def test_a_hedged_request_is_answered_by_the_live_replica(nats_server: NatsServer):
     """With a hedge (1 s here; 3 s by default), the same request sent again reaches the live
-    replica and its
-    answer is returned, within the one timeout."""
+    replica and its answer is returned, within the one timeout."""
     assert asyncio.run(_lost_then_answered(nats_server.url, 1.0)) == b'{"tree_size": 7}'
