@@ -182,6 +182,33 @@ def job_show(job_id: str, with_items: bool, as_json: bool, url: str, nkey: Path 
                    + ("  closed" if item["closed"] else ""))
 
 
+@job.command("export")
+@click.argument("job_id", metavar="JOB")
+@click.option("--out", type=click.Path(file_okay=False, path_type=Path), required=True,
+              help="The folder to write item-<index>.json record files into.")
+@nats_options
+def job_export(job_id: str, out: Path, url: str, nkey: Path | None) -> None:
+    """Write the record file of every item run of JOB (what ``fleet job verify --records``
+    reads; each as ``fleet run export`` writes it)."""
+    from cli._wiring import LedgerRecordSource
+    from cli.ledger_cmds import _api_call
+
+    text = _job_text(job_id)
+    source = LedgerRecordSource(url, nkey)
+    out.mkdir(parents=True, exist_ok=True)
+    written, first = 0, 0
+    while True:
+        doc = api(url, "job", {"job": text, "items": True, "from": first}, nkey=nkey)
+        for item in doc["item_runs"]:
+            record = _api_call(lambda run=item["run"]: source.record(run))
+            (out / f"item-{item['index']}.json").write_bytes(record)
+            written += 1
+        first += len(doc["item_runs"])
+        if not doc["item_runs_more"] or not doc["item_runs"]:
+            break
+    click.echo(f"wrote {written} item records of job {text} into {out}", err=True)
+
+
 @job.command("prove")
 @click.argument("job_id", metavar="JOB")
 @click.option("--item", type=click.IntRange(0), default=0, show_default=True,

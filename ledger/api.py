@@ -15,7 +15,7 @@ error header (code and one-line description) that the CLI prints as is.
     fleet.api.rejections   {"limit"?, "host"?, "run"?, "stream_seq"?} -> {"rejections": [...]}
     fleet.api.audit        {"since"?, "cheap_factor"?} -> the audit (fleet.audit)
     fleet.api.jobs         {}                          -> {"jobs": [...]}
-    fleet.api.job          {"job", "items"?}           -> a job's progress, totals, receipt
+    fleet.api.job          {"job", "items"?, "from"?}  -> a job's progress, totals, receipt
                                                           (ledger.job_views)
     fleet.api.job_prove    {"job", "item"?}            -> a job item's proof bundle
                                                           (fleet.jobs.job_bundle)
@@ -280,7 +280,8 @@ class LedgerApi:
 
     async def job(self, body: dict[str, Any]) -> Any:
         items = body.get("items") is True
-        return job_views.job_status(self.ledger.store, _field(body, "job", str), items)
+        first = _field(body, "from", int, required=False) or 0
+        return job_views.job_status(self.ledger.store, _field(body, "job", str), items, first)
 
     async def consistency(self, body: dict[str, Any]) -> Any:
         store = self.ledger.store

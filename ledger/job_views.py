@@ -53,11 +53,13 @@ def jobs(store: LedgerStore) -> list[dict[str, Any]]:
             for row in job_store.job_rows(store.conn)]
 
 
-def job_status(store: LedgerStore, job: str, with_items: bool = False) -> dict[str, Any]:
+def job_status(store: LedgerStore, job: str, with_items: bool = False, first: int = 0
+               ) -> dict[str, Any]:
     """A job's document: its terms, progress, totals (by source and provenance), verdict
     counts and missing items; sealed, its receipt's (``receipt``: its hex and what it
-    states), else the same sums over the items closed so far. ``with_items``: the first
-    :data:`SHOWN_ITEMS` bound items (index, run, closed)."""
+    states), else the same sums over the items closed so far. ``with_items``: up to
+    :data:`SHOWN_ITEMS` bound items (index, run, closed) from the ``first``-th on, and how
+    many follow (``item_runs_more``)."""
     row = _job(store, job)
     terms = decode_terms(row["terms"])
     sealed = row["receipt"] is not None
@@ -81,8 +83,8 @@ def job_status(store: LedgerStore, job: str, with_items: bool = False) -> dict[s
     if with_items:
         rows = job_store.item_rows(store.conn, row["job"])
         doc["item_runs"] = [{"index": i, "run": run, "bound_seq": seq, "closed": leaf is not None}
-                            for i, run, seq, leaf in rows[:SHOWN_ITEMS]]
-        doc["item_runs_more"] = max(0, len(rows) - SHOWN_ITEMS)
+                            for i, run, seq, leaf in rows[first:first + SHOWN_ITEMS]]
+        doc["item_runs_more"] = max(0, len(rows) - first - SHOWN_ITEMS)
     return doc
 
 
