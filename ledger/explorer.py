@@ -6,7 +6,9 @@
 - ``/ui/proof/<run>/<index>``: the segment's inclusion proof path to the newest signed
   checkpoint, step by step, and a few lines of JavaScript that recompute it in the browser
   (WebCrypto SHA-256, RFC 9162 section 2.1.3.2) and say whether it reaches the
-  checkpoint's root. The checkpoint's signature is for ``fleet verify-proof`` to check.
+  checkpoint's root. The checkpoint's signature is for ``fleet verify-proof`` to check;
+- ``/ui/jobs`` and ``/ui/job/<job>``: jobs of item runs (:mod:`ledger.explorer_jobs`); a
+  run that is a job's item links to its job.
 
 Everything is read through the log reader's read-only connection, like the tiles.
 """
@@ -40,6 +42,7 @@ from fleet.record.wire import (
     envelope_wire,
 )
 from fleet.runtime.runtime_journal import account_marks
+from ledger import job_store, job_views
 from ledger.log_reader import LogReader, decimal
 
 _STYLE = """
@@ -100,7 +103,7 @@ verify();
 def _page(title: str, body: str) -> web.Response:
     doc = (f"<!doctype html><html lang=en><head><meta charset=utf-8><title>{html.escape(title)}"
            f"</title><style>{_STYLE}</style></head><body><nav><a href=/ui/>fleet explorer</a>"
-           f"<a href=/checkpoint>checkpoint</a></nav>{body}</body></html>")
+           f"<a href=/ui/jobs>jobs</a><a href=/checkpoint>checkpoint</a></nav>{body}</body></html>")
     return web.Response(text=doc, content_type="text/html", charset="utf-8",
                         headers={"Cache-Control": "no-store"})
 
@@ -209,7 +212,7 @@ class Explorer:
             f"{_uj(energy['total_uj'])} (measured {_uj(energy['by_provenance_uj']['measured'])})",
             _uj(sum(energy["idle_uj"].values())))], "summary")
         reason = why(state.wait_proof(), accounts)
-        body = (f"<h1>Run <code>{_e(run)}</code></h1>{summary}"
+        body = (f"<h1>Run <code>{_e(run)}</code></h1>{self._job_item(run)}{summary}"
                 f"<p id=why>{_e(verdict['verdict'])}: {_e(reason)}</p><h2>Timeline</h2>"
                 f"<ol class=timeline id=timeline>{''.join(items)}</ol>"
                 "<h2>Executed intervals</h2>"
@@ -217,6 +220,16 @@ class Explorer:
                           "resolved", "waited inside", "effects"), intervals, "intervals")
                 + await self._journal(run))
         return _page(f"run {run}", body)
+
+    def _job_item(self, run: str) -> str:
+        """The job ``run`` is an item of, as a link to its page (nothing for other runs)."""
+        store = self.reader.store
+        found = (job_views.run_item(store, run) if job_store.has_tables(store.conn)
+                 else None)
+        if found is None:
+            return ""
+        return (f"<p id=job-item>item {found['item']} of job <a class=job href='/ui/job/"
+                f"{quote(found['job'])}'><code>{_e(found['job'])}</code></a></p>")
 
     async def _journal(self, run: str) -> str:
         """The runtime journal section of a run's page: its entries with their values
@@ -306,3 +319,7 @@ def add_explorer(app: web.Application, reader: LogReader,
     app.router.add_get("/ui/", explorer.index)
     app.router.add_get("/ui/run/{run}", explorer.run)
     app.router.add_get("/ui/proof/{run}/{index}", explorer.proof)
+    # Imported here: the job pages are drawn with this module's page helpers.
+    from ledger.explorer_jobs import add_job_pages
+
+    add_job_pages(app, reader)
