@@ -1,123 +1,113 @@
-"""The demo's job (C10): a small job opened under the simulated fleet's job issuer, its items
-recorded by the demo's hosts (item ``i`` on host ``i mod hosts``) and sealed by its last
-item's close; then its receipt shown, one item proved against it in a signed checkpoint and
-the whole receipt recomputed from the items' exported records, both checked offline."""
+"""The demo's look at jobs (C10): an issuer opens a job of six items under a grant, two
+hosts run them, a third host's second run of one item is refused ``DuplicateItem``, the
+last close seals the job, and one item is proved against the receipt and a signed
+checkpoint, offline."""
 
 from __future__ import annotations
 
-import asyncio
-import json
+import secrets
 from pathlib import Path
 from typing import Any
 
-from agents.sim_grants import DEFAULT_SEED, SimGrants
-from agents.simulate import simulate_host
+from agents.host import Host
+from agents.sim_grants import sim_keys
 from cli._app import CheckFailed
-from cli._embedded import wait_folded
-from cli.job_cmds import open_sim_job
-from fleet.address import format_address, parse_address
-from fleet.errors import FleetError
-from fleet.jobs.item_proof import decode_item_proof
+from cli._grant_demo import _publish_segments
+from fleet.address import digest, format_address
+from fleet.fold.grant_events import event_id as grant_event_id
+from fleet.fold.grant_events import issue_event
+from fleet.fold.job_events import event_id, open_event
+from fleet.grants.grant import grant_address, make_terms, sign_grant
 from fleet.jobs.job_bundle import verify_job_bundle
-from fleet.jobs.job_records import items_from_states
-from fleet.jobs.receipt import decode_receipt, verify_receipt
-from fleet.jobs.sum_tree import VERDICTS, Item, energy_of
+from fleet.jobs.job_id import NONCE_SIZE, JobTerms, encode_terms, job_id
 from fleet.log.note import Verifier
-from fleet.record.verify import verify_state
-from fleet.record.wire import decode_record
-from ledger import job_views, views
-from ledger.client import call
+from fleet.record.seal import encode_key
+from fleet.record.segment import CallAccount
+from ledger import job_views
+from ledger.store import LedgerStore
 
-ITEMS = 4
-NAME = "demo"
-PROVED_ITEM = 1  # any item: the second shows a path that is not all left turns
-
-
-def shares(hosts: list[str], items: int) -> dict[str, list[int]]:
-    """The items each host records: item ``i`` on host ``i mod len(hosts)``."""
-    return {h: list(range(n, items, len(hosts))) for n, h in enumerate(hosts) if n < items}
+HOSTS = ("job-a", "job-b")
+ITEMS = 6
+_HOUR_MS = 3_600_000
 
 
-async def run_job(ledger: Any, url: str, workdir: Path, hosts: list[str]) -> dict[str, Any]:
-    """Open the job, record its items on ``hosts`` (their folders under ``workdir/hosts``,
-    their runs' grants issued as the simulator does) and fold them: the job is sealed by the
-    last item's close, else a failed check. Returns the job's id and who recorded what."""
-    loop = asyncio.get_running_loop()
-    # The same path as ``fleet job open``: a signed OPEN event, decided by the ledger.
-    job, _report = await loop.run_in_executor(None, open_sim_job, url, DEFAULT_SEED, ITEMS,
-                                              NAME)
-    raw = parse_address(job)
-    split = shares(hosts, ITEMS)
-    reports = await asyncio.gather(*(
-        simulate_host(h, workdir / "hosts" / h, len(mine), [url], fleet=ledger.names.fleet,
-                      grants=SimGrants(h, workdir / "hosts" / h, hosts, DEFAULT_SEED),
-                      items=[(raw, i) for i in mine])
-        for h, mine in split.items()))
-    for r in reports:
-        if r["remaining"] or r.get("stopped_runs"):
-            raise CheckFailed(f"host {r['host']} did not deliver its job items: "
-                              f"{r.get('stopped_runs') or r['remaining']}")
+async def _event(ledger: Any, subject: str, data: bytes, msg_id: str) -> None:
+    from cli._embedded import wait_folded
+
+    await ledger.js.publish(subject, data, stream=ledger.names.stream,
+                            headers={"Nats-Msg-Id": msg_id})
     await wait_folded(ledger, ledger.js, 60.0)
-    if not job_views.job_status(ledger.store, job)["sealed"]:
-        raise CheckFailed(f"job {job}: every item closed, yet the ledger has no receipt")
-    return {"job": job, "hosts": split}
 
 
-def _records(ledger: Any, runs: list[str]) -> list[Any]:
-    """Each item run's state, verified from genesis from the record the ledger exports (the
-    file ``fleet export RUN`` writes; ``fleet job verify --records`` reads a folder of them)."""
-    return [verify_state(decode_record(views.export_record(ledger.store, run)))[0]
-            for run in runs]
+def _item(host: Host, job: bytes, index: int, grant: bytes, close: bool = True) -> str:
+    """Item ``index`` recorded on ``host``: two intervals and a close (else one interval)."""
+    run = host.open_item_run(job, index, grant)
+    for step in range(2 if close else 1):
+        run.execute(uj=2_000 + 100 * index, provenance="estimated", meter="estimate:demo",
+                    journal_root=digest(b"fleet-demo/job/%d/%d" % (index, step)),
+                    calls=CallAccount((f"c{step}",), (f"c{step - 1}",) if step else ()))
+    if close:
+        run.close()
+    return run.run
 
 
-async def prove_job(ledger: Any, url: str, vkey: Verifier, opened: dict[str, Any]
-                    ) -> dict[str, Any]:
-    """The job as ``fleet job show --json`` gives it, its item :data:`PROVED_ITEM` proved
-    as ``fleet job prove`` and ``fleet job verify-proof`` do, and its receipt recomputed from
-    the items' records as ``fleet job verify`` does; any disagreement is a failed check."""
-    job = opened["job"]
-    shown = json.loads(await call(url, "job", {"job": job, "items": True}))
-    runs = [r["run"] for r in sorted(shown["item_runs"], key=lambda r: r["index"])]
-    receipt = decode_receipt(bytes.fromhex(shown["receipt"]["hex"]))
-    states = _records(ledger, runs)
-    bundle = json.loads(await call(url, "job_prove", {"job": job, "item": PROVED_ITEM}))
+async def job_demo(ledger: Any, workdir: Path, now_ms: int, vkey: Verifier) -> dict[str, Any]:
+    """Run the job demo on the embedded ledger; its summary. A missing refusal, a job not
+    sealed or a proof that does not verify is a failed check."""
+    issuer, agent = sim_keys("fleet-demo")
+    hosts = [Host(name, workdir / "hosts" / name, fleet=ledger.names.fleet)
+             for name in (*HOSTS, "job-twin")]
     try:
-        proved = verify_job_bundle(bundle, [vkey])
-        verify_receipt(receipt, items_from_states(receipt.terms, states))
-    except FleetError as exc:
-        raise CheckFailed(f"job {job}: {exc.rule}: {exc}") from None
-    item = proved.item
-    if not isinstance(item, Item) or format_address(item.run) != runs[PROVED_ITEM]:
-        raise CheckFailed(f"job {job}: the proof of item {PROVED_ITEM} is not of its run")
-    items_uj = sum(sum(energy_of(s.energy)) for s in states)
-    if items_uj != shown["energy"]["total_uj"]:
-        raise CheckFailed(f"job {job}: the receipt states {shown['energy']['total_uj']} µJ, "
-                          f"its items' records {items_uj} µJ")
-    return {
-        "job": job, "name": shown["name"], "items": shown["items"], "hosts": opened["hosts"],
-        "item_runs": runs, "segments": sum(s.index for s in states), "status": shown,
-        "energy_uj": shown["energy"]["total_uj"], "items_energy_uj": items_uj,
-        "receipt_leaf_index": shown["receipt"]["leaf_index"], "proved_item": PROVED_ITEM,
-        "proved_item_run": runs[PROVED_ITEM], "proved_item_energy_uj": sum(item.energy),
-        "proved_item_verdict": VERDICTS[item.verdict],
-        "item_proof_nodes": len(decode_item_proof(bytes.fromhex(bundle["item_proof"])).path),
-        "proof_tree_size": bundle["tree_size"], "records_verified": len(states),
-    }
-
-
-def job_lines(job: dict[str, Any]) -> list[str]:
-    """The demo's text about its job."""
-    from cli.job_cmds import show_text
-
-    spread = "; ".join(f"{h}: {', '.join(map(str, items))}" for h, items in job["hosts"].items())
-    lines = [f"  a job of {job['items']} item runs ({spread}), sealed by its last item's "
-             "close:"]
-    lines += ["  " + line for line in show_text(job["status"])]
-    lines.append(f"  proved item {job['proved_item']} (run {job['proved_item_run']}, "
-                 f"{job['proved_item_energy_uj']} µJ, {job['proved_item_verdict']}) with "
-                 f"{job['item_proof_nodes']} sum-tree nodes to the receipt, the receipt as "
-                 f"leaf {job['receipt_leaf_index']} of the checkpoint of size "
-                 f"{job['proof_tree_size']}: verified offline")
-    lines.append(f"  the receipt recomputed from the {job['records_verified']} items' exported "
-                 f"records: valid, {job['items_energy_uj']} µJ in all")
-    return lines
+        store = LedgerStore(workdir / "ledger")
+        try:
+            for host in hosts:
+                store.enroll(host.name, encode_key(bytes(host.key.verify_key)))
+        finally:
+            store.close()
+        terms = make_terms(["/demo/job"], 10**9, now_ms - _HOUR_MS, now_ms + _HOUR_MS,
+                           hosts=[h.name for h in hosts])
+        grant = sign_grant(issuer, bytes(agent.verify_key), terms)
+        gid = grant_address(grant)
+        # A second grant, for the twin: a run of item 2 under another grant set is another
+        # run (a run under the same unit and grants is the same run).
+        other = sign_grant(issuer, bytes(agent.verify_key), make_terms(
+            ["/demo/job/twin"], 10**9, now_ms - _HOUR_MS, now_ms + _HOUR_MS,
+            hosts=[h.name for h in hosts]))
+        for g in (grant, other):
+            issued = issue_event(issuer, g)
+            await _event(ledger, ledger.names.grant_subject, issued, grant_event_id(issued))
+        job_terms = JobTerms("demo-eval", ITEMS, bytes(issuer.verify_key),
+                             secrets.token_bytes(NONCE_SIZE), gid)
+        job = job_id(job_terms)
+        opened = open_event(issuer, encode_terms(job_terms))
+        await _event(ledger, ledger.names.job_subject, opened, event_id(opened))
+        runs = [_item(hosts[i % 2], job, i, gid) for i in range(ITEMS - 1)]
+        for host in hosts[:2]:
+            await _publish_segments(ledger, host)
+        twin = _item(hosts[2], job, 2, grant_address(other), close=False)
+        await _publish_segments(ledger, hosts[2])
+        runs.append(_item(hosts[1], job, ITEMS - 1, gid))
+        await _publish_segments(ledger, hosts[1])
+    finally:
+        for host in hosts:
+            host.close()
+    refused = ledger.store.rejections(host="job-twin")
+    text = format_address(job)
+    doc = job_views.job_status(ledger.store, text)
+    if not refused or refused[0]["rule"] != "DuplicateItem" or refused[0]["run"] != twin:
+        raise CheckFailed(f"the job demo expected DuplicateItem for a second run of item 2; "
+                          f"got {refused[0]['rule'] if refused else 'nothing refused'}")
+    if not doc["sealed"] or doc["missing"]:
+        raise CheckFailed(f"the job demo's job is not sealed with nothing missing: {doc}")
+    await ledger.sign_checkpoint_now()
+    size = ledger.store.tree.size()
+    bundle = job_views.job_prove(ledger.store, text, 3)
+    proved = verify_job_bundle(bundle, [vkey])
+    return {"job": text, "items": ITEMS, "hosts": list(HOSTS), "grant": format_address(gid),
+            "receipt_root": doc["receipt"]["root"], "log_size": doc["receipt"]["log_size"],
+            "energy_uj": doc["energy"]["total_uj"], "verdicts": doc["verdicts"],
+            "missing": doc["missing"], "duplicate_rule": refused[0]["rule"],
+            "proved_item": 3, "proved_run": runs[3],
+            "proof_bytes": len(bytes.fromhex(bundle["item_proof"])),
+            "receipt_leaf": proved.leaf_index, "checkpoint_size": proved.checkpoint.size,
+            "tree_size": size, "root": ledger.store.tree.root(size).hex()}

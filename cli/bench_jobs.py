@@ -13,6 +13,7 @@ import time
 import click
 
 from cli._app import bench
+from cli._bench_jobs_fold import measure_fold
 from fleet.jobs.item_proof import (
     decode_item_proof,
     encode_item_proof,
@@ -117,9 +118,11 @@ def measure_proof(terms: JobTerms, leaves: list[bytes], receipt: Receipt, proofs
     }
 
 
-def measure(items: int, proofs: int, verifies: int) -> dict[str, object]:
+def measure(items: int, proofs: int, verifies: int, fold_runs: int = 0) -> dict[str, object]:
     seal, terms, leaves, receipt = measure_seal(items)
+    fold = {} if not fold_runs else {"fold": measure_fold(fold_runs)}
     return {"seal": seal, "proof": measure_proof(terms, leaves, receipt, proofs, verifies),
+            **fold,
             "statistic": "wall time in this process (Python, one core); peak_rss_mb is the "
                          "process's peak resident set after sealing (items and leaves held)"}
 
@@ -129,10 +132,14 @@ def measure(items: int, proofs: int, verifies: int) -> dict[str, object]:
 @click.option("--proofs", default=5, show_default=True, type=click.IntRange(1),
               help="Item proofs to make (each rebuilds the tree from the stored leaves).")
 @click.option("--verifies", default=1000, show_default=True, type=click.IntRange(1))
+@click.option("--fold-runs", default=2000, show_default=True, type=click.IntRange(0),
+              help="Runs folded by a ledger as job items and as plain runs (the fold "
+                   "section; 0: skip it).")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON only.")
-def bench_jobs(items: int, proofs: int, verifies: int, as_json: bool) -> None:
-    """A job's Merkle-sum receipt: seal time and peak RSS, item proof size and verify time."""
-    result = measure(items, proofs, verifies)
+def bench_jobs(items: int, proofs: int, verifies: int, fold_runs: int, as_json: bool) -> None:
+    """A job's Merkle-sum receipt: seal time and peak RSS, item proof size and verify time;
+    the ledger's fold rate over job items against plain runs."""
+    result = measure(items, proofs, verifies, fold_runs)
     if as_json:
         click.echo(json.dumps(result))
         return

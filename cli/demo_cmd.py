@@ -20,7 +20,7 @@ async def _demo(workdir: Path, hosts: int, runs: int) -> dict[str, Any]:
     from cli._embedded import embedded_ledger, wait_folded
     from cli._env_demo import refused_resume
     from cli._grant_demo import overspending_run
-    from cli._job_demo import prove_job, run_job
+    from cli._job_demo import job_demo
     from cli._sim_procs import spawn_simulators
     from fleet.log.checkpoint import open_checkpoint
     from fleet.log.note import parse_verifier_key
@@ -28,7 +28,7 @@ async def _demo(workdir: Path, hosts: int, runs: int) -> dict[str, Any]:
     from fleet.record.verify import verify_record
     from fleet.record.wire import decode_envelope, decode_record
     from fleet.subjects import segment_subject
-    from ledger import job_views, views
+    from ledger import views
     from ledger.client import call
 
     started = time.monotonic()
@@ -53,9 +53,6 @@ async def _demo(workdir: Path, hosts: int, runs: int) -> dict[str, Any]:
                 raise CheckFailed(f"a simulated host failed: {err.strip()[-300:]}")
         assert ledger.js is not None and ledger.nc is not None
         await wait_folded(ledger, ledger.js, 60.0)
-        # A job of a few item runs on the same hosts, sealed by its last item's close.
-        opened = await run_job(ledger, server.url, workdir,
-                               [f"host{i}" for i in range(1, hosts + 1)])
         # An issuer tightens a running run's budget: its next segment is refused by name.
         overspent = await overspending_run(ledger, workdir, int(time.time() * 1000))
         # One hostile message: a real segment with its energy edited in flight, of the
@@ -63,9 +60,7 @@ async def _demo(workdir: Path, hosts: int, runs: int) -> dict[str, Any]:
         # no more).
         # (A run that never moved: its first host still holds it, so the edit is what
         # the ledger refuses, not who sent it.)
-        # (Not a job's item: a copy of its first segment would meet the item gate first.)
-        victim = max((r for r in ledger.store.list_runs() if r["run"] != overspent["run"]
-                      and job_views.run_item(ledger.store, r["run"]) is None),
+        victim = max((r for r in ledger.store.list_runs() if r["run"] != overspent["run"]),
                      key=lambda r: (len(views.holders(ledger.store, r["run"])) == 1,
                                     r["segments"]))
         payload = ledger.store.payloads(victim["run"])[0]
@@ -106,9 +101,11 @@ async def _demo(workdir: Path, hosts: int, runs: int) -> dict[str, Any]:
             moved_proof = {"moved_proved_run": moved[0],
                            "moved_holders": views.holders(ledger.store, moved[0]),
                            "moved_record_segments": mreport.segments}
-        job = await prove_job(ledger, server.url, vkey, opened)
         cp = open_checkpoint(ledger.store.last_checkpoint()[2], [vkey])  # type: ignore[index]
         environment = refused_resume(workdir / "environment-check")
+        # Last (the figures above are the simulated fleet's): a job of six items under a
+        # grant, sealed by its last close, one item proved.
+        job = await job_demo(ledger, workdir, int(time.time() * 1000), vkey)
     return {
         "hosts": hosts, "runs": status["runs"], "segments": status["segments_folded"],
         "tree_size": status["tree_size"], "root": status["root"],
@@ -152,7 +149,6 @@ def demo(hosts: int, runs: int, keep: Path | None, as_json: bool, durable: bool)
 
         show(_in_folder(keep, runtime_demo), as_json)
         return
-    from cli._job_demo import job_lines
     from cli._samples import use_samples
 
     use_samples(2)  # the hosts' runs park in them; the environment check needs two
@@ -161,10 +157,9 @@ def demo(hosts: int, runs: int, keep: Path | None, as_json: bool, durable: bool)
         click.echo(json.dumps(summary))
         return
     rejected = ", ".join(f"{v} {k}" for k, v in summary["rejected"].items()) or "none"
-    job = summary["job"]
-    click.echo(f"fleet demo: {summary['hosts']} hosts streamed {summary['runs'] - 1 - job['items']}"
-               f" runs and a job's {job['items']}, one more ran under an amended grant; "
-               f"{summary['segments']} segments folded in {summary['seconds']} s")
+    click.echo(f"fleet demo: {summary['hosts']} hosts streamed {summary['runs'] - 1} runs, one "
+               f"more ran under an amended grant; {summary['segments']} segments folded in "
+               f"{summary['seconds']} s")
     click.echo(f"  fleet log: {summary['tree_size']} leaves, root {summary['root']}")
     click.echo(f"  checkpoint signed by {summary['origin']} at size {summary['checkpoint_size']}")
     click.echo(f"  rejected: {rejected}")
@@ -179,13 +174,18 @@ def demo(hosts: int, runs: int, keep: Path | None, as_json: bool, durable: bool)
                    f"{summary['moved_proved_run']} ({spans}): verified offline")
     proofs = ", ".join(f"{n} {v}" for v, n in summary["wait_proofs"].items())
     click.echo(f"  wait proofs across the fleet's runs: {proofs}")
-    for line in job_lines(job):
-        click.echo(line)
     g = summary["grant_refusal"]
     click.echo(f"  run {g['run']} spent {g['spent_uj']} of its grant's {g['budget_uj']} µJ; "
                f"the issuer amended the budget to {g['amended_budget_uj']} µJ:")
     click.echo(f"    segment {g['refused_index']} refused: {g['rule']}: {g['reason']}; its "
                f"{g['segments_standing']} earlier segments stand")
+    j = summary["job"]
+    click.echo(f"  job {j['job']}: {j['items']} items on {', '.join(j['hosts'])} under one "
+               f"grant; a second run of item 2 refused: {j['duplicate_rule']}")
+    click.echo(f"    sealed by its last close: receipt root {j['receipt_root']}, "
+               f"{j['energy_uj']} uJ, missing {len(j['missing'])}; item {j['proved_item']} "
+               f"proved ({j['proof_bytes']} bytes) to the receipt, leaf {j['receipt_leaf']} "
+               f"of checkpoint size {j['checkpoint_size']}: verified offline")
     env = summary["environment_refusal"]
     click.echo(f"  a run parked in the {env['parked_in']} environment, offered "
                f"{env['offered_in']} to resume in: {env['rule']} on the host, nothing sealed")

@@ -1,14 +1,15 @@
 """The run explorer (``/ui/`` on the log port): server-rendered HTML, no build step.
 
-- ``/ui/``: the newest checkpoints, and the runs with filters (host, verdict, phase);
+- ``/ui/``: the newest checkpoints, the jobs, and the runs with filters (host, verdict, phase);
 - ``/ui/run/<run>``: one run's chain as a timeline (executed, parked, resumed intervals,
-  energy, the host of each segment and where it changes), each segment linking to
+  energy, the host of each segment and where it changes; the job it is an item of), each
+  segment linking to
 - ``/ui/proof/<run>/<index>``: the segment's inclusion proof path to the newest signed
   checkpoint, step by step, and a few lines of JavaScript that recompute it in the browser
   (WebCrypto SHA-256, RFC 9162 section 2.1.3.2) and say whether it reaches the
   checkpoint's root. The checkpoint's signature is for ``fleet verify-proof`` to check;
-- ``/ui/jobs`` and ``/ui/job/<job>``: jobs of item runs (:mod:`ledger.explorer_jobs`); a
-  run that is a job's item links to its job.
+- ``/ui/job/<job>``: a job's progress, energy by source and provenance, wait-proof verdicts,
+  receipt, item runs and missing items (:mod:`ledger.explorer_jobs`).
 
 Everything is read through the log reader's read-only connection, like the tiles.
 """
@@ -103,7 +104,7 @@ verify();
 def _page(title: str, body: str) -> web.Response:
     doc = (f"<!doctype html><html lang=en><head><meta charset=utf-8><title>{html.escape(title)}"
            f"</title><style>{_STYLE}</style></head><body><nav><a href=/ui/>fleet explorer</a>"
-           f"<a href=/ui/jobs>jobs</a><a href=/checkpoint>checkpoint</a></nav>{body}</body></html>")
+           f"<a href=/checkpoint>checkpoint</a></nav>{body}</body></html>")
     return web.Response(text=doc, content_type="text/html", charset="utf-8",
                         headers={"Cache-Control": "no-store"})
 
@@ -157,8 +158,16 @@ class Explorer:
                      f"<span class=v-{r['verdict']}>{r['verdict']}"
                      + (f" (segment {r['segment']})" if r["segment"] else "") + "</span>")
                     for r in shown[:limit]]
+        jobs = job_views.jobs(self.reader.store)
+        job_rows = [(f"<a class=job href='/ui/job/{quote(j['job'])}'><code>{_e(j['job'])}"
+                     "</code></a>", _e(j["name"]), str(j["items"]), str(j["bound"]),
+                     str(j["closed"]), "sealed" if j["sealed"] else "open")
+                    for j in jobs[:limit]]
         body = ("<h1>Fleet log</h1><h2>Checkpoints</h2>"
                 + _table(("size", "root", "signed (UTC)"), cp_rows, "checkpoints")
+                + (f"<h2>Jobs <small>({len(jobs)})</small></h2>" + _table(
+                    ("job", "name", "items", "started", "closed", "state"), job_rows, "jobs")
+                   if jobs else "")
                 + f"<h2>Runs <small>({len(shown)} of {len(runs)})</small></h2>"
                 f"<form class=filters method=get action=/ui/>{selects}"
                 "<button type=submit>filter</button></form>"

@@ -1,11 +1,9 @@
-"""The explorer's job pages (``docs/jobs.md``), beside the run pages of :mod:`ledger.explorer`:
-
-- ``/ui/jobs``: every job, newest first: its name, items, how many are closed, open or sealed;
-- ``/ui/job/<job>``: one job's progress, its energy totals by source and provenance, its
-  wait-proof verdict counts, its receipt once sealed (root, the log size it was sealed at,
-  its own leaf), its items (``?from=N``: from item N on, :data:`ledger.job_views.SHOWN_ITEMS`
-  a page), each linking to its run's page, and the items missing from the receipt (sealed)
-  or not closed yet (open).
+"""The explorer's job page (``docs/jobs.md``), beside the run pages of :mod:`ledger.explorer`
+(whose index lists the jobs): ``/ui/job/<job>`` gives one job's progress, its energy totals
+by source and provenance, its wait-proof verdict counts, its receipt once sealed (root, the
+log size it was sealed at, its own leaf), its items (``?from=N``: from the N-th started item
+on, :data:`ledger.job_views.SHOWN_ITEMS` a page), each linking to its run's page, and the
+items missing from the receipt (sealed) or not closed yet (open).
 
 The sums are :func:`ledger.job_views.job_status`'s, the ones ``fleet job show`` prints: a
 sealed job's are its receipt's, an open job's those of the items closed so far.
@@ -22,7 +20,7 @@ from fleet.audit import format_uj as _uj
 from fleet.jobs.sum_tree import PROVENANCES, SOURCES
 from fleet.record.run_codec import state_from_json
 from fleet.record.wait_proof import verdict_json
-from ledger import job_store, job_views
+from ledger import job_views
 from ledger.explorer import _e, _page, _table
 from ledger.log_reader import LogReader, decimal
 from ledger.views import NotFound
@@ -36,53 +34,32 @@ def _uj_cell(value: int) -> str:
     return f"<span class=uj data-uj={value}>{_uj(value)}</span>"
 
 
-def _progress(p: dict[str, Any]) -> str:
-    return (f"<progress max={p['items']} value={p['closed']}></progress> {p['closed']} of "
-            f"{p['items']} closed")
-
-
 class JobPages:
-    """The job pages' handlers over a :class:`LogReader`'s read-only store."""
+    """The job page's handler over a :class:`LogReader`'s read-only store."""
 
     def __init__(self, reader: LogReader) -> None:
         self.reader = reader
-
-    def _jobs(self) -> list[dict[str, Any]]:
-        store = self.reader.store
-        return job_views.jobs(store) if job_store.has_tables(store.conn) else []
-
-    async def index(self, request: web.Request) -> web.Response:
-        jobs = self._jobs()
-        rows = [(f"<a class=job href='/ui/job/{quote(j['job'])}'><code>{_e(j['job'])}</code>"
-                 "</a>", _e(j["name"]), str(j["items"]),
-                 _progress({"items": j["items"], "closed": j["closed"]}), str(j["bound"]),
-                 "sealed" if j["sealed"] else "open")
-                for j in jobs]
-        body = (f"<h1>Jobs <small>({len(jobs)})</small></h1>"
-                + _table(("job", "name", "items", "progress", "started", "state"), rows,
-                         "jobs"))
-        return _page("fleet jobs", body)
 
     async def job(self, request: web.Request) -> web.Response:
         job = request.match_info["job"]
         first_text = request.query.get("from", "0")
         first = int(first_text) if decimal(first_text) else 0
-        store = self.reader.store
-        if not job_store.has_tables(store.conn):
-            raise web.HTTPNotFound(text=f"no job {job}\n")
         try:
-            doc = job_views.job_status(store, job, with_items=True, first=first)
+            doc = job_views.job_status(self.reader.store, job, with_items=True, first=first)
         except NotFound as exc:
             raise web.HTTPNotFound(text=f"{exc}\n") from None
         p = doc["progress"]
-        summary = _table(("name", "items", "progress", "started", "not started", "state",
-                          "issuer", "grant", "opened at"), [(
-            _e(doc["name"]), str(doc["items"]), _progress(p), str(p["bound"]),
-            str(p["unstarted"]), "sealed" if doc["sealed"] else "open",
-            f"<code>{_e(doc['issuer'])}</code>",
+        state = "sealed" if doc["sealed"] else "open"
+        summary = _table(("name", "items", "progress", "state", "issuer", "grant",
+                          "opened at"), [(
+            _e(doc["name"]), str(doc["items"]),
+            f"<progress max={p['items']} value={p['closed']}></progress> {p['closed']} of "
+            f"{p['items']} closed", state, f"<code>{_e(doc['issuer'])}</code>",
             "none" if doc["grant"] is None else f"<code>{_e(doc['grant'])}</code>",
             f"stream seq {doc['opened_seq']}")], "summary")
-        body = (f"<h1>Job <code>{_e(doc['job'])}</code></h1>{summary}"
+        body = (f"<h1>Job <code>{_e(doc['job'])}</code></h1>"
+                f"<p id=progress>{p['items']} items: {p['closed']} closed, {p['bound']} "
+                f"started, {p['unstarted']} not started; {state}</p>{summary}"
                 + self._totals(doc) + self._receipt(doc) + self._items(doc, first)
                 + self._missing(doc))
         return _page(f"job {doc['name']}", body)
@@ -126,7 +103,7 @@ class JobPages:
             state = state_from_json(found["state"])
             verdict = verdict_json(state.wait_proof())["verdict"]
             energy = state.energy.as_json()["total_uj"]
-            rows.append((str(item["index"]), f"<a class=item href='/ui/run/{quote(run)}'>"
+            rows.append((str(item["index"]), f"<a class=run href='/ui/run/{quote(run)}'>"
                          f"<code>{_e(run)}</code></a>", _e(found["host"]),
                          str(found["segments"]), "closed" if item["closed"] else "running",
                          f"<span class=v-{verdict}>{verdict}</span>", _uj_cell(energy)))
@@ -154,7 +131,5 @@ class JobPages:
 
 
 def add_job_pages(app: web.Application, reader: LogReader) -> None:
-    """Mount the job pages on ``app`` (:func:`ledger.explorer.add_explorer` does)."""
-    pages = JobPages(reader)
-    app.router.add_get("/ui/jobs", pages.index)
-    app.router.add_get("/ui/job/{job}", pages.job)
+    """Mount the job page on ``app`` (:func:`ledger.explorer.add_explorer` does)."""
+    app.router.add_get("/ui/job/{job}", JobPages(reader).job)

@@ -31,7 +31,7 @@ SHOWN_ITEMS = 200
 def _job(store: LedgerStore, job: str) -> dict[str, Any]:
     if not job.startswith("b3:"):
         job = "b3:" + job
-    row = job_store.job_row(store.conn, job)
+    row = job_store.job_row(store.conn, job) if job_store.has_tables(store.conn) else None
     if row is None:
         raise NotFound(f"no job {job} in this ledger")
     return row
@@ -48,7 +48,9 @@ def _leaves(store: LedgerStore, job: str, items: int) -> list[bytes]:
 
 
 def jobs(store: LedgerStore) -> list[dict[str, Any]]:
-    """Every job, newest first, with its progress."""
+    """Every job, newest first, with its progress (none in a store from before jobs)."""
+    if not job_store.has_tables(store.conn):
+        return []
     return [{**row, "sealed": row["sealed_seq"] is not None}
             for row in job_store.job_rows(store.conn)]
 

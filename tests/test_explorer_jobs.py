@@ -1,5 +1,5 @@
 """The explorer's job pages through the real HTTP server of `fleet ledger serve`: the jobs
-list, a sealed job's progress, energy totals by source and provenance, verdict counts,
+on the index, a sealed job's progress, energy totals by source and provenance, verdict counts,
 receipt, items linking to their run pages and missing items; an open job's page; an item
 run's page naming its job."""
 
@@ -47,7 +47,7 @@ def _uj(dom: Dom, table: str) -> list[int]:
 def test_job_pages_show_progress_totals_verdicts_items_and_missing(nats_server,
                                                                     tmp_path: Path) -> None:
     """A job of 3 items (one parked and resumed, one Blocked, one never started) sealed
-    early, and an open job of 3 with one item running: /ui/jobs lists both; the sealed
+    early, and an open job of 3 with one item running: /ui/ lists both; the sealed
     job's page gives its progress, energy totals equal to its items' records' sums, source
     by source and provenance by provenance, its verdict counts, the receipt `fleet job show`
     reports, its items linking to their run pages (which link back) and item 2 missing; the
@@ -84,15 +84,17 @@ def test_job_pages_show_progress_totals_verdicts_items_and_missing(nats_server,
         cli("job", "seal", sealed, "--key", key, "--nats", url)
         shown = wait_for(lambda: (d := show(sealed))["sealed"] and d, 60, "the job sealed")
 
-        status, jobs = _page(f"{base}/ui/jobs")
+        status, index = _page(f"{base}/ui/")
         assert status == 200
-        assert [a["text"] for a in jobs.by_class("job")] == [running, sealed]  # newest first
-        assert jobs.cells("jobs")[1:6] == ["batch", "3", " 0 of 3 closed", "1", "open"]
-        assert jobs.cells("jobs")[7:12] == ["eval", "3", " 2 of 3 closed", "2", "sealed"]
+        assert [a["text"] for a in index.by_class("job")] == [running, sealed]  # newest first
+        assert index.cells("jobs")[1:6] == ["batch", "3", "1", "0", "open"]
+        assert index.cells("jobs")[7:12] == ["eval", "3", "2", "2", "sealed"]
 
         status, page = _page(f"{base}/ui/job/{quote(sealed)}")
         assert status == 200
-        assert page.cells("summary")[:6] == ["eval", "3", " 2 of 3 closed", "2", "1", "sealed"]
+        assert page.by_id("progress")["text"] == "3 items: 2 closed, 2 started, 1 not started;" \
+            " sealed"
+        assert page.cells("summary")[:4] == ["eval", "3", " 2 of 3 closed", "sealed"]
         # The totals, as the items' own records count them.
         energies = [parked.builder.state.energy, blocked.builder.state.energy]
         expected = []
@@ -110,7 +112,7 @@ def test_job_pages_show_progress_totals_verdicts_items_and_missing(nats_server,
         assert receipt[:3] == [shown["receipt"]["root"], str(shown["receipt"]["log_size"]),
                                str(shown["receipt"]["leaf_index"])]
         runs = [format_address(r.run) for r in (parked, blocked)]
-        links = page.by_class("item")
+        links = page.by_class("run")
         assert [a["text"] for a in links] == runs
         assert [a["href"] for a in links] == [f"/ui/run/{quote(r)}" for r in runs]
         assert page.cells("items")[2:5] == ["h1", "4", "closed"]
@@ -122,13 +124,14 @@ def test_job_pages_show_progress_totals_verdicts_items_and_missing(nats_server,
         assert run_page.by_class("job")[0]["href"] == f"/ui/job/{quote(sealed)}"
 
         status, later = _page(f"{base}/ui/job/{quote(sealed)}?from=1")
-        assert [a["text"] for a in later.by_class("item")] == runs[1:]
+        assert [a["text"] for a in later.by_class("run")] == runs[1:]
         assert later.by_id("prev")["href"] == "?from=0"
 
         status, open_page = _page(f"{base}/ui/job/{quote(running)}")
         assert status == 200
-        assert open_page.cells("summary")[:6] == ["batch", "3", " 0 of 3 closed", "1", "2",
-                                                  "open"]
+        assert open_page.by_id("progress")["text"] == "3 items: 0 closed, 1 started, 2 not" \
+            " started; open"
+        assert open_page.cells("summary")[:4] == ["batch", "3", " 0 of 3 closed", "open"]
         assert open_page.by_id("receipt")["text"].startswith("none yet")
         assert open_page.cells("items")[4] == "running"
         assert open_page.by_id("missing")["text"] == "0, 1, 2"

@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 from fleet.jobs.item_proof import (
     ItemProof,
+    check_against_record,
     decode_item_proof,
     encode_item_proof,
     item_proof,
@@ -24,6 +25,7 @@ from fleet.jobs.item_proof import (
 from fleet.jobs.job_errors import (
     ItemCountMismatch,
     ItemIndexMismatch,
+    ItemMismatch,
     ItemRunMismatch,
     JobError,
     JobIdMismatch,
@@ -63,11 +65,14 @@ from fleet.jobs.sum_tree import (
     SumTree,
     decode_item_leaf,
     encode_item_leaf,
+    fold_path,
     inclusion_path,
     item_of,
     leaf_node,
     node_hash,
     subtree_root,
+    verdict_code,
+    verdict_of,
 )
 from fleet.log.leaf import (
     decode_job_leaf,
@@ -78,7 +83,7 @@ from fleet.log.leaf import (
 )
 from fleet.log.log_errors import MalformedLeaf
 from fleet.record.kernel import Energy, RunState, genesis
-from fleet.record.wait_proof import Blocked, WaitTracker
+from fleet.record.wait_proof import Blocked, Malformed, NonBlocking, Unproved, WaitTracker
 
 from job_helpers import item, items, seed, terms
 
@@ -201,7 +206,12 @@ def test_an_item_is_made_from_a_run_state():
     it = item_of(1, st_)
     assert it.energy == (5, 1, 2, 0, 0, 0, 0, 0) and (it.verdict, it.segment) == (2, 2)
     assert seal(t, [None, it], 0).sums[9] == 1
-    assert isinstance(Blocked(2), Blocked)
+
+
+@pytest.mark.parametrize("verdict", [NonBlocking(), Blocked(3), Malformed(1), Unproved()])
+def test_each_verdict_has_its_code_and_comes_back(verdict):
+    """A verdict's leaf code and segment name it again (verdict_of inverts verdict_code)."""
+    assert verdict_of(*verdict_code(verdict)) == verdict
 
 
 # -- the receipt and its leaf -------------------------------------------------------------
@@ -253,12 +263,20 @@ def test_a_receipt_under_reporting_one_item_fails():
     its = items(t)
     leaves = item_leaves(t, its)
     low = its[2]._replace(energy=(0, *its[2].energy[1:]))
-    forged = _forge(t, [*leaves[:2], encode_item_leaf(low), *leaves[3:]])
+    forged_leaves = [*leaves[:2], encode_item_leaf(low), *leaves[3:]]
+    forged = _forge(t, forged_leaves)
     with pytest.raises(JobTotalsMismatch) as e:
         verify_receipt(forged, its)
     assert e.value.expected + its[2].energy[0] == e.value.calculated
     with pytest.raises(JobRootMismatch):
         verify_item_proof(item_proof(job_id(t), leaves, 2), forged)
+    # The forged leaf's own proof verifies (the tree is consistent with itself): only the
+    # item's record, compared with the leaf, shows the lie.
+    stated = verify_item_proof(item_proof(job_id(t), forged_leaves, 2), forged)
+    with pytest.raises(ItemMismatch):
+        check_against_record(stated, its[2])
+    check_against_record(verify_item_proof(item_proof(job_id(t), leaves, 2),
+                                           seal(t, its, 1)), its[2])
     verify_receipt(seal(t, its, 1), its)
 
 
@@ -289,6 +307,8 @@ def test_a_receipt_counting_an_item_twice_fails():
     with pytest.raises(JobTotalsMismatch):
         verify_receipt(forged, its)
     proof = item_proof(job_id(t), twice, 4)
+    # Without the index check the attack works: the path from the copy reaches the root.
+    assert fold_path(leaf_node(proof.leaf), 4, 6, proof.path)[0] == forged.root
     with pytest.raises(ItemIndexMismatch):
         verify_item_proof(proof, forged)
     moved = its[1]._replace(index=4)
@@ -308,8 +328,12 @@ def test_an_item_of_another_job_cannot_be_counted():
         seal(b, its, 1)
     leaves = item_leaves(b, items(b))
     leaves[1] = encode_item_leaf(stranger)
+    proof, forged = item_proof(job_id(b), leaves, 1), _forge(b, leaves)
+    # Without the run check the attack works: the stranger's leaf sits at the right index
+    # and its path reaches the forged root.
+    assert fold_path(leaf_node(proof.leaf), 1, 3, proof.path)[0] == forged.root
     with pytest.raises(ItemRunMismatch):
-        verify_item_proof(item_proof(job_id(b), leaves, 1), _forge(b, leaves))
+        verify_item_proof(proof, forged)
 
 
 def test_a_job_with_a_grant_takes_only_items_under_it():
@@ -576,3 +600,69 @@ def test_a_proof_from_a_kept_tree_is_the_proof_from_the_leaves():
         assert tree_item_proof(job_id(t), tree, i, leaves[i]) == item_proof(job_id(t), leaves, i)
     with pytest.raises(MalformedItemProof):
         tree_item_proof(job_id(t), tree, 2, leaves[3])
+
+
+_VALID = _vectors()
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.sampled_from(["receipt", "proof", "leaf", "terms"]), st.data())
+def test_decoders_refuse_mangled_bytes_only_by_name(kind, data):
+    """Valid bytes cut, extended or with a byte changed either decode or raise a JobError:
+    never another exception."""
+    good = {"receipt": _VALID["receipt"]["bytes"], "proof": _VALID["proofs"][1],
+            "leaf": _VALID["items"][1]["leaf"], "terms": _VALID["terms"]["bytes"]}[kind]
+    raw = bytearray(bytes.fromhex(good))
+    how = data.draw(st.sampled_from(["cut", "extend", "flip"]))
+    if how == "cut":
+        raw = raw[:data.draw(st.integers(0, len(raw) - 1))]
+    elif how == "extend":
+        raw += data.draw(st.binary(min_size=1, max_size=40))
+    else:
+        raw[data.draw(st.integers(0, len(raw) - 1))] ^= data.draw(st.integers(1, 255))
+    decoder = {"receipt": decode_receipt, "proof": decode_item_proof,
+               "leaf": decode_item_leaf, "terms": decode_terms}[kind]
+    try:
+        decoded = decoder(bytes(raw))
+    except JobError:
+        return
+    if kind == "proof":
+        receipt = decode_receipt(bytes.fromhex(_VALID["receipt"]["bytes"]))
+        try:
+            verify_item_proof(decoded, receipt)
+        except JobError:
+            return
+        assert bytes(raw) == bytes.fromhex(good), "a changed proof verified"
+
+
+_ITEMS = st.builds(
+    lambda index, run, grants, head, energy, verdict, segment: Item(
+        index, run, grants, head, tuple(energy), verdict, segment if verdict in (2, 3) else 0),
+    st.integers(0, 2**32 - 2), *(st.binary(min_size=32, max_size=32),) * 3,
+    st.lists(st.integers(0, 2**64 - 1), min_size=8, max_size=8), st.integers(1, 4),
+    st.integers(1, 2**64 - 1))
+
+
+@settings(max_examples=200, deadline=None)
+@given(_ITEMS)
+def test_any_item_leaf_round_trips(it):
+    """Every well-formed item encodes to 174 bytes that decode to it again."""
+    leaf = encode_item_leaf(it)
+    assert len(leaf) == 174 and decode_item_leaf(leaf) == it
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.integers(1, 3000), st.data())
+def test_any_consistent_receipt_round_trips(n, data):
+    """A receipt with any root, log size, sums within width and a missing list that agrees
+    with its counts encodes and decodes to itself."""
+    missing = tuple(sorted(data.draw(st.sets(st.integers(0, n - 1), max_size=min(n, 50)))))
+    rest = n - len(missing)
+    a = data.draw(st.integers(0, rest))
+    b = data.draw(st.integers(0, rest - a))
+    c = data.draw(st.integers(0, rest - a - b))
+    sums = (*data.draw(st.lists(st.integers(0, 2**64 - 1), min_size=8, max_size=8)),
+            a, b, c, rest - a - b - c, len(missing))
+    r = Receipt(terms(n), data.draw(st.binary(min_size=32, max_size=32)), sums,
+                data.draw(st.integers(0, 2**64 - 1)), missing)
+    assert decode_receipt(encode_receipt(r)) == r

@@ -10,8 +10,10 @@ from __future__ import annotations
 import asyncio
 import json
 import random
+import re
 import shutil
 import time
+import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,6 +44,7 @@ class Stack:
     tmp: Path
     job: str
     sim: dict
+    log_url: str  # the ledger's HTTP log server (the explorer at /ui/)
 
 
 @pytest.fixture(scope="module")
@@ -50,14 +53,16 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     tmp = tmp_path_factory.mktemp("jobs")
     data, hosts = tmp / "ledger", tmp / "hosts"
     with running_server(tmp / "nats") as server, \
-            LedgerProc(server.url, data, "--name", "jobs", log=tmp / "ledger.log") as ledger:
+            LedgerProc(server.url, data, "--name", "jobs", "--http", "127.0.0.1:0",
+                       log=tmp / "ledger.log") as ledger:
         ledger.start()
         sim = cli_json("host", "simulate", "--hosts", "3", "--job", str(ITEMS), "--nats",
                        server.url, "--data", str(hosts), "--enroll-into", str(data), "--json",
                        timeout=240)
         assert sim["failed"] == [], sim
         wait_folded(server.url, data)
-        yield Stack(server.url, data, hosts, tmp, sim["job"]["job"], sim)
+        log_url = re.findall(r"log http: (http://\S+)/", (tmp / "ledger.log").read_text())[-1]
+        yield Stack(server.url, data, hosts, tmp, sim["job"]["job"], sim, log_url)
         assert ledger.alive()
 
 
@@ -92,6 +97,23 @@ def test_a_job_of_200_items_over_3_hosts_is_sealed_and_proved(stack: Stack) -> N
     assert proved["receipt"]["energy"] == doc["energy"]
     run = proved["item"]["run"]
     assert api(stack.url, "run", {"run": run})["phase"] == "closed"
+
+
+def test_the_explorer_lists_the_job_and_shows_its_receipt(stack: Stack) -> None:
+    """/ui/ lists the job; its page shows the progress, no missing item, the receipt's root
+    and links to the item runs."""
+    def get(path: str) -> str:
+        with urllib.request.urlopen(stack.log_url + path, timeout=30) as resp:
+            return resp.read().decode()
+
+    from urllib.parse import quote
+
+    assert f"/ui/job/{quote(stack.job)}" in get("/ui/")
+    page = get(f"/ui/job/{quote(stack.job)}")
+    doc = _show(stack)
+    assert f"{ITEMS} items: {ITEMS} closed" in page and "sealed" in page
+    assert "<p id=missing>none</p>" in page and doc["receipt"]["root"] in page
+    assert page.count("class=run href='/ui/run/") == ITEMS
 
 
 def test_a_tampered_bundle_fails_with_one_line(stack: Stack, tmp_path: Path) -> None:

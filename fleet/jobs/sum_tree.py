@@ -148,6 +148,9 @@ def verdict_of(code: int, segment: int) -> Verdict:
 
 
 def _check_item(item: Item) -> None:
+    if type(item.index) is not int or type(item.verdict) is not int or type(
+            item.segment) is not int:
+        raise MalformedItemProof("an item's index, verdict and segment are integers")
     if not 0 <= item.index < 2**32 - 1:
         raise MalformedItemProof(f"an item index is in 0 .. 2**32 - 2, got {item.index}")
     for what in ("run", "grants", "head"):
@@ -168,7 +171,7 @@ def _check_item(item: Item) -> None:
 def encode_item_leaf(item: Item | int) -> bytes:
     """A present item's leaf bytes, or a missing item's (``item`` is then its index)."""
     if isinstance(item, int):
-        if not 0 <= item < 2**32 - 1:
+        if type(item) is not int or not 0 <= item < 2**32 - 1:
             raise MalformedItemProof(f"an item index is in 0 .. 2**32 - 2, got {item}")
         return _MISSING.pack(0, item)
     _check_item(item)
@@ -308,6 +311,8 @@ def fold_path(leaf: Node, index: int, size: int, path: Iterable[Node]) -> Node:
         raise MalformedItemProof(f"the path of item {index} of {size} has "
                                  f"{path_length(index, size) if 0 <= index < size else '?'} "
                                  f"nodes, got {len(siblings)}")
+    if any(len(h) != 32 or len(s) != SUMS_SIZE for h, s in siblings):
+        raise MalformedItemProof(f"a path node is a 32-byte hash and {SUMS_SIZE} bytes of sums")
     fn, sn, r = index, size - 1, leaf
     for p in siblings:
         if fn & 1 or fn == sn:

@@ -1,0 +1,23 @@
+"""`fleet bench jobs --json`'s ``fold`` section: a ledger's fold rate over job items
+against the same runs as plain runs."""
+
+from __future__ import annotations
+
+import json
+
+from click.testing import CliRunner
+
+from cli import cli
+
+
+def test_bench_jobs_fold_compares_items_with_plain_runs():
+    """A small run prints the fold section: both rates, their ratio and the goal; every
+    segment (and the receipt) became a leaf, or the bench fails."""
+    out = CliRunner().invoke(cli, ["bench", "jobs", "--items", "50", "--proofs", "1",
+                                   "--verifies", "5", "--fold-runs", "60", "--json"])
+    assert out.exit_code == 0, out.output
+    fold = json.loads(out.output)["fold"]
+    assert fold["runs"] == 60 and fold["segments"] == 240 and fold["goal_ratio"] == 0.95
+    assert fold["plain_msgs_per_s"] > 0 and fold["items_msgs_per_s"] > 0
+    assert fold["ratio"] == round(fold["items_msgs_per_s"] / fold["plain_msgs_per_s"], 3) \
+        or abs(fold["ratio"] - fold["items_msgs_per_s"] / fold["plain_msgs_per_s"]) < 0.01
