@@ -126,6 +126,7 @@ class LedgerApi:
     def __init__(self, ledger: ApiLedger) -> None:
         self.ledger = ledger
         self.service: Service | None = None
+        self.job_trees = job_views.JobTrees()  # sealed jobs' sum trees, for item proofs
 
     async def start(self, nc: Client) -> None:
         names = self.ledger.names
@@ -259,7 +260,8 @@ class LedgerApi:
         item = _field(body, "item", int, required=False) or 0
         led = self.ledger
         return await self._proving(
-            lambda: job_views.job_prove(led.store, job, item, receipts=led.receipts))
+            lambda: job_views.job_prove(led.store, job, item, receipts=led.receipts,
+                                        trees=self.job_trees))
 
     async def _proving(self, read: Callable[[], Any]) -> Any:
         """``read()`` under the store lock; when it wants a checkpoint no one signed yet

@@ -6,15 +6,16 @@ both call these, as for runs (:mod:`ledger.views`).
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
 
 from fleet.errors import FleetError
-from fleet.jobs.item_proof import item_proof
+from fleet.jobs.item_proof import tree_item_proof
 from fleet.jobs.job_bundle import build_job_bundle
 from fleet.jobs.job_id import decode_terms
 from fleet.jobs.receipt import decode_receipt, receipt_json, receipt_leaf, seal_leaves
-from fleet.jobs.sum_tree import encode_item_leaf
+from fleet.jobs.sum_tree import SumTree, encode_item_leaf
 from fleet.log.anchor_bundle import anchor_fields
 from fleet.log.checkpoint import parse_checkpoint
 from fleet.log.note import parse_note
@@ -45,6 +46,26 @@ def _leaves(store: LedgerStore, job: str, items: int) -> list[bytes]:
         if leaf is not None:
             leaves[index] = leaf
     return leaves
+
+
+class JobTrees:
+    """The sum trees of the sealed jobs proved last (a few; least recently used out): a
+    sealed job's leaves never change (:mod:`fleet.fold.job_fold`), so its tree, built once
+    (O(n)), answers every later item proof in O(log n)."""
+
+    def __init__(self, keep: int = 4) -> None:
+        self.keep = keep
+        self._trees: OrderedDict[str, tuple[SumTree, list[bytes]]] = OrderedDict()
+
+    def get(self, job: str, build: Callable[[], list[bytes]]) -> tuple[SumTree, list[bytes]]:
+        held = self._trees.get(job)
+        if held is None:
+            leaves = build()
+            held = self._trees[job] = (SumTree.from_leaves(leaves), leaves)
+            if len(self._trees) > self.keep:
+                self._trees.popitem(last=False)
+        self._trees.move_to_end(job)
+        return held
 
 
 def jobs(store: LedgerStore) -> list[dict[str, Any]]:
@@ -92,10 +113,12 @@ def job_status(store: LedgerStore, job: str, with_items: bool = False, first: in
 
 def job_prove(store: LedgerStore, job: str, item: int,
               checkpoint_for: Callable[[int], tuple[int, bytes, str] | None] | None = None,
-              receipts: ReceiptStore | None = None) -> dict[str, Any]:
+              receipts: ReceiptStore | None = None,
+              trees: JobTrees | None = None) -> dict[str, Any]:
     """The proof bundle of ``item`` of a sealed ``job``: its sum-tree path to the receipt
     and the receipt's leaf in the first signed checkpoint that holds it (with the anchors'
-    receipts covering it). :class:`CheckpointWanted` when none does yet."""
+    receipts covering it). :class:`CheckpointWanted` when none does yet. ``trees``: kept
+    trees to prove from (else the tree is built for this proof)."""
     row = _job(store, job)
     if row["receipt"] is None:
         raise NotFound(f"job {row['job']} is not sealed yet: it has no receipt to prove "
@@ -109,9 +132,10 @@ def job_prove(store: LedgerStore, job: str, item: int,
     if found is None:
         raise CheckpointWanted(leaf_index + 1)
     size, _root, note = found
+    tree, leaves = (trees or JobTrees(1)).get(
+        row["job"], lambda: _leaves(store, row["job"], terms.items))
     try:
-        proof = item_proof(decode_receipt(row["receipt"]).job,
-                           _leaves(store, row["job"], terms.items), item)
+        proof = tree_item_proof(decode_receipt(row["receipt"]).job, tree, item, leaves[item])
     except FleetError as exc:  # pragma: no cover - the store holds what the fold made
         raise NotFound(f"{exc.rule}: {exc}") from None
     log = log_fields(origin=parse_checkpoint(parse_note(note)[0]).origin, tree_size=size,
@@ -129,5 +153,5 @@ def run_item(store: LedgerStore, run: str) -> dict[str, Any] | None:
     return None if found is None else {"job": found[0], "item": found[1]}
 
 
-__all__ = ["SHOWN_ITEMS", "job_prove", "job_status", "jobs", "run_item"]
+__all__ = ["SHOWN_ITEMS", "JobTrees", "job_prove", "job_status", "jobs", "run_item"]
 

@@ -12,12 +12,13 @@ from nacl.signing import SigningKey
 
 from fleet.address import digest
 from fleet.fold.job_events import open_event, seal_event
+from fleet.fold.job_fold import JobBook
 from fleet.jobs.job_id import JobTerms, encode_terms, item_unit, job_id
-from fleet.jobs.receipt import decode_receipt, receipt_leaf
+from fleet.jobs.receipt import decode_receipt, receipt_leaf, seal_leaves
 from fleet.log.leaf import leaf_kind
 from fleet.record.builder import RecordBuilder
 from fleet.subjects import DEFAULT_FLEET
-from ledger import job_store
+from ledger import job_store, job_views
 
 from fault_helpers import SealedRun, fold_in_random_batches, host_key, store_summary
 from grant_helpers import World, key
@@ -98,6 +99,12 @@ def test_a_job_sealed_early_lists_its_missing_items(tmp_path: Path):
     late = item_run(job, 3)
     assert w.rule(late.subject, late.execute()) == "JobSealed"
     assert w.rule(JOB_SUBJECT, seal_event(OWNER, job)) == "JobSealed"
+    # Item 2's run closes after the seal: the run is folded, the receipt (and the leaves
+    # an item proof is made from) still have the item missing.
+    assert w.rule(open_only.subject, open_only.add(open_only.builder.close())) == "accepted"
+    leaves = job_views._leaves(w.ledger.store, _text(job), 4)
+    made = seal_leaves(decode_receipt(row["receipt"]).terms, leaves, 0)
+    assert made.root == decode_receipt(row["receipt"]).root and made.missing == (0, 2, 3)
 
 
 def test_job_events_are_refused_by_name(tmp_path: Path):
@@ -169,3 +176,26 @@ def _text(job: bytes) -> str:
     from fleet.address import format_address
 
     return format_address(job)
+
+
+def test_a_twin_item_run_is_counted_without_the_gate_and_refused_with_it(tmp_path: Path):
+    """The attack: a second run of an item, under another grant set, is another run id,
+    so a ledger that does not hold jobs (its book emptied here) folds it, and two runs
+    claim item 0 (`fleet job verify` would find them: DuplicateItem). With the job book the
+    same message is refused DuplicateItem."""
+    w = World(tmp_path)
+    job = open_job(w, 2)
+    assert finish(w, item_run(job, 0))[0] == "accepted"
+    twin = item_run(job, 0, host="h2", grants=digest(b"twin"))
+    message = twin.execute()
+    held = w.ledger.jobs
+    w.ledger.jobs = JobBook()  # no defence: the fold does not know the job
+    seq = w.seq
+    assert w.rule(twin.subject, message) == "accepted"
+    w.close()
+    defended = World(tmp_path / "defended")
+    defended_job = open_job(defended, 2)
+    assert defended_job == job and held.job(job) is not None
+    assert finish(defended, item_run(job, 0))[0] == "accepted"
+    assert defended.rule(twin.subject, message) == "DuplicateItem"
+    assert seq == defended.seq - 1

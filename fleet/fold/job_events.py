@@ -102,17 +102,20 @@ def decode_job_event(data: bytes, verify: bool = True) -> JobEvent:
     kind, signer, body, signed, signature = signed_event.split(data, JOB_DOMAIN)
     if kind not in KINDS:
         raise MalformedJobEvent(f"unknown job event kind {kind}")
-    if verify and not signed_event.signature_valid(signer, signed, signature):
-        raise BadJobSignature("the event's signature does not verify under its signer")
     if kind == SEAL:
         if len(body) != 32:
             raise MalformedJobEvent("a seal's body is the 32-byte job id")
-        return JobEvent(kind, signer, body, signed, signature)
-    if len(body) < 4 or len(body) != 4 + _U32.unpack_from(body)[0]:
-        raise MalformedJobEvent("an open's body is len:u32 || terms")
-    raw = body[4:]
-    terms = decode_terms(raw)
-    return JobEvent(kind, signer, job_id(terms), signed, signature, terms, raw)
+        ev = JobEvent(kind, signer, body, signed, signature)
+    else:
+        if len(body) < 4 or len(body) != 4 + _U32.unpack_from(body)[0]:
+            raise MalformedJobEvent("an open's body is len:u32 || terms")
+        raw = body[4:]
+        terms = decode_terms(raw)
+        ev = JobEvent(kind, signer, job_id(terms), signed, signature, terms, raw)
+    # The bytes first, then the signature: the order of the spec's checks.
+    if verify and not signed_event.signature_valid(signer, signed, signature):
+        raise BadJobSignature("the event's signature does not verify under its signer")
+    return ev
 
 
 class JobView(Protocol):

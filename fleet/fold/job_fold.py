@@ -268,6 +268,8 @@ class BatchJobs(JobBook):
         key = self.run_item(d.run)
         if key is None:
             return
+        if self.job(key[0]).sealed is not None:  # type: ignore[union-attr]
+            return  # sealed early: the receipt lists it missing, and so do its leaves
         held = self.item(key)
         made = item_from_state(key[1], slot.state)
         assert held is not None and made is not None, "a closed item run makes its item"
@@ -275,8 +277,6 @@ class BatchJobs(JobBook):
         self.put_item(key, closed)
         self.closed.append((key, closed))
         job = self._own(key[0])
-        if job.sealed is not None:
-            return  # sealed early: the receipt lists it as missing
         job.closed += 1
         if job.closed == job.items:
             # The receipt's leaf follows this segment's.
