@@ -38,7 +38,6 @@ SCHEMA = (
     " sealed_seq INTEGER, receipt BLOB, leaf_index INTEGER)",
     "CREATE TABLE IF NOT EXISTS job_items (job TEXT NOT NULL, idx INTEGER NOT NULL,"
     " run TEXT NOT NULL, bound_seq INTEGER NOT NULL, leaf BLOB, PRIMARY KEY (job, idx))",
-    "CREATE INDEX IF NOT EXISTS job_items_run ON job_items (run)",
     "CREATE TABLE IF NOT EXISTS job_leaves (leaf_index INTEGER PRIMARY KEY, job TEXT NOT NULL,"
     " stream_seq INTEGER NOT NULL, leaf BLOB NOT NULL)",
 )
@@ -71,10 +70,11 @@ def write(conn: sqlite3.Connection, events: Sequence[JobAccepted], jobs: BatchJo
           receipts[e.job].leaf_index if e.job in receipts else None)
          for e in jobs.jobs.values()])
     items = {key: entry for key, entry in [*jobs.bound, *jobs.closed]}
+    texts = {job: format_address(job) for job, _index in items}
     conn.executemany(
         "INSERT INTO job_items (job, idx, run, bound_seq, leaf) VALUES (?, ?, ?, ?, ?)"
         " ON CONFLICT(job, idx) DO UPDATE SET leaf = excluded.leaf",
-        [(format_address(job), index, format_address(e.run), e.bound, e.leaf)
+        [(texts[job], index, format_address(e.run), e.bound, e.leaf)
          for (job, index), e in items.items()])
     conn.executemany("INSERT INTO job_leaves (leaf_index, job, stream_seq, leaf)"
                      " VALUES (?, ?, ?, ?)",
@@ -133,12 +133,6 @@ def item_rows(conn: sqlite3.Connection, job: str) -> list[tuple[int, str, int, b
             for idx, run, seq, leaf in conn.execute(
                 "SELECT idx, run, bound_seq, leaf FROM job_items WHERE job = ? ORDER BY idx",
                 (job,))]
-
-
-def run_job(conn: sqlite3.Connection, run: str) -> tuple[str, int] | None:
-    """(job, index) of the item ``run`` is, if it is one."""
-    row = conn.execute("SELECT job, idx FROM job_items WHERE run = ?", (run,)).fetchone()
-    return None if row is None else (row[0], row[1])
 
 
 def receipt_leaves(conn: sqlite3.Connection, first: int, last: int

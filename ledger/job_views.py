@@ -147,11 +147,5 @@ def job_prove(store: LedgerStore, job: str, item: int,
     return build_job_bundle(row["receipt"], proof, log)
 
 
-def run_item(store: LedgerStore, run: str) -> dict[str, Any] | None:
-    """The job item ``run`` is (``{"job", "item"}``), if it is one."""
-    found = job_store.run_job(store.conn, run)
-    return None if found is None else {"job": found[0], "item": found[1]}
-
-
-__all__ = ["SHOWN_ITEMS", "JobTrees", "job_prove", "job_status", "jobs", "run_item"]
+__all__ = ["SHOWN_ITEMS", "JobTrees", "job_prove", "job_status", "jobs"]
 

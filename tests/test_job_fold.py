@@ -8,6 +8,7 @@ from __future__ import annotations
 import random
 from pathlib import Path
 
+from merkle_reference import mth
 from nacl.signing import SigningKey
 
 from fleet.address import digest
@@ -16,9 +17,11 @@ from fleet.fold.job_fold import JobBook
 from fleet.jobs.job_id import JobTerms, encode_terms, item_unit, job_id
 from fleet.jobs.receipt import decode_receipt, receipt_leaf, seal_leaves
 from fleet.log.leaf import leaf_kind
+from fleet.log.tiles import Tile, decode_entry_bundle
 from fleet.record.builder import RecordBuilder
 from fleet.subjects import DEFAULT_FLEET
 from ledger import job_store, job_views
+from ledger.log_reader import LogReader
 
 from fault_helpers import SealedRun, fold_in_random_batches, host_key, store_summary
 from grant_helpers import World, key
@@ -64,6 +67,16 @@ def test_a_job_is_sealed_by_its_last_close_with_its_receipt_next_in_the_log(tmp_
     assert receipt.log_size == 6 and receipt.missing == () and receipt.items == 3
     [leaf] = w.ledger.store.leaves(6, 1)
     assert leaf.raw == receipt_leaf(row["receipt"]) and leaf_kind(leaf.raw) == "job"
+    # The log's entries (tlog-tiles' entry bundle): the six run leaves and the receipt's, in
+    # order, hashing to the tree's root.
+    w.close()
+    reader = LogReader(tmp_path)
+    try:
+        entries = decode_entry_bundle(reader._entries(Tile(None, 0, 7)))
+    finally:
+        reader.close()
+    assert entries[6] == leaf.raw and [leaf_kind(e) for e in entries] == ["run"] * 6 + ["job"]
+    assert mth(entries) == store_summary(tmp_path).root
 
 
 def test_the_item_gate_refuses_by_name_and_keeps_folding(tmp_path: Path):

@@ -12,6 +12,7 @@ import json
 import random
 import re
 import shutil
+import struct
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -19,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from blake3 import blake3
 
 from agents.host import Host
 from agents.publisher import Publisher
@@ -345,3 +347,131 @@ def api_last_seq(url: str) -> int:
 
     wait_for(lambda: last_seq(url) > 0, 10, "the stream to hold the job")
     return last_seq(url)
+
+
+# -- a verifier written from the spec's text alone (docs/spec/jobs.md, fleet-log.md, C2SP
+# signed-note), with hashlib, blake3 and nacl: no encoder or decoder of the project ----------
+
+
+def _spec_sums(data: bytes) -> list[int]:
+    return list(struct.unpack(">8Q5I", data))
+
+
+def _spec_node(left: tuple[bytes, bytes], right: tuple[bytes, bytes]) -> tuple[bytes, bytes]:
+    sums = [a + b for a, b in zip(_spec_sums(left[1]), _spec_sums(right[1]), strict=True)]
+    return (blake3(b"fleet.jobnode/1" + left[0] + left[1] + right[0] + right[1]).digest(),
+            struct.pack(">8Q5I", *sums))
+
+
+def _spec_fold(node: tuple[bytes, bytes], index: int, size: int,
+               path: list[tuple[bytes, bytes]], join: object) -> tuple[bytes, bytes]:
+    """RFC 9162 section 2.1.3.2, with ``join(left, right)`` for the hash of two nodes."""
+    fn, sn = index, size - 1
+    for sibling in path:
+        assert sn != 0, "the path is too long"
+        if fn & 1 or fn == sn:
+            node = join(sibling, node)  # type: ignore[operator]
+            while not fn & 1 and fn:
+                fn, sn = fn >> 1, sn >> 1
+        else:
+            node = join(node, sibling)  # type: ignore[operator]
+        fn, sn = fn >> 1, sn >> 1
+    assert sn == 0, "the path is too short"
+    return node
+
+
+def _spec_verify(bundle: dict, vkey_text: str) -> dict:
+    """Check a job proof bundle as the spec's text says, returning what the item's leaf
+    states; any failed check is an AssertionError."""
+    import base64
+    import hashlib
+
+    from nacl.signing import VerifyKey
+
+    receipt = bytes.fromhex(bundle["receipt"])
+    proof = bytes.fromhex(bundle["item_proof"])
+    # The receipt: domain, terms (issuer, nonce, items, grant flag [grant], text(name)),
+    # root, 84 bytes of sums, log_size, missing indexes.
+    assert receipt.startswith(b"fleet.jobreceipt/1")
+    at = len(b"fleet.jobreceipt/1")
+    items, flag = struct.unpack_from(">IB", receipt, at + 48)
+    end = at + 53 + (32 if flag == 1 else 0)
+    end += 2 + struct.unpack_from(">H", receipt, end)[0]
+    terms = receipt[at:end]
+    job = blake3(b"fleet.job/1" + terms).digest()
+    root, sums = receipt[end:end + 32], receipt[end + 32:end + 116]
+    missing = [i for (i,) in struct.iter_unpack(">I", receipt[end + 124:])]
+    assert len(missing) == _spec_sums(sums)[12]
+    assert bundle["job"] == "b3:" + base64.urlsafe_b64encode(job).decode().rstrip("=")
+    # The item proof: domain, job, items, index, leaf, count, (hash, sums) x count.
+    assert proof.startswith(b"fleet.jobproof/1")
+    at = len(b"fleet.jobproof/1")
+    p_job, p_items, index = struct.unpack_from(">32sII", proof, at)
+    assert (p_job, p_items, index) == (job, items, bundle["item"])
+    at += 40
+    leaf = proof[at:at + (174 if proof[at] == 1 else 5)]
+    count = proof[at + len(leaf)]
+    body = proof[at + len(leaf) + 1:]
+    assert len(body) == 116 * count
+    path = [(body[i:i + 32], body[i + 32:i + 116]) for i in range(0, len(body), 116)]
+    if leaf[0] == 1:
+        energy = list(struct.unpack_from(">8Q", leaf, 101))
+        verdict = leaf[165]
+        counts = [int(verdict == c) for c in (1, 2, 3, 4)] + [0]
+        assert index not in missing
+    else:
+        energy, counts = [0] * 8, [0, 0, 0, 0, 1]
+        assert index in missing
+    assert struct.unpack_from(">I", leaf, 1)[0] == index
+    node = (blake3(b"fleet.jobleaf/1" + leaf).digest(), struct.pack(">8Q5I", *energy, *counts))
+    assert _spec_fold(node, index, items, path, _spec_node) == (root, sums)
+    # The receipt's job leaf in the fleet log, RFC 9162 with SHA-256, to the checkpoint.
+    job_leaf = b"fleet.jobr/1" + job + blake3(receipt).digest()
+    assert bytes.fromhex(bundle["leaf"]) == job_leaf
+    note = bundle["checkpoint"]
+    text, _, signatures = note.partition("\n\n")
+    origin, size, root_b64 = text.split("\n")[:3]
+    assert (origin, int(size)) == (bundle["origin"], bundle["tree_size"])
+
+    def join(left: bytes, right: bytes) -> bytes:
+        return hashlib.sha256(b"\x01" + left + right).digest()
+
+    log_root = _spec_fold(hashlib.sha256(b"\x00" + job_leaf).digest(), bundle["leaf_index"],
+                          bundle["tree_size"], [bytes.fromhex(h) for h in bundle["inclusion"]],
+                          join)
+    assert log_root == base64.b64decode(root_b64)
+    # The signed note: the verifier key "name+keyid+base64(0x01 || key)"; a signature line
+    # "— name base64(keyid || signature)" over the text before the blank line.
+    name, key_id, key_b64 = vkey_text.strip().split("+")
+    key = base64.b64decode(key_b64)
+    assert key[0] == 1 and hashlib.sha256(name.encode() + b"\n" + key).digest()[:4].hex() \
+        == key_id
+    for line in signatures.strip().split("\n"):
+        who, sig = line.removeprefix("— ").split(" ")
+        raw = base64.b64decode(sig)
+        if who == name and raw[:4].hex() == key_id:
+            VerifyKey(key[1:]).verify((text + "\n").encode(), raw[4:])
+            break
+    else:
+        raise AssertionError("no signature by the ledger's key")
+    return {"index": index, "energy": energy, "counts": counts}
+
+
+def test_an_item_proof_verifies_by_the_spec_text_alone(stack: Stack, tmp_path: Path) -> None:
+    """The bundle of item 77, checked by a verifier written from the spec's text (hashlib,
+    blake3, nacl; nothing of the project): the leaf's path to the receipt's root and sums,
+    the receipt's leaf in the log to the signed checkpoint, the note's signature; a bundle
+    whose receipt lowers one total fails it."""
+    out = tmp_path / "b.json"
+    cli("job", "prove", stack.job, "--item", "77", "--out", str(out), "--nats", stack.url)
+    bundle = json.loads(out.read_text())
+    vkey = (stack.data / "ledger.vkey").read_text()
+    stated = _spec_verify(bundle, vkey)
+    assert stated["index"] == 77 and sum(stated["counts"]) == 1
+    r = decode_receipt(bytes.fromhex(bundle["receipt"]))
+    n = next(i for i, v in enumerate(r.sums[:8]) if v)
+    lowered = encode_receipt(r.__class__(r.terms, r.root, (*r.sums[:n], r.sums[n] - 1,
+                                                           *r.sums[n + 1:]),
+                                         r.log_size, r.missing))
+    with pytest.raises(AssertionError):
+        _spec_verify(dict(bundle, receipt=lowered.hex()), vkey)

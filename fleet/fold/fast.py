@@ -31,7 +31,7 @@ from fleet.fold.reference import (
 )
 from fleet.log.leaf import encode_leaf
 from fleet.record.kernel import check_head
-from fleet.record.kinds import index_in_range
+from fleet.record.kinds import CLOSED, index_in_range
 from fleet.record.seal import seal_message
 from fleet.record.verify_fast import NotFast, segment_addresses, step
 from fleet.record.wire import (
@@ -103,7 +103,9 @@ def fold_message(ctx: Admission, msg: Message, fast: bool = True) -> Accepted | 
             gated = jobs.gate(d)
             if type(gated) is not Accepted:
                 return gated
-        jobs.took(d, ctx.runs.take(d), msg.stream_seq)
+        slot = ctx.runs.take(d)
+        if d.opened is not None or d.kind == CLOSED:  # only these change an item
+            jobs.took(d, slot, msg.stream_seq)
     return d
 
 

@@ -201,7 +201,9 @@ class ItemGate(Protocol):
 
     def gate(self, d: Accepted) -> Accepted | Refused: ...
 
-    def took(self, d: Accepted, slot: RunSlot, stream_seq: int) -> None: ...
+    def took(self, d: Accepted, slot: RunSlot, stream_seq: int) -> None:
+        """Called for a step that opens a run or closes one (nothing else changes an item)."""
+        ...
 
 
 @dataclass(frozen=True, slots=True)
