@@ -24,9 +24,11 @@ from urllib.parse import quote, urlencode
 
 from aiohttp import web
 
+from fleet.address import parse_address
 from fleet.audit import format_uj as _uj
 from fleet.audit import format_when as _when
 from fleet.audit import park_form
+from fleet.jobs.job_id import job_tag, parse_item_unit
 from fleet.log.checkpoint import parse_checkpoint
 from fleet.log.merkle import leaf_hash
 from fleet.log.note import parse_note
@@ -43,7 +45,7 @@ from fleet.record.wire import (
     envelope_wire,
 )
 from fleet.runtime.runtime_journal import account_marks
-from ledger import job_store, job_views
+from ledger import job_views
 from ledger.log_reader import LogReader, decimal
 
 _STYLE = """
@@ -221,7 +223,7 @@ class Explorer:
             f"{_uj(energy['total_uj'])} (measured {_uj(energy['by_provenance_uj']['measured'])})",
             _uj(sum(energy["idle_uj"].values())))], "summary")
         reason = why(state.wait_proof(), accounts)
-        body = (f"<h1>Run <code>{_e(run)}</code></h1>{self._job_item(run)}{summary}"
+        body = (f"<h1>Run <code>{_e(run)}</code></h1>{self._job_item(state.unit_id)}{summary}"
                 f"<p id=why>{_e(verdict['verdict'])}: {_e(reason)}</p><h2>Timeline</h2>"
                 f"<ol class=timeline id=timeline>{''.join(items)}</ol>"
                 "<h2>Executed intervals</h2>"
@@ -230,15 +232,19 @@ class Explorer:
                 + await self._journal(run))
         return _page(f"run {run}", body)
 
-    def _job_item(self, run: str) -> str:
-        """The job ``run`` is an item of, as a link to its page (nothing for other runs)."""
-        store = self.reader.store
-        found = (job_views.run_item(store, run) if job_store.has_tables(store.conn)
-                 else None)
-        if found is None:
+    def _job_item(self, unit_id: bytes) -> str:
+        """The job a run of ``unit_id`` is an item of, as a link to its page (nothing for
+        other runs). The unit names the item (:func:`fleet.jobs.job_id.parse_item_unit`); a
+        folded run whose unit does passed the item gate, so it holds that item."""
+        named = parse_item_unit(unit_id)
+        if named is None:
             return ""
-        return (f"<p id=job-item>item {found['item']} of job <a class=job href='/ui/job/"
-                f"{quote(found['job'])}'><code>{_e(found['job'])}</code></a></p>")
+        job = next((j["job"] for j in job_views.jobs(self.reader.store)
+                    if job_tag(parse_address(j["job"])) == named.tag), None)
+        if job is None:  # pragma: no cover - the gate refuses an item of no job
+            return ""
+        return (f"<p id=job-item>item {named.index} of job <a class=job href='/ui/job/"
+                f"{quote(job)}'><code>{_e(job)}</code></a></p>")
 
     async def _journal(self, run: str) -> str:
         """The runtime journal section of a run's page: its entries with their values
