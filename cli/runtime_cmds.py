@@ -99,6 +99,17 @@ def _environment(path: Path | None) -> Any:
         raise CheckFailed(f"{path}: {exc.rule}: {exc}") from None
 
 
+def _item(job_id: str | None, index: int | None) -> tuple[str, int] | None:
+    """``--job`` and ``--item`` together, as (job address, index)."""
+    if job_id is None and index is None:
+        return None
+    if job_id is None or index is None:
+        raise UserError("--job and --item go together: the job's id and the item's index")
+    from cli.job_cmds import _job_text
+
+    return _job_text(job_id), index
+
+
 def _grant(value: str | None) -> str | None:
     """``--grant``: a grant's address, or a grant file (its address)."""
     if value is None:
@@ -124,14 +135,20 @@ def _grant(value: str | None) -> str | None:
 @click.option("--input", "input_json", help="The workflow's input (JSON).")
 @click.option("--grant", "grant", help="Run under this issued grant: its address (b3:) or "
               "its grant file (default: the workflow's own grant set id).")
+@click.option("--job", "job_id", help="Start the run as an item of this job (its b3: id; "
+              "with --item): the ledger holds it to the job (docs/jobs.md).")
+@click.option("--item", "item_index", type=click.IntRange(0, 2**32 - 2),
+              help="The item's index in --job.")
 @_host_opts
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @nats_options
 def runtime_start(workflow: str, run_name: str, input_json: str | None, grant: str | None,
+                  job_id: str | None, item_index: int | None,
                   environment: Path | None, host_dir: Path, name: str | None,
                   paths: tuple[Path, ...], as_json: bool, url: str, nkey: Path | None) -> None:
     """Start run NAME of WORKFLOW (``module:function``) on this host and run its first
-    interval: it ends, or parks at its first wait and this process exits."""
+    interval: it ends, or parks at its first wait and this process exits. With --job and
+    --item, the run is that item of the job."""
     from agents.host import Host
     from agents.runtime import Runtime
     from agents.runtime.runtime import load_workflow
@@ -144,6 +161,7 @@ def runtime_start(workflow: str, run_name: str, input_json: str | None, grant: s
     except FleetError as exc:
         raise UserError(f"WORKFLOW: {exc}") from None
     grant = _grant(grant)
+    item = _item(job_id, item_index)
     env = _environment(environment)
     host = Host(name or host_dir.resolve().name, host_dir, fleet=FLEET["name"])
     rt = Runtime(host_dir, host=host, environment=env)
@@ -151,7 +169,8 @@ def runtime_start(workflow: str, run_name: str, input_json: str | None, grant: s
     async def go() -> dict[str, Any]:
         nc, store = await _store(url, nkey, f"fleet-runtime-{host.name}")
         try:
-            return await start_run(rt, host, store, nc, fn, workflow, run_name, inp, grant)
+            return await start_run(rt, host, store, nc, fn, workflow, run_name, inp, grant,
+                                   item)
         finally:
             await nc.close()
 
@@ -168,7 +187,8 @@ class RunExists(UserError):
 
 
 async def start_run(rt: Any, host: Any, store: Any, nc: Any, fn: Any, workflow: str,
-                    run_name: str, inp: Any, grant: str | None) -> dict[str, Any]:
+                    run_name: str, inp: Any, grant: str | None,
+                    item: tuple[str, int] | None = None) -> dict[str, Any]:
     """Start run ``run_name`` of ``fn`` and run its first interval (``fleet runtime
     start`` and ``POST /runs`` of ``fleet runtime serve``): the runs bucket's document."""
     from agents.runtime.runtime import run_address, workflow_name
@@ -176,7 +196,7 @@ async def start_run(rt: Any, host: Any, store: Any, nc: Any, fn: Any, workflow: 
     from fleet.subjects import run_token
 
     wf = workflow_name(fn)
-    address = run_address(run_name, wf, grant)
+    address = run_address(run_name, wf, grant, item)
     local = rt.journal.run_row(address)
     if local is not None:
         got = await store.get(run_token(address))
@@ -189,7 +209,7 @@ async def start_run(rt: Any, host: Any, store: Any, nc: Any, fn: Any, workflow: 
     if held is not None:
         raise RunExists(f"run {run_name!r} of {workflow} exists: {held['status']} on"
                         f" host {held.get('host')}")
-    run = rt.start(fn, run_name, inp, grant)
+    run = rt.start(fn, run_name, inp, grant, item)
     worker = Worker(rt, store, _no_adopt, _drain(host, nc))
     return await worker.publish(await rt.advance(run))
 

@@ -94,8 +94,10 @@ def load_book(conn: sqlite3.Connection) -> JobBook:
 
 
 def _items(conn: sqlite3.Connection) -> Iterator[tuple[tuple[bytes, int], ItemEntry]]:
+    """The items of the open jobs (the book forgets a sealed job's: JobBook.install)."""
     for job, idx, run, bound, leaf in conn.execute(
-            "SELECT job, idx, run, bound_seq, leaf FROM job_items"):
+            "SELECT job, idx, run, bound_seq, leaf FROM job_items WHERE job IN"
+            " (SELECT job FROM jobs WHERE sealed_seq IS NULL)"):
         yield (parse_address(job), idx), ItemEntry(parse_address(run), bound,
                                                    None if leaf is None else bytes(leaf))
 

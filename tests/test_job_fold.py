@@ -65,6 +65,9 @@ def test_a_job_is_sealed_by_its_last_close_with_its_receipt_next_in_the_log(tmp_
     assert row is not None and row["sealed_seq"] == w.seq and row["leaf_index"] == 6
     receipt = decode_receipt(row["receipt"])
     assert receipt.log_size == 6 and receipt.missing == () and receipt.items == 3
+    # The book forgets a sealed job's items (the store keeps them; proofs read the store).
+    assert w.ledger.jobs.items == {} and w.ledger.jobs.runs == {}
+    assert len(job_store.item_rows(w.ledger.store.conn, _text(job))) == 3
     [leaf] = w.ledger.store.leaves(6, 1)
     assert leaf.raw == receipt_leaf(row["receipt"]) and leaf_kind(leaf.raw) == "job"
     # The log's entries (tlog-tiles' entry bundle): the six run leaves and the receipt's, in
@@ -109,6 +112,9 @@ def test_a_job_sealed_early_lists_its_missing_items(tmp_path: Path):
     row = job_store.job_row(w.ledger.store.conn, _text(job))
     assert row is not None
     assert decode_receipt(row["receipt"]).missing == (0, 2, 3)
+    w.close()
+    w.open()  # a restarted ledger: the sealed job's items are not loaded, the rules hold
+    assert w.ledger.jobs.items == {}
     late = item_run(job, 3)
     assert w.rule(late.subject, late.execute()) == "JobSealed"
     assert w.rule(JOB_SUBJECT, seal_event(OWNER, job)) == "JobSealed"
@@ -212,3 +218,16 @@ def test_a_twin_item_run_is_counted_without_the_gate_and_refused_with_it(tmp_pat
     assert finish(defended, item_run(job, 0))[0] == "accepted"
     assert defended.rule(twin.subject, message) == "DuplicateItem"
     assert seq == defended.seq - 1
+
+
+def test_job_events_route_to_the_job_fold_in_any_fleet():
+    """``<fleet>.ctl.job`` is the job fold's subject in every fleet, never a control event
+    nor a segment; another fleet's job subject is not this fleet's."""
+    from fleet.fold.route import CONTROL, JOB, SEGMENT, Router
+    from fleet.subjects import fleet_names
+
+    for names in (DEFAULT_FLEET, fleet_names("blue")):
+        route = Router(names)
+        assert route(names.job_subject) == JOB == route.routes([names.job_subject])[0]
+        assert route(names.control_subject("host")) == CONTROL
+    assert Router(fleet_names("blue"))(DEFAULT_FLEET.job_subject) == SEGMENT

@@ -442,7 +442,7 @@ def _spec_verify(bundle: dict, vkey_text: str) -> dict:
     assert log_root == base64.b64decode(root_b64)
     # The signed note: the verifier key "name+keyid+base64(0x01 || key)"; a signature line
     # "— name base64(keyid || signature)" over the text before the blank line.
-    name, key_id, key_b64 = vkey_text.strip().split("+")
+    name, key_id, key_b64 = vkey_text.strip().split("+", 2)  # base64 may hold "+"
     key = base64.b64decode(key_b64)
     assert key[0] == 1 and hashlib.sha256(name.encode() + b"\n" + key).digest()[:4].hex() \
         == key_id
@@ -475,3 +475,41 @@ def test_an_item_proof_verifies_by_the_spec_text_alone(stack: Stack, tmp_path: P
                                          r.log_size, r.missing))
     with pytest.raises(AssertionError):
         _spec_verify(dict(bundle, receipt=lowered.hex()), vkey)
+
+
+FLOW = '''
+from typing import Any
+
+
+def double(x: int) -> int:
+    return 2 * x
+
+
+async def item(ctx: Any, inp: dict) -> int:
+    return await ctx.step("double", double, inp["n"])
+'''
+
+
+def test_runtime_runs_started_as_a_jobs_items_seal_it(stack: Stack, tmp_path: Path) -> None:
+    """`fleet runtime start ... --job J --item I` runs a durable workflow as item I of J: two
+    such runs on two hosts close, and their closes seal the job with nothing missing; the
+    same item started again (another name, another host: the same unit and grant set, so
+    the same run) is refused as a run that exists."""
+    (tmp_path / "job_flow.py").write_text(FLOW)
+    cli("grant", "keygen", "--out", str(tmp_path), "--name", "owner")
+    opened = cli_json("job", "open", "runtime", "--items", "2", "--key",
+                      str(tmp_path / "owner.key"), "--nats", stack.url, "--json")
+    def start(index: int, host: str) -> list[str]:
+        return ["runtime", "start", "job_flow:item", f"item-{index}-{host}", "--input",
+                json.dumps({"n": index}), "--job", opened["job"], "--item", str(index),
+                "--path", str(tmp_path), "--data", str(stack.hosts / host), "--name", host,
+                "--nats", stack.url, "--json"]
+
+    runs = [cli_json(*start(index, host))["run"] for index, host in ((0, "host1"),
+                                                                     (1, "host2"))]
+    wait_folded(stack.url, stack.data)
+    doc = _show(stack, opened["job"])
+    assert doc["sealed"] and doc["missing"] == [] and doc["progress"]["closed"] == 2
+    assert all(api(stack.url, "run", {"run": r})["phase"] == "closed" for r in runs)
+    again = cli(*start(1, "host3"), check=False)
+    assert again.returncode == 2 and "exists" in again.stderr, again

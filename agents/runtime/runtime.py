@@ -32,6 +32,7 @@ from agents.runtime.context import Context, Inbox, Park
 from agents.runtime.journal import Entry, Journal, verify_chain
 from fleet.address import format_address, parse_address
 from fleet.env.manifest import Manifest
+from fleet.jobs.job_id import item_unit
 from fleet.record.kernel import genesis
 from fleet.record.segment import CallAccount, TranscriptSnapshot, make_snapshot
 from fleet.record.wait_proof import verdict_json, waited_inside
@@ -80,14 +81,20 @@ def load_workflow(name: str) -> Workflow:
     return obj  # type: ignore[no-any-return]
 
 
-def run_address(name: str, workflow: str, grant: str | None = None) -> str:
+def run_address(name: str, workflow: str, grant: str | None = None,
+                item: tuple[str, int] | None = None) -> str:
     """The run ``name`` of ``workflow``, under the grant at address ``grant`` (else the
-    workflow's own grant set id: fleet.runtime.runtime_journal.run_ids)."""
-    return format_address(genesis(*record_ids(name, workflow, grant)))
+    workflow's own grant set id: fleet.runtime.runtime_journal.run_ids); ``item``: (job
+    address, index), the run is that job's item (its unit the item's,
+    :func:`fleet.jobs.job_id.item_unit`)."""
+    return format_address(genesis(*record_ids(name, workflow, grant, item)))
 
 
-def record_ids(name: str, workflow: str, grant: str | None) -> tuple[bytes, bytes]:
+def record_ids(name: str, workflow: str, grant: str | None,
+               item: tuple[str, int] | list[Any] | None = None) -> tuple[bytes, bytes]:
     unit, grants = run_ids(name, workflow)
+    if item is not None:
+        unit = item_unit(parse_address(item[0]), int(item[1]))
     return unit, (parse_address(grant) if grant else grants)
 
 
@@ -213,16 +220,18 @@ class Runtime:
         return version, run_manifest(wf, version, self.environment)
 
     def start(self, fn: Workflow | str, name: str, input: Any = None,
-              grant: str | None = None) -> str:
+              grant: str | None = None, item: tuple[str, int] | None = None) -> str:
         """Create the run ``name`` of workflow ``fn`` (idempotent: the same name, workflow
-        and grant is the same run), under the issued grant at address ``grant`` if given;
-        returns its run address."""
+        and grant is the same run), under the issued grant at address ``grant`` if given,
+        as item ``item`` = (job address, index) of a job if given; returns its run
+        address."""
         wf = fn if isinstance(fn, str) else workflow_name(fn)
-        run = run_address(name, wf, grant)
+        run = run_address(name, wf, grant, item)
         if not self.lock(run):  # held until this process's first advance ends
             raise RunBusy(f"another process on this host is running run {run}")
-        self.journal.create_run(run, name, wf, {"open": False, **({"grant": grant}
-                                                                  if grant else {})})
+        self.journal.create_run(run, name, wf, {"open": False,
+                                                **({"grant": grant} if grant else {}),
+                                                **({"item": list(item)} if item else {})})
         # Two commits: a crash between them leaves a run with no start entry, written here.
         if self.journal.head(run, wf)[0] == 0:
             sealed = Journal.seal_value(input)
@@ -349,7 +358,8 @@ class Runtime:
         if self.host is None:
             self.journal.set_run(run, "running", {**meta, "open": True, "first": first})
             return None, first
-        hr = self.held.get(run) or self.host.open_run(*record_ids(name, wf, meta.get("grant")))
+        hr = self.held.get(run) or self.host.open_run(*record_ids(name, wf, meta.get("grant"),
+                                                                  meta.get("item")))
         self.held[run] = hr
         if hr.state.phase == "parked":
             self._check_park(hr, wf, meta, entries)

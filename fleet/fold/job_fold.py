@@ -160,14 +160,21 @@ class JobBook:
         self.items[key] = entry
         self.runs[entry.run] = key
 
-    def install(self) -> None:
-        """Make this overlay's changes the base's (once the batch is durable)."""
+    def install(self, sealed: Collection[bytes] = ()) -> None:
+        """Make this overlay's changes the base's (once the batch is durable), forgetting
+        the items of the jobs in ``sealed``: a sealed job refuses every new item before
+        asking whose it is, and its receipt is made, so the book holds items of open jobs
+        only (the store keeps them all)."""
         base = self.base
         assert base is not None
         base.jobs.update(self.jobs)
         base.items.update(self.items)
         base.runs.update(self.runs)
         base.tags.update(self.tags)
+        if sealed:
+            gone = [key for key in base.items if key[0] in sealed]
+            for key in gone:
+                base.runs.pop(base.items.pop(key).run, None)
 
 
 @dataclass
@@ -187,6 +194,10 @@ class BatchJobs(JobBook):
 
     def __post_init__(self) -> None:
         JobBook.__init__(self, self.committed)
+
+    def install(self, sealed: Collection[bytes] = ()) -> None:
+        """:meth:`JobBook.install`, forgetting also the jobs this batch sealed."""
+        JobBook.install(self, {*sealed, *self.sealed})
 
     @property
     def changed(self) -> bool:
