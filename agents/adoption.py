@@ -25,15 +25,15 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Any, Protocol
 
-from fleet.address import format_address, parse_address
-from fleet.errors import FleetError
-from fleet.log.log_errors import LogError
-from fleet.log.note import Verifier
-from fleet.log.proof_bundle import verify_bundle
-from fleet.record.phases import PARKED
-from fleet.record.record import RunState
-from fleet.record.verify import fold_sealed, verify_state
-from fleet.record.wire import decode_envelope, decode_record
+from fleet_ledger.fleet.address import format_address, parse_address
+from fleet_ledger.fleet.errors import FleetError
+from fleet_ledger.fleet.log.log_errors import LogError
+from fleet_ledger.fleet.log.note import Verifier
+from fleet_ledger.fleet.log.proof_bundle import verify_bundle
+from fleet_ledger.fleet.record.phases import PARKED
+from fleet_ledger.fleet.record.record import RunState
+from fleet_ledger.fleet.record.verify import fold_sealed, verify_state
+from fleet_ledger.fleet.record.wire import decode_envelope, decode_record
 
 
 class RecordSource(Protocol):

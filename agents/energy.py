@@ -37,8 +37,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final, NamedTuple
 
-from fleet.errors import ValueOutOfRange
-from fleet.record.kernel import MAX_U64, check_provenance, encode_text
+from fleet_ledger.fleet.errors import ValueOutOfRange
+from fleet_ledger.fleet.record.kernel import MAX_U64, check_provenance, encode_text
 
 POWERCAP: Final = Path("/sys/class/powercap")
 DEFAULT_WATTS_PER_CORE: Final = 15.0

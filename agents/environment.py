@@ -19,8 +19,8 @@ import os
 from collections.abc import Iterable
 from pathlib import Path
 
-from fleet.env.manifest import Manifest, read_environment
-from fleet.log.note import Verifier
+from fleet_ledger.fleet.env.manifest import Manifest, read_environment
+from fleet_ledger.fleet.log.note import Verifier
 
 Environment = Manifest | str | os.PathLike[str]
 

@@ -77,15 +77,15 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any
 
-from agents import fanotify
-from agents.exec_journal_store import ExecJournal
-from agents.host_linux import Mount, hash_fd, load_libc, mounts
-from agents.seccomp_filter import Filter, SeccompUnavailable
-from agents.unit_caps import CapabilityDrop
-from agents.unit_cgroup import CgroupUnavailable, UnitGroup, Watchdog
-from agents.unit_ns import NamespaceUnavailable, UnitNamespace, unshare_cgroup
-from fleet.address import format_address
-from fleet.env.exec_decision import (
+from fleet_ledger.agents import fanotify
+from fleet_ledger.agents.exec_journal_store import ExecJournal
+from fleet_ledger.agents.host_linux import Mount, hash_fd, load_libc, mounts
+from fleet_ledger.agents.seccomp_filter import Filter, SeccompUnavailable
+from fleet_ledger.agents.unit_caps import CapabilityDrop
+from fleet_ledger.agents.unit_cgroup import CgroupUnavailable, UnitGroup, Watchdog
+from fleet_ledger.agents.unit_ns import NamespaceUnavailable, UnitNamespace, unshare_cgroup
+from fleet_ledger.fleet.address import format_address
+from fleet_ledger.fleet.env.exec_decision import (
     EXEC,
     LEASE_HELD,
     LEASE_NONE,
@@ -97,8 +97,8 @@ from fleet.env.exec_decision import (
     is_exec_syscall,
     judge,
 )
-from fleet.env.exec_errors import ExecGuardUnavailable
-from fleet.env.exec_policy import ExecPolicy
+from fleet_ledger.fleet.env.exec_errors import ExecGuardUnavailable
+from fleet_ledger.fleet.env.exec_policy import ExecPolicy
 
 __all__ = ["ExecGuard", "GuardStats", "reachable_filesystems"]
 
@@ -390,7 +390,7 @@ class ExecGuard:
             os.close(ev.fd)
             return
         try:
-            outside = ev.pid == self._pid or not self._group.contains(ev.pid)  # type: ignore[union-attr]
+            outside = ev.pid == self._pid or not self._in_unit(ev.pid)
         except Exception:
             # Not provably the unit's: a live unit process's cgroup can always be read,
             # so this is an outsider (or a process already gone); never refuse one.
@@ -402,6 +402,12 @@ class ExecGuard:
             os.close(ev.fd)
         elif not self._decide_quickly(ev):
             self._work.put(ev)
+
+    def _in_unit(self, pid: int) -> bool:
+        # The group is made before the threads that ask start; the callers take any error
+        # (this assertion included) as "not provably the unit's".
+        assert self._group is not None
+        return self._group.contains(pid)
 
     def _decide_quickly(self, ev: fanotify.Event) -> bool:
         # Bytes already hashed are decided here, without a hand-over to the hashing thread;
@@ -432,7 +438,7 @@ class ExecGuard:
             for ev in events:
                 if ev.fd >= 0:
                     try:
-                        mine = ev.pid != self._pid and self._group.contains(ev.pid)  # type: ignore[union-attr]
+                        mine = ev.pid != self._pid and self._in_unit(ev.pid)
                     except Exception:
                         mine = False
                     self._answer(ev.fd, not mine)
@@ -533,10 +539,10 @@ class ExecGuard:
             try:
                 item = self._holds.get(timeout=LEASE_POLL_S) if holds else self._holds.get()
             except queue.Empty:
-                item = ()  # type: ignore[assignment]
-            if item is None:
-                break
-            if item:
+                pass  # no new hold: the held ones are looked at again
+            else:
+                if item is None:
+                    break
                 holds.append((*item, time.monotonic() + LEASE_HOLD_S))
             now, kept = time.monotonic(), []
             for hold in holds:

@@ -22,13 +22,13 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from fleet.address import format_address, parse_address
-from fleet.env.exec_decision import JOURNAL_ALWAYS, JOURNAL_FIRST, JournalBook, Verdict
-from fleet.env.exec_journal import JournalEntry, check_body, interval_report
-from fleet.env.exec_policy import ALLOW, VERDICTS, code_of
-from fleet.errors import FleetError
-from plumbing import sqlite
-from plumbing.transactions import immediate
+from fleet_ledger.fleet.address import format_address, parse_address
+from fleet_ledger.fleet.env.exec_decision import JOURNAL_ALWAYS, JOURNAL_FIRST, JournalBook, Verdict
+from fleet_ledger.fleet.env.exec_journal import JournalEntry, check_body, interval_report
+from fleet_ledger.fleet.env.exec_policy import ALLOW, VERDICTS, code_of
+from fleet_ledger.fleet.errors import FleetError
+from fleet_ledger.plumbing import sqlite
+from fleet_ledger.plumbing.transactions import immediate
 
 _SCHEMA = (
     "CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)",

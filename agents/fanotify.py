@@ -21,7 +21,7 @@ import struct
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from agents.host_linux import load_libc
+from fleet_ledger.agents.host_linux import load_libc
 
 FAN_CLOEXEC = 0x01
 FAN_NONBLOCK = 0x02

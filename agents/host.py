@@ -32,7 +32,7 @@ from pathlib import Path
 
 from nacl.signing import SigningKey
 
-from agents.adoption import (
+from fleet_ledger.agents.adoption import (
     NotParked,
     RecordSource,
     RecordUnavailable,
@@ -40,21 +40,26 @@ from agents.adoption import (
     verify_adoption,
     verify_local,
 )
-from agents.environment import Environment, resume_manifest
-from agents.host_migration import migrate_runs_db
-from agents.outbox import DEFAULT_KEEP_ACKED_BYTES, DEFAULT_LIMIT_BYTES, DEFAULT_RESERVE, Outbox
-from fleet.address import format_address
-from fleet.env.manifest import Manifest
-from fleet.env.manifest_errors import EnvironmentMismatch
-from fleet.errors import ManifestMismatch
-from fleet.jobs.job_id import item_unit
-from fleet.log.note import Verifier
-from fleet.record.attestation import Attestation
-from fleet.record.builder import RecordBuilder, execute_segment
-from fleet.record.record import RunState
-from fleet.record.run_codec import decode_state, encode_state
-from fleet.record.seal import encode_key
-from fleet.record.segment import (
+from fleet_ledger.agents.environment import Environment, resume_manifest
+from fleet_ledger.agents.host_migration import migrate_runs_db
+from fleet_ledger.agents.outbox import (
+    DEFAULT_KEEP_ACKED_BYTES,
+    DEFAULT_LIMIT_BYTES,
+    DEFAULT_RESERVE,
+    Outbox,
+)
+from fleet_ledger.fleet.address import format_address
+from fleet_ledger.fleet.env.manifest import Manifest
+from fleet_ledger.fleet.env.manifest_errors import EnvironmentMismatch
+from fleet_ledger.fleet.errors import ManifestMismatch
+from fleet_ledger.fleet.jobs.job_id import item_unit
+from fleet_ledger.fleet.log.note import Verifier
+from fleet_ledger.fleet.record.attestation import Attestation
+from fleet_ledger.fleet.record.builder import RecordBuilder, execute_segment
+from fleet_ledger.fleet.record.record import RunState
+from fleet_ledger.fleet.record.run_codec import decode_state, encode_state
+from fleet_ledger.fleet.record.seal import encode_key
+from fleet_ledger.fleet.record.segment import (
     CallAccount,
     Claimed,
     Closed,
@@ -64,16 +69,16 @@ from fleet.record.segment import (
     resumed,
     suspended,
 )
-from fleet.record.verify import verify_state
-from fleet.record.wire import (
+from fleet_ledger.fleet.record.verify import verify_state
+from fleet_ledger.fleet.record.wire import (
     SealedSegment,
     decode_envelope,
     decode_record,
     encode_envelope,
     segment_id,
 )
-from fleet.subjects import check_host_name, fleet_names, run_token
-from plumbing.files import read_key_file, write_atomically, write_key_file
+from fleet_ledger.fleet.subjects import check_host_name, fleet_names, run_token
+from fleet_ledger.plumbing.files import read_key_file, write_atomically, write_key_file
 
 KEY_FILE = "host.key"
 PUB_FILE = "host.pub"

@@ -18,12 +18,12 @@ from typing import Final
 
 from nacl.signing import VerifyKey
 
-from agents.outbox import Outbox
-from fleet.record.record import RunState
-from fleet.record.run_codec import decode_state, encode_state
-from fleet.record.verify import fold_sealed
-from fleet.record.wire import decode_envelope
-from plumbing import sqlite
+from fleet_ledger.agents.outbox import Outbox
+from fleet_ledger.fleet.record.record import RunState
+from fleet_ledger.fleet.record.run_codec import decode_state, encode_state
+from fleet_ledger.fleet.record.verify import fold_sealed
+from fleet_ledger.fleet.record.wire import decode_envelope
+from fleet_ledger.plumbing import sqlite
 
 OLD_FILE: Final = "runs.db"
 DONE_SUFFIX: Final = ".migrated"

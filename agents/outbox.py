@@ -46,13 +46,12 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Final, Literal
+from typing import Final
 
-from fleet.record.kernel import EXECUTED, KINDS
-from plumbing import sqlite
-from plumbing.transactions import immediate
+from fleet_ledger.fleet.record.kernel import EXECUTED, KINDS, Kind
+from fleet_ledger.plumbing import sqlite
+from fleet_ledger.plumbing.transactions import immediate
 
-Kind = Literal["executed", "suspended", "resumed", "closed", "claimed", "evicted"]
 PRIORITY_KINDS: Final = frozenset(KINDS) - {EXECUTED}
 DEFAULT_LIMIT_BYTES: Final = 64 * 1024 * 1024
 DEFAULT_RESERVE: Final = 0.10

@@ -24,15 +24,17 @@ One process at a time records a given pool's evictions.
 
 from __future__ import annotations
 
-from agents.host import Host, HostRun
-from agents.warm_pool import Accrued, Slot, WarmPool
-from fleet.address import format_address, parse_address
-from fleet.env.pool_errors import SlotClaimed
-from fleet.record import kernel
-from fleet.record.kernel import NO_GRANTS, pool_unit
-from fleet.record.record import RunState
-from fleet.record.segment import Claimed, Evicted, ImageSnapshot
-from fleet.record.wire import SealedSegment
+from typing import Any
+
+from fleet_ledger.agents.host import Host, HostRun
+from fleet_ledger.agents.warm_pool import Accrued, Slot, WarmPool
+from fleet_ledger.fleet.address import format_address, parse_address
+from fleet_ledger.fleet.env.pool_errors import SlotClaimed
+from fleet_ledger.fleet.record import kernel
+from fleet_ledger.fleet.record.kernel import NO_GRANTS, pool_unit
+from fleet_ledger.fleet.record.record import RunState
+from fleet_ledger.fleet.record.segment import Claimed, Evicted, ImageSnapshot
+from fleet_ledger.fleet.record.wire import SealedSegment
 
 __all__ = ["claimed_segment", "evict_to_record", "evicted_segment", "pool_run",
            "record_evictions", "start_from_slot"]
@@ -43,7 +45,7 @@ def pool_run(host: Host, pool: str) -> HostRun:
     return host.open_run(pool_unit(host.name, pool), NO_GRANTS)
 
 
-def _energy(got: Accrued) -> dict[str, object]:
+def _energy(got: Accrued) -> dict[str, Any]:
     return {"warm_uj": got.warm.uj, "warm_provenance": got.warm.provenance,
             "warm_meter": got.warm.meter, "idle_uj": got.idle.uj,
             "idle_provenance": got.idle.provenance, "idle_meter": got.idle.meter}
@@ -54,11 +56,11 @@ def claimed_segment(slot: Slot, got: Accrued) -> Claimed:
     snapshot = ImageSnapshot(parse_address(slot.fs_root),
                              None if slot.mem_image is None else parse_address(slot.mem_image))
     return Claimed(slot=parse_address(slot.id), snapshot=snapshot,
-                   manifest=parse_address(slot.manifest), **_energy(got))  # type: ignore[arg-type]
+                   manifest=parse_address(slot.manifest), **_energy(got))
 
 
 def evicted_segment(slot: Slot, got: Accrued) -> Evicted:
-    return Evicted(slot=parse_address(slot.id), **_energy(got))  # type: ignore[arg-type]
+    return Evicted(slot=parse_address(slot.id), **_energy(got))
 
 
 def start_from_slot(host: Host, pool: WarmPool, sid: str, unit_id: bytes, grants_id: bytes
@@ -99,5 +101,5 @@ def evict_to_record(host: Host, pool: WarmPool, sid: str) -> tuple[SealedSegment
     got = pool.evict(sid)
     slot = parse_address(sid)
     mine = [s for s in record_evictions(host, pool)
-            if s.segment.slot == slot]  # type: ignore[union-attr]
+            if isinstance(s.segment, Evicted) and s.segment.slot == slot]
     return mine[0], got

@@ -42,7 +42,7 @@ import logging
 import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 import nats
 import nats.errors
@@ -50,8 +50,8 @@ import nats.js.errors
 from nats.js import JetStreamContext
 from nats.js.api import Header
 
-from agents.outbox import Entry, Outbox
-from fleet.subjects import STREAM
+from fleet_ledger.agents.outbox import Entry, Outbox
+from fleet_ledger.fleet.subjects import STREAM
 
 log = logging.getLogger(__name__)
 
@@ -237,7 +237,7 @@ class Publisher:
             attempt += 1
 
     async def _attempt(self, entry: Entry, expected: int) -> tuple[int, bool]:
-        headers = {
+        headers: dict[str, Any] = {  # nats-py's type for them (a Header is a str)
             Header.MSG_ID: entry.msg_id,
             Header.EXPECTED_LAST_SUBJECT_SEQUENCE: str(expected),
         }

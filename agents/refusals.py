@@ -22,8 +22,8 @@ import json
 import logging
 from typing import Any, Final
 
-from agents.outbox import Outbox
-from fleet.subjects import DEFAULT_FLEET, FleetNames, parse_segment_subject
+from fleet_ledger.agents.outbox import Outbox
+from fleet_ledger.fleet.subjects import DEFAULT_FLEET, FleetNames, parse_segment_subject
 
 log = logging.getLogger(__name__)
 

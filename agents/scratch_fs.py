@@ -14,7 +14,7 @@ import os
 from collections.abc import Iterator
 from pathlib import Path
 
-from agents.host_linux import load_libc
+from fleet_ledger.agents.host_linux import load_libc
 
 MNT_DETACH = 2
 _libc = load_libc()

@@ -37,7 +37,7 @@ import platform
 import struct
 from dataclasses import dataclass
 
-from agents.host_linux import load_libc
+from fleet_ledger.agents.host_linux import load_libc
 
 # seccomp_data: int nr; u32 arch; u64 instruction_pointer; u64 args[6] (little-endian here)
 _OFF_NR, _OFF_ARCH, _OFF_ARG0 = 0, 4, 16

@@ -29,10 +29,10 @@ from typing import Any, Final
 
 from nacl.signing import SigningKey
 
-from agents.publisher import TRANSIENT, Backoff
-from fleet.address import digest
-from fleet.fold.grant_events import event_id, issue_event
-from fleet.grants.grant import grant_address, make_terms, sign_grant
+from fleet_ledger.agents.publisher import TRANSIENT, Backoff
+from fleet_ledger.fleet.address import digest
+from fleet_ledger.fleet.fold.grant_events import event_id, issue_event
+from fleet_ledger.fleet.grants.grant import grant_address, make_terms, sign_grant
 
 __all__ = ["DEFAULT_SEED", "SIM_BUDGET_UJ", "SimGrants", "sim_keys"]
 

@@ -23,20 +23,20 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from agents.adoption import RecordSource
-from agents.energy import IntervalMeter, image_park_idle, transcript_park_idle
-from agents.host import Host, HostRun
-from agents.publisher import Publisher
-from agents.refusals import RefusalWatcher
-from agents.sim_grants import SimGrants
-from fleet.address import digest
-from fleet.env.manifest import Manifest, manifest_of_text, read_manifest_file, sign
-from fleet.env.manifest_errors import ManifestError
-from fleet.log.note import Verifier, signer_from_seed
-from fleet.record.segment import CallAccount, Snapshot, make_snapshot
-from fleet.subjects import run_token
-from plumbing.files import write_atomically
-from plumbing.nats_connect import connect
+from fleet_ledger.agents.adoption import RecordSource
+from fleet_ledger.agents.energy import IntervalMeter, image_park_idle, transcript_park_idle
+from fleet_ledger.agents.host import Host, HostRun
+from fleet_ledger.agents.publisher import Publisher
+from fleet_ledger.agents.refusals import RefusalWatcher
+from fleet_ledger.agents.sim_grants import SimGrants
+from fleet_ledger.fleet.address import digest
+from fleet_ledger.fleet.env.manifest import Manifest, manifest_of_text, read_manifest_file, sign
+from fleet_ledger.fleet.env.manifest_errors import ManifestError
+from fleet_ledger.fleet.log.note import Verifier, signer_from_seed
+from fleet_ledger.fleet.record.segment import CallAccount, Snapshot, make_snapshot
+from fleet_ledger.fleet.subjects import run_token
+from fleet_ledger.plumbing.files import write_atomically
+from fleet_ledger.plumbing.nats_connect import connect
 
 # The sample declarations a simulated host's runs park and resume in: a source checkout's
 # examples/ (not part of an installed wheel), or the folder FLEET_DEVCONTAINERS names.

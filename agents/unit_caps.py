@@ -17,7 +17,7 @@ import ctypes
 import os
 from pathlib import Path
 
-from agents.host_linux import load_libc
+from fleet_ledger.agents.host_linux import load_libc
 
 __all__ = ["CapabilityDrop"]
 

@@ -24,7 +24,7 @@ import signal
 import time
 from pathlib import Path
 
-from agents.host_linux import mounts
+from fleet_ledger.agents.host_linux import mounts
 
 _COUNTER = itertools.count(1)
 _DONE = b"d"  # the supervisor's "I cleaned up; just exit"

@@ -29,8 +29,8 @@ import os
 import signal
 from collections.abc import Iterable
 
-from agents import fanotify
-from agents.host_linux import Mount, load_libc, mounts
+from fleet_ledger.agents import fanotify
+from fleet_ledger.agents.host_linux import Mount, load_libc, mounts
 
 __all__ = ["NamespaceUnavailable", "UnitNamespace"]
 

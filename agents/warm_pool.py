@@ -43,7 +43,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from agents.energy import (
+from fleet_ledger.agents.energy import (
     DEFAULT_MEMORY_W_PER_GB,
     DEFAULT_VOLUME_W_PER_TB,
     IntervalMeter,
@@ -51,11 +51,11 @@ from agents.energy import (
     image_park_idle,
     reading,
 )
-from fleet.address import digest, format_address, parse_address
-from fleet.env.pool_errors import SlotClaimed, SlotEvicted, UnknownSlot
-from fleet.record.kernel import check_digest, encode_text, snapshot_bytes
-from plumbing import sqlite
-from plumbing.transactions import immediate
+from fleet_ledger.fleet.address import digest, format_address, parse_address
+from fleet_ledger.fleet.env.pool_errors import SlotClaimed, SlotEvicted, UnknownSlot
+from fleet_ledger.fleet.record.kernel import check_digest, encode_text, snapshot_bytes
+from fleet_ledger.plumbing import sqlite
+from fleet_ledger.plumbing.transactions import immediate
 
 SLOT_DOMAIN = b"fleet.warmslot/1"
 WARM, CLAIMED, EVICTED = "warm", "claimed", "evicted"

@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from fleet.log.anchor_bundle import Receipt
+from fleet_ledger.fleet.log.anchor_bundle import Receipt
 
 __all__ = ["KINDS", "Anchor", "AnchorConfig", "AnchorError", "ProofSource", "Receipt",
            "load_anchor_config"]

@@ -7,22 +7,22 @@ never loads the RFC 3161 or NATS client code.
 
 from __future__ import annotations
 
-from anchors.base import Anchor, AnchorConfig
+from fleet_ledger.anchors.base import Anchor, AnchorConfig
 
 
 def build_anchor(config: AnchorConfig) -> Anchor:
     """The :class:`Anchor` of one config entry."""
     opts = config.options
     if config.kind == "witness":
-        from anchors.witness_client import WitnessAnchor
+        from fleet_ledger.anchors.witness_client import WitnessAnchor
 
         return WitnessAnchor(config.name, opts["url"], opts["vkey"])
     if config.kind == "tsa":
-        from anchors.tsa import TsaAnchor
+        from fleet_ledger.anchors.tsa import TsaAnchor
 
         return TsaAnchor(config.name, opts["url"], opts.get("ca"))
     if config.kind == "nats":
-        from anchors.nats_anchor import NatsAnchor
+        from fleet_ledger.anchors.nats_anchor import NatsAnchor
 
         return NatsAnchor(config.name, opts["url"], opts["subject"], stream=opts.get("stream"),
                           nkey=opts.get("nkey"), creds=opts.get("creds"))

@@ -16,9 +16,9 @@ from typing import Any
 import nats
 from nats.aio.client import Client
 
-from anchors.base import Anchor, AnchorError, ProofSource, Receipt
-from fleet.log.checkpoint import parse_checkpoint
-from fleet.log.note import parse_note
+from fleet_ledger.anchors.base import Anchor, AnchorError, ProofSource, Receipt
+from fleet_ledger.fleet.log.checkpoint import parse_checkpoint
+from fleet_ledger.fleet.log.note import parse_note
 
 
 class NatsAnchor(Anchor):
@@ -67,7 +67,8 @@ class NatsAnchor(Anchor):
                 receipt.update(stream=ack.stream, seq=ack.seq)
             else:
                 await nc.publish(self.subject, note.encode())
-                await nc.flush(timeout=self.timeout)
+                # nats-py annotates flush's timeout as an int; it passes it to asyncio.wait_for.
+                await nc.flush(timeout=self.timeout)  # type: ignore[arg-type]  # nats-py says int
         except Exception as exc:
             raise AnchorError(f"publishing to {self.subject} failed: {exc}") from exc
         return Receipt(self.name, self.kind, size, json.dumps(receipt, sort_keys=True))

@@ -18,11 +18,11 @@ import contextlib
 import logging
 from collections.abc import Sequence
 
-from anchors.base import Anchor, AnchorError
-from anchors.store import AnchorStore
-from fleet.log.cosignature import cosigned_note
-from fleet.subjects import DEFAULT_FLEET
-from plumbing.anchoring import CheckpointSource, Publish
+from fleet_ledger.anchors.base import Anchor, AnchorError
+from fleet_ledger.anchors.store import AnchorStore
+from fleet_ledger.fleet.log.cosignature import cosigned_note
+from fleet_ledger.fleet.subjects import DEFAULT_FLEET
+from fleet_ledger.plumbing.anchoring import CheckpointSource, Publish
 
 log = logging.getLogger(__name__)
 

@@ -13,9 +13,9 @@ from __future__ import annotations
 import sqlite3
 import time
 
-from anchors.base import Receipt
-from plumbing.anchoring import AnchorState
-from plumbing.transactions import immediate
+from fleet_ledger.anchors.base import Receipt
+from fleet_ledger.plumbing.anchoring import AnchorState
+from fleet_ledger.plumbing.transactions import immediate
 
 _SCHEMA = (
     "CREATE TABLE IF NOT EXISTS anchor_receipts (anchor TEXT NOT NULL, size INTEGER NOT NULL,"

@@ -36,9 +36,9 @@ from rfc3161_client import (
     decode_timestamp_response,
 )
 
-from anchors.base import Anchor, AnchorError, ProofSource, Receipt
-from fleet.log.log_errors import BadTimestamp
-from fleet.log.note import parse_note
+from fleet_ledger.anchors.base import Anchor, AnchorError, ProofSource, Receipt
+from fleet_ledger.fleet.log.log_errors import BadTimestamp
+from fleet_ledger.fleet.log.note import parse_note
 
 QUERY_TYPE = "application/timestamp-query"
 REPLY_TYPE = "application/timestamp-reply"

@@ -8,12 +8,12 @@ import urllib.parse
 from dataclasses import dataclass
 from pathlib import Path
 
-from anchors.base import Anchor, AnchorError, ProofSource, Receipt
-from fleet.log.cosignature import WitnessKey, parse_signature_lines, parse_witness_key
-from fleet.log.cosignature import verify_cosignature_lines as verify_lines
-from fleet.log.log_errors import LogError
-from fleet.log.note import parse_note
-from fleet.log.witness import SIZE_CONTENT_TYPE, format_request
+from fleet_ledger.anchors.base import Anchor, AnchorError, ProofSource, Receipt
+from fleet_ledger.fleet.log.cosignature import WitnessKey, parse_signature_lines, parse_witness_key
+from fleet_ledger.fleet.log.cosignature import verify_cosignature_lines as verify_lines
+from fleet_ledger.fleet.log.log_errors import LogError
+from fleet_ledger.fleet.log.note import parse_note
+from fleet_ledger.fleet.log.witness import SIZE_CONTENT_TYPE, format_request
 
 
 @dataclass(frozen=True)

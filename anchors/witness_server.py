@@ -24,10 +24,10 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-from fleet.log.cosignature import WitnessSigner
-from fleet.log.note import Verifier
-from fleet.log.witness import WitnessState, decide
-from plumbing.files import write_atomically
+from fleet_ledger.fleet.log.cosignature import WitnessSigner
+from fleet_ledger.fleet.log.note import Verifier
+from fleet_ledger.fleet.log.witness import WitnessState, decide
+from fleet_ledger.plumbing.files import write_atomically
 
 log = logging.getLogger(__name__)
 
@@ -129,6 +129,7 @@ class WitnessHTTPServer(ThreadingHTTPServer):
     @property
     def url(self) -> str:
         host, port = self.server_address[:2]
+        assert isinstance(host, str)  # an AF_INET address (bytes are AF_UNIX's)
         return f"http://{host}:{port}{self.prefix}"
 
 

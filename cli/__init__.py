@@ -8,7 +8,7 @@ from __future__ import annotations
 import importlib
 import pkgutil
 
-from cli._app import cli, run
+from fleet_ledger.cli._app import cli, run
 
 for _module in pkgutil.iter_modules(__path__):
     if not _module.name.startswith("_"):

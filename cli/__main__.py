@@ -1,5 +1,5 @@
-"""``python -m cli``: the same as the ``fleet`` command."""
+"""``python -m fleet_ledger.cli``: the same as the ``fleet`` command."""
 
-from cli import main
+from fleet_ledger.cli import main
 
 main()

@@ -27,7 +27,7 @@ class CheckFailed(click.ClickException):
 
 
 def _set_fleet(_ctx: click.Context, _param: click.Parameter, value: str) -> str:
-    from fleet.subjects import fleet_names
+    from fleet_ledger.fleet.subjects import fleet_names
 
     try:
         fleet_names(value)

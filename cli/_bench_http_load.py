@@ -1,4 +1,5 @@
-"""The HTTP benchmark's load: ``python -m cli._bench_http_load URL CLIENTS`` runs CLIENTS
+"""The HTTP benchmark's load: ``python -m fleet_ledger.cli._bench_http_load URL CLIENTS`` runs
+CLIENTS
 concurrent followers of the log at URL until a line (or end of file) arrives on stdin, then
 prints one JSON line of what they got. A separate process, so its work never shares the
 ledger's interpreter lock.
@@ -20,7 +21,7 @@ from typing import Any
 
 import aiohttp
 
-from fleet.log.tiles import TILE_WIDTH, Tile
+from fleet_ledger.fleet.log.tiles import TILE_WIDTH, Tile
 
 
 def _tiles(size: int, rng: random.Random) -> list[str]:

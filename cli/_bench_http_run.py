@@ -4,7 +4,8 @@ HTTP from the same ledger, in one run, and what the followers got.
 One nats-server; one stream pre-filled with N sealed segments (those of ``fleet bench
 ingest``). Then fresh ledgers fold it in turn, each with its HTTP servers up in its loop
 (:func:`cli._wiring.start_ledger_http`), alternately *quiet* (no requests) and *loaded*
-(``python -m cli._bench_http_load`` running CLIENTS followers against it from the moment its
+(``python -m fleet_ledger.cli._bench_http_load`` running CLIENTS followers against it from the
+moment its
 fold starts until its watermark reaches the stream's end). The fold rate of each is N over
 that time; the medians are compared. Last, the followers run for a few seconds against the
 last ledger, caught up and idle, for the server's own capacity. Every ledger must end with
@@ -21,19 +22,19 @@ import time
 from pathlib import Path
 from typing import Any
 
-from cli._bench_ingest_run import (
+from fleet_ledger.cli._bench_ingest_run import (
     BenchError,
     check_all_folded,
     make_segments,
     publish_all,
     wait_folded,
 )
-from cli._wiring import make_ledger, start_ledger_http
-from fleet.record.seal import encode_key
-from ledger.service import LedgerConfig
-from ledger.stream import ensure_stream
-from plumbing.nats_connect import connect
-from plumbing.natsd import NatsServer
+from fleet_ledger.cli._wiring import make_ledger, start_ledger_http
+from fleet_ledger.fleet.record.seal import encode_key
+from fleet_ledger.ledger.service import LedgerConfig
+from fleet_ledger.ledger.stream import ensure_stream
+from fleet_ledger.plumbing.nats_connect import connect
+from fleet_ledger.plumbing.natsd import NatsServer
 
 __all__ = ["BenchError", "run_bench"]
 
@@ -47,7 +48,7 @@ class Load:
     @classmethod
     async def start(cls, url: str, clients: int) -> Load:
         proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "cli._bench_http_load", url, str(clients),
+            sys.executable, "-m", "fleet_ledger.cli._bench_http_load", url, str(clients),
             stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE)
         assert proc.stdout is not None
         if (await proc.stdout.readline()).strip() != b"started":

@@ -33,22 +33,23 @@ from typing import Any
 from nacl.signing import SigningKey
 from nats.js.api import AckPolicy, ConsumerConfig
 
-from fleet.address import digest, format_address
-from fleet.fold.grant_events import decode_event, event_id, issue_event
-from fleet.grants.grant import grant_address, make_terms, sign_grant
-from fleet.record.builder import RecordBuilder
-from fleet.record.seal import encode_key
-from fleet.record.segment import CallAccount, make_snapshot
-from fleet.record.wire import encode_envelope, segment_id
-from fleet.subjects import DEFAULT_FLEET, STREAM, segment_subject
-from ledger.pull import ack_all
-from ledger.puller import Puller
-from ledger.seal_verifiers import VERIFIER
-from ledger.service import Ledger, LedgerConfig
-from ledger.store import LedgerStore
-from ledger.stream import ensure_consumer, ensure_stream
-from plumbing.nats_connect import connect
-from plumbing.natsd import NatsServer
+from fleet_ledger.fleet.address import digest, format_address
+from fleet_ledger.fleet.fold.grant_events import decode_event, event_id, issue_event
+from fleet_ledger.fleet.grants.grant import grant_address, make_terms, sign_grant
+from fleet_ledger.fleet.grants.grant_codec import Issue
+from fleet_ledger.fleet.record.builder import RecordBuilder
+from fleet_ledger.fleet.record.seal import encode_key
+from fleet_ledger.fleet.record.segment import CallAccount, make_snapshot
+from fleet_ledger.fleet.record.wire import encode_envelope, segment_id
+from fleet_ledger.fleet.subjects import DEFAULT_FLEET, STREAM, segment_subject
+from fleet_ledger.ledger.pull import ack_all
+from fleet_ledger.ledger.puller import Puller
+from fleet_ledger.ledger.seal_verifiers import VERIFIER
+from fleet_ledger.ledger.service import Ledger, LedgerConfig
+from fleet_ledger.ledger.store import LedgerStore
+from fleet_ledger.ledger.stream import ensure_consumer, ensure_stream
+from fleet_ledger.plumbing.nats_connect import connect
+from fleet_ledger.plumbing.natsd import NatsServer
 
 Message = tuple[str, str, bytes, str, int]  # subject, msg id, payload, run, index
 
@@ -71,7 +72,9 @@ def make_segments(count: int, hosts: int = 4, per_run: int = 10,
         if grants is not None:
             event = bench_grant(run_no, names, manifest, now_ms)
             grants.append(event)
-            grants_id = grant_address(decode_event(event).fields.grant)  # type: ignore[union-attr]
+            issued = decode_event(event).fields
+            assert isinstance(issued, Issue)  # bench_grant makes an ISSUE
+            grants_id = grant_address(issued.grant)
         b = RecordBuilder(keys[name], digest(b"bench-unit-%d" % run_no), grants_id)
         run = format_address(b.run)
         subject = segment_subject(name, run)

@@ -20,15 +20,15 @@ from typing import Any
 
 from nacl.signing import SigningKey
 
-from fleet.address import digest, format_address
-from fleet.fold.job_events import open_event
-from fleet.jobs.job_id import JobTerms, encode_terms, item_unit, job_id
-from fleet.record.builder import RecordBuilder
-from fleet.record.seal import encode_key
-from fleet.record.segment import CallAccount
-from fleet.record.wire import encode_envelope
-from fleet.subjects import DEFAULT_FLEET
-from ledger.service import Ledger, LedgerConfig
+from fleet_ledger.fleet.address import digest, format_address
+from fleet_ledger.fleet.fold.job_events import open_event
+from fleet_ledger.fleet.jobs.job_id import JobTerms, encode_terms, item_unit, job_id
+from fleet_ledger.fleet.record.builder import RecordBuilder
+from fleet_ledger.fleet.record.seal import encode_key
+from fleet_ledger.fleet.record.segment import CallAccount
+from fleet_ledger.fleet.record.wire import encode_envelope
+from fleet_ledger.fleet.subjects import DEFAULT_FLEET
+from fleet_ledger.ledger.service import Ledger, LedgerConfig
 
 _HOSTS = 4
 _BATCH = 2048

@@ -1,7 +1,8 @@
 """Signal → resumed step latency for ``fleet bench runtime --signals N``.
 
 A real nats-server (a free loopback port, a temporary store), a host whose worker waits
-(``Worker.run_forever`` with ``poll`` seconds between passes, as ``fleet runtime worker``),
+(``Worker.run_forever`` as ``fleet runtime worker``: woken by the signals stream's push,
+a full pass every ``poll`` seconds; with ``push`` off, only the passes),
 and a run that parks on a signal N times. Each round sends the signal the way ``fleet
 signal`` does (``FleetStore.send_signal``) and times until the step after the wait runs
 in the worker's interval: the worker's pass, the claim, resumption precondition 1, the
@@ -32,16 +33,17 @@ async def signalled(ctx: Any, inp: dict[str, Any]) -> int:
     return int(inp["n"])
 
 
-async def _measure(folder: Path, url: str, rounds: int, poll: float) -> list[float]:
-    from agents.host import Host
-    from agents.runtime import Runtime
-    from agents.runtime.fleet_store import FleetStore
-    from agents.runtime.runtime import workflow_name
-    from agents.runtime.worker import Worker, running_doc
-    from cli.runtime_cmds import _drain
-    from fleet.subjects import run_token
-    from ledger.stream import ensure_stream
-    from plumbing.nats_connect import connect
+async def _measure(folder: Path, url: str, rounds: int, poll: float, push: bool
+                   ) -> list[float]:
+    from fleet_ledger.agents.host import Host
+    from fleet_ledger.agents.runtime import Runtime
+    from fleet_ledger.agents.runtime.fleet_store import FleetStore
+    from fleet_ledger.agents.runtime.runtime import workflow_name
+    from fleet_ledger.agents.runtime.worker import Worker, running_doc
+    from fleet_ledger.cli.runtime_cmds import _drain
+    from fleet_ledger.fleet.subjects import run_token
+    from fleet_ledger.ledger.stream import ensure_stream
+    from fleet_ledger.plumbing.nats_connect import connect
 
     nc = await connect([url], name="bench-runtime-signal", wait_s=10.0)
     host = Host("bench", folder)
@@ -60,7 +62,7 @@ async def _measure(folder: Path, url: str, rounds: int, poll: float) -> list[flo
                                          host.name))
         await worker.publish(await rt.advance(run))
         stop = asyncio.Event()
-        loop = asyncio.create_task(worker.run_forever(stop, lambda _r: None, poll))
+        loop = asyncio.create_task(worker.run_forever(stop, lambda _r: None, poll, push))
         took = []
         for i in range(rounds):
             sent = time.perf_counter()
@@ -80,16 +82,18 @@ async def _measure(folder: Path, url: str, rounds: int, poll: float) -> list[flo
         await nc.close()
 
 
-def signal_latency(folder: Path, rounds: int, poll: float) -> dict[str, Any]:
+def signal_latency(folder: Path, rounds: int, poll: float, push: bool = True
+                   ) -> dict[str, Any]:
     """p50 / p99 / max ms from a signal sent to the step after its wait running."""
-    from plumbing.testing import running_server
+    from fleet_ledger.plumbing.testing import running_server
 
     MARKS.clear()
     with running_server(folder / "nats") as server:
-        took = asyncio.run(_measure(folder / "host", server.url, rounds, poll))
+        took = asyncio.run(_measure(folder / "host", server.url, rounds, poll, push))
     ordered = sorted(took)
     p99 = ordered[min(len(ordered) - 1, round(0.99 * (len(ordered) - 1)))]
     return {"signal_rounds": rounds, "signal_worker_poll_s": poll,
+            "signal_worker_wake": "push" if push else "poll",
             "signal_to_step_p50_ms": round(statistics.median(took), 1),
             "signal_to_step_p99_ms": round(p99, 1),
             "signal_to_step_max_ms": round(ordered[-1], 1)}

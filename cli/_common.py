@@ -11,7 +11,7 @@ from typing import Any, TypeVar
 
 import click
 
-from cli._app import FLEET, CheckFailed, UserError
+from fleet_ledger.cli._app import FLEET, CheckFailed, UserError
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -34,7 +34,7 @@ def api(url: str, endpoint: str, body: dict[str, Any] | None = None,
         nkey: Path | None = None, timeout: float = 10.0, **kw: Any) -> Any:
     """Call the ledger; one readable line and a non-zero exit when that fails. ``kw``:
     more of :func:`ledger.client.call`'s options (``inbox_prefix``)."""
-    from ledger.client import ApiError, LedgerUnreachable, call_sync
+    from fleet_ledger.ledger.client import ApiError, LedgerUnreachable, call_sync
 
     try:
         return call_sync(url, endpoint, body, nkey=nkey, timeout=timeout, fleet=FLEET["name"],
@@ -92,7 +92,7 @@ def progress_done() -> None:
 def load_key(path: Path) -> Any:
     """A signing key from a key file (``fleet grant keygen``, ``fleet operator keygen``);
     a missing or bad file is one line, exit 2."""
-    from plumbing.files import read_key_file
+    from fleet_ledger.plumbing.files import read_key_file
 
     try:
         return read_key_file(path)

@@ -7,21 +7,25 @@ import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from cli._app import CheckFailed
-from cli._common import progress
+from fleet_ledger.cli._app import CheckFailed
+from fleet_ledger.cli._common import progress
+
+if TYPE_CHECKING:  # imported where used: the demos start without the ledger's imports
+    from fleet_ledger.ledger.service import Ledger
+    from fleet_ledger.plumbing.natsd import NatsServer
 
 
 @asynccontextmanager
 async def embedded_ledger(workdir: Path, grants: str = "enforce"
-                          ) -> AsyncIterator[tuple[Any, Any]]:
+                          ) -> AsyncIterator[tuple[NatsServer, Ledger]]:
     """``(server, ledger)``: a nats-server storing in ``workdir/nats`` and a ledger named
     ``demo`` in ``workdir/ledger`` (checkpoints every 200 ms; ``grants`` as
     :attr:`LedgerConfig.grants`), stopped on exit."""
-    from cli._wiring import make_ledger
-    from ledger.service import LedgerConfig
-    from plumbing.natsd import NatsServer
+    from fleet_ledger.cli._wiring import make_ledger
+    from fleet_ledger.ledger.service import LedgerConfig
+    from fleet_ledger.plumbing.natsd import NatsServer
 
     with NatsServer(store_dir=workdir / "nats", die_with_parent=True) as server:
         ledger = make_ledger(LedgerConfig(data_dir=workdir / "ledger", servers=[server.url],

@@ -5,14 +5,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from agents.environment import environment_manifest
-from agents.host import Host
-from agents.simulate import host_environments
-from cli._app import CheckFailed, UserError
-from fleet.address import digest
-from fleet.env.manifest_errors import EnvironmentMismatch
-from fleet.record.phases import PARKED
-from fleet.record.segment import make_snapshot
+from fleet_ledger.agents.environment import environment_manifest
+from fleet_ledger.agents.host import Host
+from fleet_ledger.agents.simulate import host_environments
+from fleet_ledger.cli._app import CheckFailed, UserError
+from fleet_ledger.fleet.address import digest
+from fleet_ledger.fleet.env.manifest_errors import EnvironmentMismatch
+from fleet_ledger.fleet.record.phases import PARKED
+from fleet_ledger.fleet.record.segment import make_snapshot
 
 
 def refused_resume(folder: Path) -> dict[str, str]:

@@ -15,14 +15,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from agents import fanotify
-from agents.exec_guard import ExecGuard
-from agents.exec_journal_store import ExecJournal
-from agents.seccomp_filter import SeccompUnavailable, current_arch
-from agents.unit_cgroup import CgroupUnavailable, cgroup2_mount, own_group
-from agents.unit_ns import NamespaceUnavailable, UnitNamespace
-from fleet.address import format_address
-from fleet.env.exec_policy import ExecPolicy
+from fleet_ledger.agents import fanotify
+from fleet_ledger.agents.exec_guard import ExecGuard
+from fleet_ledger.agents.exec_journal_store import ExecJournal
+from fleet_ledger.agents.seccomp_filter import SeccompUnavailable, current_arch
+from fleet_ledger.agents.unit_cgroup import CgroupUnavailable, cgroup2_mount, own_group
+from fleet_ledger.agents.unit_ns import NamespaceUnavailable, UnitNamespace
+from fleet_ledger.fleet.address import format_address
+from fleet_ledger.fleet.env.exec_policy import ExecPolicy
 
 DENIED_EXIT = 126  # the unit's first program was refused: nothing of the unit ran
 

@@ -13,14 +13,14 @@ import sys
 import time
 from pathlib import Path
 
-FLEET = [sys.executable, "-m", "cli"]
+FLEET = [sys.executable, "-m", "fleet_ledger.cli"]
 
 
 async def _replicas(servers: list[str], prefix: str) -> tuple[str | None, list[dict]]:
     import nats
 
-    from fleet.subjects import fleet_names
-    from ledger.replica import read_replicas
+    from fleet_ledger.fleet.subjects import fleet_names
+    from fleet_ledger.ledger.replica import read_replicas
 
     nc = await nats.connect(servers, connect_timeout=2, max_reconnect_attempts=2)
     try:

@@ -6,17 +6,17 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from agents.host import Host
-from agents.publisher import Publisher
-from agents.sim_grants import sim_keys
-from cli._app import CheckFailed
-from cli._embedded import wait_folded
-from fleet.address import digest, format_address
-from fleet.fold.grant_events import NO_AMENDMENT, amend_event, event_id, issue_event
-from fleet.grants.grant import grant_address, make_terms, sign_grant
-from fleet.record.seal import encode_key
-from ledger import views
-from ledger.store import LedgerStore
+from fleet_ledger.agents.host import Host
+from fleet_ledger.agents.publisher import Publisher
+from fleet_ledger.agents.sim_grants import sim_keys
+from fleet_ledger.cli._app import CheckFailed
+from fleet_ledger.cli._embedded import wait_folded
+from fleet_ledger.fleet.address import digest, format_address
+from fleet_ledger.fleet.fold.grant_events import NO_AMENDMENT, amend_event, event_id, issue_event
+from fleet_ledger.fleet.grants.grant import grant_address, make_terms, sign_grant
+from fleet_ledger.fleet.record.seal import encode_key
+from fleet_ledger.ledger import views
+from fleet_ledger.ledger.store import LedgerStore
 
 HOST = "granted"
 BUDGET_UJ = 10_000

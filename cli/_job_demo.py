@@ -9,22 +9,22 @@ import secrets
 from pathlib import Path
 from typing import Any
 
-from agents.host import Host
-from agents.sim_grants import sim_keys
-from cli._app import CheckFailed
-from cli._grant_demo import _publish_segments
-from fleet.address import digest, format_address
-from fleet.fold.grant_events import event_id as grant_event_id
-from fleet.fold.grant_events import issue_event
-from fleet.fold.job_events import event_id, open_event
-from fleet.grants.grant import grant_address, make_terms, sign_grant
-from fleet.jobs.job_bundle import verify_job_bundle
-from fleet.jobs.job_id import NONCE_SIZE, JobTerms, encode_terms, job_id
-from fleet.log.note import Verifier
-from fleet.record.seal import encode_key
-from fleet.record.segment import CallAccount
-from ledger import job_views
-from ledger.store import LedgerStore
+from fleet_ledger.agents.host import Host
+from fleet_ledger.agents.sim_grants import sim_keys
+from fleet_ledger.cli._app import CheckFailed
+from fleet_ledger.cli._grant_demo import _publish_segments
+from fleet_ledger.fleet.address import digest, format_address
+from fleet_ledger.fleet.fold.grant_events import event_id as grant_event_id
+from fleet_ledger.fleet.fold.grant_events import issue_event
+from fleet_ledger.fleet.fold.job_events import event_id, open_event
+from fleet_ledger.fleet.grants.grant import grant_address, make_terms, sign_grant
+from fleet_ledger.fleet.jobs.job_bundle import verify_job_bundle
+from fleet_ledger.fleet.jobs.job_id import NONCE_SIZE, JobTerms, encode_terms, job_id
+from fleet_ledger.fleet.log.note import Verifier
+from fleet_ledger.fleet.record.seal import encode_key
+from fleet_ledger.fleet.record.segment import CallAccount
+from fleet_ledger.ledger import job_views
+from fleet_ledger.ledger.store import LedgerStore
 
 HOSTS = ("job-a", "job-b")
 ITEMS = 6
@@ -32,7 +32,7 @@ _HOUR_MS = 3_600_000
 
 
 async def _event(ledger: Any, subject: str, data: bytes, msg_id: str) -> None:
-    from cli._embedded import wait_folded
+    from fleet_ledger.cli._embedded import wait_folded
 
     await ledger.js.publish(subject, data, stream=ledger.names.stream,
                             headers={"Nats-Msg-Id": msg_id})

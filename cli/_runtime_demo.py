@@ -19,30 +19,30 @@ import time
 from pathlib import Path
 from typing import Any
 
-from cli._app import CheckFailed
-from cli._common import progress
+from fleet_ledger.cli._app import CheckFailed
+from fleet_ledger.cli._common import progress
 
 
 async def runtime_demo(workdir: Path) -> dict[str, Any]:
-    from agents.host import Host
-    from agents.publisher import Publisher
-    from agents.runtime import Runtime
-    from agents.runtime.fleet_store import FleetStore
-    from agents.runtime.runtime import load_workflow
-    from agents.runtime.worker import Worker
-    from agents.sim_grants import sim_keys
-    from cli._embedded import embedded_ledger, wait_folded
-    from cli._samples import example_file
-    from cli._wiring import LedgerRecordSource, ledger_keys
-    from fleet.address import format_address
-    from fleet.fold.grant_events import event_id, issue_event
-    from fleet.grants.grant import grant_address, make_terms, sign_grant
-    from fleet.log.proof_bundle import verify_bundle
-    from fleet.record.verify import verify_record
-    from fleet.record.wire import decode_record
-    from ledger import views
-    from ledger.client import call
-    from plumbing.nats_connect import connect
+    from fleet_ledger.agents.host import Host
+    from fleet_ledger.agents.publisher import Publisher
+    from fleet_ledger.agents.runtime import Runtime
+    from fleet_ledger.agents.runtime.fleet_store import FleetStore
+    from fleet_ledger.agents.runtime.runtime import load_workflow
+    from fleet_ledger.agents.runtime.worker import Worker
+    from fleet_ledger.agents.sim_grants import sim_keys
+    from fleet_ledger.cli._embedded import embedded_ledger, wait_folded
+    from fleet_ledger.cli._samples import example_file
+    from fleet_ledger.cli._wiring import LedgerRecordSource, ledger_keys
+    from fleet_ledger.fleet.address import format_address
+    from fleet_ledger.fleet.fold.grant_events import event_id, issue_event
+    from fleet_ledger.fleet.grants.grant import grant_address, make_terms, sign_grant
+    from fleet_ledger.fleet.log.proof_bundle import verify_bundle
+    from fleet_ledger.fleet.record.verify import verify_record
+    from fleet_ledger.fleet.record.wire import decode_record
+    from fleet_ledger.ledger import views
+    from fleet_ledger.ledger.client import call
+    from fleet_ledger.plumbing.nats_connect import connect
 
     sys.path.insert(0, str(example_file("triage.py").parent))
     os.environ["TRIAGE_TRACKER"] = str(workdir / "tracker.jsonl")

@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from cli._app import UserError
+from fleet_ledger.cli._app import UserError
 
 _HERE = Path(__file__).resolve().parent
 # In the order looked for: the wheel's copy, then the checkout's folder.

@@ -15,7 +15,7 @@ def simulator_command(name: str, runs: int, url: str, host_dir: Path,
     """``migrate``: (fraction, the ledger's verifier key, the hand-off folder, peers);
     ``grant_hosts``: the hosts the runs' grants allow (the whole simulated fleet);
     ``job_share``: (job id, ``OFFSET/STRIDE/ITEMS``) of the items this host records."""
-    cmd = [sys.executable, "-m", "cli", "host", "simulate", "--hosts", "1",
+    cmd = [sys.executable, "-m", "fleet_ledger.cli", "host", "simulate", "--hosts", "1",
            "--name", name, "--runs", str(runs), "--nats", url, "--data", str(host_dir),
            "--json"]
     if grant_hosts:

@@ -15,25 +15,25 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from anchors.base import AnchorConfig
-from anchors.factory import build_anchor
-from anchors.runner import AnchorRunner
-from anchors.store import AnchorStore
-from cli._app import FLEET
-from cli._common import text_or_file
-from fleet.log.note import Verifier, parse_verifier_key
-from fleet.record.record_file import join_pages
-from fleet.record.wire import RecordWire, decode_record, encode_record
-from fleet.subjects import fleet_names
-from ledger.client import call
-from ledger.http import HttpServers, Readiness, Throttle, start_servers
-from ledger.log_reader import LogReader
-from ledger.metrics import StoreCollector
-from ledger.nats_config import READER, inbox_prefix
-from ledger.service import Ledger, LedgerConfig
-from ledger.store import DB_NAME, open_db
-from plumbing import sqlite
-from plumbing.anchoring import AnchorTask, CheckpointSource, Publish
+from fleet_ledger.anchors.base import AnchorConfig
+from fleet_ledger.anchors.factory import build_anchor
+from fleet_ledger.anchors.runner import AnchorRunner
+from fleet_ledger.anchors.store import AnchorStore
+from fleet_ledger.cli._app import FLEET
+from fleet_ledger.cli._common import text_or_file
+from fleet_ledger.fleet.log.note import Verifier, parse_verifier_key
+from fleet_ledger.fleet.record.record_file import join_pages
+from fleet_ledger.fleet.record.wire import RecordWire, decode_record, encode_record
+from fleet_ledger.fleet.subjects import fleet_names
+from fleet_ledger.ledger.client import call
+from fleet_ledger.ledger.http import HttpServers, Readiness, Throttle, start_servers
+from fleet_ledger.ledger.log_reader import LogReader
+from fleet_ledger.ledger.metrics import StoreCollector
+from fleet_ledger.ledger.nats_config import READER, inbox_prefix
+from fleet_ledger.ledger.service import Ledger, LedgerConfig
+from fleet_ledger.ledger.store import DB_NAME, open_db
+from fleet_ledger.plumbing import sqlite
+from fleet_ledger.plumbing.anchoring import AnchorTask, CheckpointSource, Publish
 
 
 def open_receipts(data_dir: Path) -> AnchorStore:
@@ -80,7 +80,7 @@ class LedgerRecordSource:
         """The run's record file, fetched in pages and joined (a long record is larger
         than one NATS message)."""
         async def pages() -> list[RecordWire]:
-            out = []
+            out: list[RecordWire] = []
             first = 1
             while True:
                 page = decode_record(await call(
@@ -111,8 +111,8 @@ def ledger_keys(text_or_path: str) -> list[Verifier]:
 def host_ledger_keys(host_dir: Path, vkey: str | None) -> list[Verifier]:
     """A host command's ``--vkey`` (default: ``ledger.vkey`` in the host's folder), or a
     one-line UserError."""
-    from cli._app import UserError
-    from fleet.log.log_errors import LogError
+    from fleet_ledger.cli._app import UserError
+    from fleet_ledger.fleet.log.log_errors import LogError
 
     key_text = vkey if vkey is not None else str(host_dir / "ledger.vkey")
     if vkey is None and not (host_dir / "ledger.vkey").exists():
@@ -131,7 +131,7 @@ async def start_ledger_http(ledger: Ledger, log: tuple[str, int] | None,
     ``busy_rate``: log requests a second while the fold has a backlog (None: no limit)."""
     if log is None and ops is None:
         return None
-    from ledger.explorer import add_explorer
+    from fleet_ledger.ledger.explorer import add_explorer
 
     db = ledger.config.data_dir / DB_NAME
     reader = LogReader(ledger.config.data_dir,
@@ -156,7 +156,7 @@ async def start_ledger_http(ledger: Ledger, log: tuple[str, int] | None,
 async def _runtime_journal(ledger: Ledger, run: str) -> dict[str, Any] | None:
     """A runtime run's journal from the JetStream the ledger is connected to (None while
     it is not)."""
-    from ledger.runtime_journals import runtime_journal
+    from fleet_ledger.ledger.runtime_journals import runtime_journal
 
     if ledger.nc is None or not ledger.nc.is_connected:
         return None

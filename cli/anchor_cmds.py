@@ -5,15 +5,15 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from cli._app import CheckFailed, UserError
-from fleet.log.anchor_bundle import AnchorReport, verify_anchors
-from fleet.log.checkpoint import Checkpoint
-from fleet.log.log_errors import LogError, MalformedKey
-from fleet.log.note import Verifier
+from fleet_ledger.cli._app import CheckFailed, UserError
+from fleet_ledger.fleet.log.anchor_bundle import AnchorReport, verify_anchors
+from fleet_ledger.fleet.log.checkpoint import Checkpoint
+from fleet_ledger.fleet.log.log_errors import LogError, MalformedKey
+from fleet_ledger.fleet.log.note import Verifier
 
 
 def load_witness_keys(values: tuple[str, ...]) -> list[Any]:
-    from anchors.witness_client import load_witness_key
+    from fleet_ledger.anchors.witness_client import load_witness_key
 
     keys = []
     for value in values:
@@ -34,7 +34,7 @@ def check_anchors(bundle: dict[str, Any], checkpoint: Checkpoint, verifiers: lis
                         f"--witness-vkey keys ({len(witnesses)} given)")
     tsa_check = None
     if tsa_cas:
-        from anchors.tsa import load_trust_anchors, verify_receipt
+        from fleet_ledger.anchors.tsa import load_trust_anchors, verify_receipt
 
         try:
             roots = load_trust_anchors(tsa_cas)
@@ -55,8 +55,8 @@ def load_anchors_option(path: Path | None) -> list[Any]:
     """``--anchors FILE``: the anchor configs, or a one-line user error."""
     if path is None:
         return []
-    from anchors.base import load_anchor_config
-    from anchors.factory import build_anchor
+    from fleet_ledger.anchors.base import load_anchor_config
+    from fleet_ledger.anchors.factory import build_anchor
 
     try:
         configs = load_anchor_config(path)

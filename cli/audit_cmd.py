@@ -9,10 +9,10 @@ from typing import Any
 
 import click
 
-from cli._app import UserError, cli
-from cli._common import api, emit_json, nats_options, span_s
-from fleet.audit import format_uj as _uj
-from fleet.audit import format_when as _when
+from fleet_ledger.cli._app import UserError, cli
+from fleet_ledger.cli._common import api, emit_json, nats_options, span_s
+from fleet_ledger.fleet.audit import format_uj as _uj
+from fleet_ledger.fleet.audit import format_when as _when
 
 
 def parse_since(value: str, now: float) -> float:
@@ -120,8 +120,8 @@ def audit_command(since: str | None, cheap_factor: float, data: Path | None, as_
     now = time.time()
     since_ts = None if since is None else parse_since(since, now)
     if data is not None:
-        from cli.ledger_cmds import _offline_store
-        from ledger.audit_rows import audit_store
+        from fleet_ledger.cli.ledger_cmds import _offline_store
+        from fleet_ledger.ledger.audit_rows import audit_store
 
         store = _offline_store(data)
         try:

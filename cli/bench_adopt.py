@@ -19,8 +19,8 @@ from typing import Any
 
 import click
 
-from cli._app import CheckFailed, bench
-from cli._common import emit_result
+from fleet_ledger.cli._app import CheckFailed, bench
+from fleet_ledger.cli._common import emit_result
 
 
 class _Timed:
@@ -49,15 +49,15 @@ class _Timed:
 async def _measure(workdir: Path, segments: int, repeats: int) -> dict[str, Any]:
     from nacl.signing import SigningKey
 
-    from agents.host import Host
-    from cli._embedded import embedded_ledger
-    from cli._wiring import LedgerRecordSource
-    from fleet.address import digest, format_address
-    from fleet.record.builder import RecordBuilder
-    from fleet.record.seal import encode_key, seal_message
-    from fleet.record.segment import make_snapshot
-    from fleet.record.wire import encode_envelope, segment_id
-    from fleet.subjects import segment_subject
+    from fleet_ledger.agents.host import Host
+    from fleet_ledger.cli._embedded import embedded_ledger
+    from fleet_ledger.cli._wiring import LedgerRecordSource
+    from fleet_ledger.fleet.address import digest, format_address
+    from fleet_ledger.fleet.record.builder import RecordBuilder
+    from fleet_ledger.fleet.record.seal import encode_key, seal_message
+    from fleet_ledger.fleet.record.segment import make_snapshot
+    from fleet_ledger.fleet.record.wire import encode_envelope, segment_id
+    from fleet_ledger.fleet.subjects import segment_subject
 
     key = SigningKey(bytes([7]) * 32)
     b = RecordBuilder(key, digest(b"bench-adopt/unit"), digest(b"bench-adopt/grants"))
@@ -94,9 +94,9 @@ async def _measure(workdir: Path, segments: int, repeats: int) -> dict[str, Any]
             host.close()
             assert held.state.index == segments and held.state.phase == "parked"
             rounds.append((total, timed.fetch_s, timed.prove_s))
-        messages = [(seal_message(b.run, s.index, s.head), s.seal) for s in b.sealed]
+        seals = [(seal_message(b.run, s.index, s.head), s.seal) for s in b.sealed]
         t = time.perf_counter()
-        for message, signature in messages:
+        for message, signature in seals:
             key.verify_key.verify(message, signature)
         bare = time.perf_counter() - t
         size = len(await asyncio.to_thread(source.record, run))

@@ -34,8 +34,8 @@ from typing import Any
 import click
 from blake3 import blake3
 
-from cli._app import UserError, bench
-from cli._common import emit_result
+from fleet_ledger.cli._app import UserError, bench
+from fleet_ledger.cli._common import emit_result
 
 DRIVER = r"""
 import json, os, sys, time
@@ -112,10 +112,10 @@ def _hash_rate() -> float:
 
 def measure(execs: int, rounds: int, binary: Path, *, marks: str = "all",
             open_seconds: float = 2.0) -> dict[str, Any]:
-    from agents.exec_guard import ExecGuard
-    from agents.scratch_fs import tmpfs
-    from fleet.address import digest
-    from fleet.env.exec_policy import build_policy
+    from fleet_ledger.agents.exec_guard import ExecGuard
+    from fleet_ledger.agents.scratch_fs import tmpfs
+    from fleet_ledger.fleet.address import digest
+    from fleet_ledger.fleet.env.exec_policy import build_policy
 
     policy = build_policy("allow", [(digest(b"some other program"), "deny", "other")])
     samples: dict[str, list[float]] = {"baseline": [], "cached": [], "cold": [], "outside": [],
@@ -157,8 +157,8 @@ def measure(execs: int, rounds: int, binary: Path, *, marks: str = "all",
                 samples["open_guarded"] += got
                 refused["open_guarded"] += n
                 unit_proc.kill()
-            for c in cold:
-                os.unlink(c)
+            for copy in cold:
+                os.unlink(copy)
     opens = {k: _open_summary(samples.pop(k), refused[k]) for k in refused}
     s = {k: _summary(v) for k, v in samples.items()}
     base = s["baseline"]["p50"]

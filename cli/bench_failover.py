@@ -11,8 +11,8 @@ from pathlib import Path
 
 import click
 
-from cli._app import CheckFailed, UserError, bench
-from cli._common import emit_result
+from fleet_ledger.cli._app import CheckFailed, UserError, bench
+from fleet_ledger.cli._common import emit_result
 
 
 @bench.command("failover")
@@ -24,8 +24,8 @@ from cli._common import emit_result
 def bench_failover(kills: int, ttl: float, as_json: bool) -> None:
     """Three replicas on a fresh 3-node NATS cluster, a simulated host publishing; the
     documented bound is ttl + ttl/4 + 0.5 s (fails, exit 1, if a takeover exceeds it by 2 s)."""
-    from cli._failover import FLEET, ReplicaProcs, kill_holders, replicas_now
-    from plumbing.natsd import NatsCluster
+    from fleet_ledger.cli._failover import FLEET, ReplicaProcs, kill_holders, replicas_now
+    from fleet_ledger.plumbing.natsd import NatsCluster
 
     bound = ttl * 1.25 + 0.5  # + the server's expiry scheduling and this poll (docs)
     with tempfile.TemporaryDirectory(prefix="fleet-failover-") as tmp:
@@ -66,7 +66,7 @@ def bench_failover(kills: int, ttl: float, as_json: bool) -> None:
 
 def _wait_for_load(servers: list[str], timeout: float = 60.0) -> None:
     """Kill only under load: once the replicas have folded some of the host's segments."""
-    from cli._failover import replicas_now
+    from fleet_ledger.cli._failover import replicas_now
 
     deadline = time.monotonic() + timeout
     while max((b["tree_size"] for b in replicas_now(servers)[1]), default=0) == 0:
@@ -77,9 +77,9 @@ def _wait_for_load(servers: list[str], timeout: float = 60.0) -> None:
 
 def _enroll_host(url: str, base: Path) -> None:
     """Host h1's key, enrolled by a published event once a replica made the stream."""
-    from agents.host import load_or_create_key
-    from cli.operator_cmds import publish_event
-    from fleet.fold.control import ENROLL
+    from fleet_ledger.agents.host import load_or_create_key
+    from fleet_ledger.cli.operator_cmds import publish_event
+    from fleet_ledger.fleet.fold.control import ENROLL
 
     (base / "host").mkdir()
     key = bytes(load_or_create_key(base / "host").verify_key)

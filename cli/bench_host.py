@@ -14,15 +14,15 @@ from pathlib import Path
 
 import click
 
-from cli._app import bench
-from cli._common import emit_result
+from fleet_ledger.cli._app import bench
+from fleet_ledger.cli._common import emit_result
 
 
 def host_segment_us(folder: Path, segments: int) -> tuple[float, float]:
     """Wall and CPU µs per ``HostRun.execute`` over ``segments`` segments in a fresh host at
     ``folder`` (the wall time includes the fsyncs; the CPU time is what they leave)."""
-    from agents.host import Host
-    from fleet.address import digest
+    from fleet_ledger.agents.host import Host
+    from fleet_ledger.fleet.address import digest
 
     host = Host("bench", folder)
     try:

@@ -7,8 +7,8 @@ import asyncio
 
 import click
 
-from cli._app import CheckFailed, bench
-from cli._common import emit_result
+from fleet_ledger.cli._app import CheckFailed, bench
+from fleet_ledger.cli._common import emit_result
 
 
 @bench.command("http")
@@ -22,7 +22,7 @@ from cli._common import emit_result
 def bench_http(segments: int, clients: int, repeats: int, as_json: bool) -> None:
     """Fold rate quiet vs under CLIENTS HTTP followers; tiles/s and checkpoint latency.
     Fails (exit 1, one line) unless every segment of each fold became a leaf."""
-    from cli._bench_http_run import BenchError, run_bench
+    from fleet_ledger.cli._bench_http_run import BenchError, run_bench
 
     try:
         result = asyncio.run(run_bench(segments, clients, repeats))

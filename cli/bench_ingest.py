@@ -6,8 +6,8 @@ import asyncio
 
 import click
 
-from cli._app import CheckFailed, bench
-from cli._common import emit_result
+from fleet_ledger.cli._app import CheckFailed, bench
+from fleet_ledger.cli._common import emit_result
 
 
 @bench.command("ingest")
@@ -28,7 +28,7 @@ def bench_ingest(segments: int, rate: float, e2e_segments: int, repeats: int,
                  with_grants: bool, as_json: bool) -> None:
     """Raw nats-py publish/consume, the ledger folding a pre-filled stream, end to end.
     Fails (exit 1, one line) unless every segment of each fold became a leaf."""
-    from cli._bench_ingest_run import BenchError, grant_bench, run_bench
+    from fleet_ledger.cli._bench_ingest_run import BenchError, grant_bench, run_bench
 
     try:
         if with_grants:

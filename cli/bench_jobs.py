@@ -12,18 +12,18 @@ import time
 
 import click
 
-from cli._app import bench
-from cli._bench_jobs_fold import measure_fold
-from fleet.jobs.item_proof import (
+from fleet_ledger.cli._app import bench
+from fleet_ledger.cli._bench_jobs_fold import measure_fold
+from fleet_ledger.fleet.jobs.item_proof import (
     decode_item_proof,
     encode_item_proof,
     item_proof,
     tree_item_proof,
 )
-from fleet.jobs.item_proof import verify_item_proof as verify_proof
-from fleet.jobs.job_id import JobTerms, item_run, job_id
-from fleet.jobs.receipt import Receipt, encode_receipt, item_leaves, seal_leaves
-from fleet.jobs.sum_tree import Item, SumTree
+from fleet_ledger.fleet.jobs.item_proof import verify_item_proof as verify_proof
+from fleet_ledger.fleet.jobs.job_id import JobTerms, item_run, job_id
+from fleet_ledger.fleet.jobs.receipt import Receipt, encode_receipt, item_leaves, seal_leaves
+from fleet_ledger.fleet.jobs.sum_tree import Item, SumTree
 
 _GRANTS = bytes([7]) * 32
 

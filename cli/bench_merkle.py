@@ -1,6 +1,6 @@
 """``fleet bench merkle``: our SQLite tree store against pymerkle's SqliteTree, same leaves.
 
-Each implementation runs in its own subprocess (``python -m cli.bench_merkle``) so
+Each implementation runs in its own subprocess (``python -m fleet_ledger.cli.bench_merkle``) so
 its peak RSS is its own. Both get the same 84-byte fleet leaves, generated on the fly (never
 held in a list, so memory measures the store, not the input). Appends are durable:
 
@@ -25,15 +25,15 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from hashlib import sha256
 from pathlib import Path
 from typing import Any
 
 import click
 
-from cli._app import UserError, bench
-from fleet.log.leaf import encode_leaf
+from fleet_ledger.cli._app import UserError, bench
+from fleet_ledger.fleet.log.leaf import encode_leaf
 
 IMPLS = ("ours", "pymerkle")
 _RUN = sha256(b"bench run").digest()
@@ -51,7 +51,7 @@ def _percentiles(samples: list[float]) -> tuple[float, float]:
     return round(pick(0.50) * 1e3, 4), round(pick(0.99) * 1e3, 4)
 
 
-def _timed(calls: list[Callable[[], object]]) -> list[float]:
+def _timed(calls: Sequence[Callable[[], object]]) -> list[float]:
     out = []
     clock = time.perf_counter
     for call in calls:
@@ -62,8 +62,8 @@ def _timed(calls: list[Callable[[], object]]) -> list[float]:
 
 
 def _run_ours(path: Path, leaves: int, batch: int) -> tuple[float, Any]:
-    from fleet.log.merkle import leaf_hashes
-    from ledger.tree_store import open_tree_store
+    from fleet_ledger.fleet.log.merkle import leaf_hashes
+    from fleet_ledger.ledger.tree_store import open_tree_store
 
     store = open_tree_store(path)
     start = time.perf_counter()
@@ -108,7 +108,7 @@ def worker(impl: str, leaves: int, proofs: int, batch: int, folder: Path, seed: 
 
 
 def _spawn(impl: str, leaves: int, proofs: int, batch: int, folder: Path) -> dict:
-    args = [sys.executable, "-m", "cli.bench_merkle", impl, str(leaves), str(proofs),
+    args = [sys.executable, "-m", "fleet_ledger.cli.bench_merkle", impl, str(leaves), str(proofs),
             str(batch), str(folder)]  # fmt: skip
     done = subprocess.run(args, capture_output=True, text=True, check=False)
     if done.returncode != 0:

@@ -10,13 +10,13 @@ from collections.abc import Callable
 import click
 from nacl.signing import SigningKey
 
-from cli._app import bench
-from fleet.address import digest
-from fleet.record.builder import RecordBuilder
-from fleet.record.seal import seal_message
-from fleet.record.segment import CallAccount, make_snapshot
-from fleet.record.verify import verify_record
-from fleet.record.wire import decode_record, encode_record
+from fleet_ledger.cli._app import bench
+from fleet_ledger.fleet.address import digest
+from fleet_ledger.fleet.record.builder import RecordBuilder
+from fleet_ledger.fleet.record.seal import seal_message
+from fleet_ledger.fleet.record.segment import CallAccount, make_snapshot
+from fleet_ledger.fleet.record.verify import verify_record
+from fleet_ledger.fleet.record.wire import decode_record, encode_record
 
 
 def sample_record(segments: int) -> RecordBuilder:
@@ -64,7 +64,7 @@ def measure(segments: int, repeats: int) -> dict[str, object]:
         for msg, sig in messages:
             verify(msg, sig)
 
-    from ledger import seal_verifiers
+    from fleet_ledger.ledger import seal_verifiers
 
     public = bytes(key)
     items = [(public, msg, sig) for msg, sig in messages]

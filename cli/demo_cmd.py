@@ -11,25 +11,25 @@ from typing import Any
 
 import click
 
-from cli._app import CheckFailed, UserError, cli
-from cli._common import progress, progress_done
-from plumbing.natsd import NatsServerError
+from fleet_ledger.cli._app import CheckFailed, UserError, cli
+from fleet_ledger.cli._common import progress, progress_done
+from fleet_ledger.plumbing.natsd import NatsServerError
 
 
 async def _demo(workdir: Path, hosts: int, runs: int) -> dict[str, Any]:
-    from cli._embedded import embedded_ledger, wait_folded
-    from cli._env_demo import refused_resume
-    from cli._grant_demo import overspending_run
-    from cli._job_demo import job_demo
-    from cli._sim_procs import spawn_simulators
-    from fleet.log.checkpoint import open_checkpoint
-    from fleet.log.note import parse_verifier_key
-    from fleet.log.proof_bundle import verify_bundle
-    from fleet.record.verify import verify_record
-    from fleet.record.wire import decode_envelope, decode_record
-    from fleet.subjects import segment_subject
-    from ledger import views
-    from ledger.client import call
+    from fleet_ledger.cli._embedded import embedded_ledger, wait_folded
+    from fleet_ledger.cli._env_demo import refused_resume
+    from fleet_ledger.cli._grant_demo import overspending_run
+    from fleet_ledger.cli._job_demo import job_demo
+    from fleet_ledger.cli._sim_procs import spawn_simulators
+    from fleet_ledger.fleet.log.checkpoint import open_checkpoint
+    from fleet_ledger.fleet.log.note import parse_verifier_key
+    from fleet_ledger.fleet.log.proof_bundle import verify_bundle
+    from fleet_ledger.fleet.record.verify import verify_record
+    from fleet_ledger.fleet.record.wire import decode_envelope, decode_record
+    from fleet_ledger.fleet.subjects import segment_subject
+    from fleet_ledger.ledger import views
+    from fleet_ledger.ledger.client import call
 
     started = time.monotonic()
     # Every run must present its grant before its first segment (the simulator issues one
@@ -101,7 +101,9 @@ async def _demo(workdir: Path, hosts: int, runs: int) -> dict[str, Any]:
             moved_proof = {"moved_proved_run": moved[0],
                            "moved_holders": views.holders(ledger.store, moved[0]),
                            "moved_record_segments": mreport.segments}
-        cp = open_checkpoint(ledger.store.last_checkpoint()[2], [vkey])  # type: ignore[index]
+        last = ledger.store.last_checkpoint()
+        assert last is not None  # the bundles above were proved against one
+        cp = open_checkpoint(last[2], [vkey])
         environment = refused_resume(workdir / "environment-check")
         # Last (the figures above are the simulated fleet's): a job of six items under a
         # grant, sealed by its last close, one item proved.
@@ -145,11 +147,11 @@ def _in_folder(keep: Path | None, fn: Any) -> Any:
 def demo(hosts: int, runs: int, keep: Path | None, as_json: bool, durable: bool) -> None:
     """Start the embedded stack, stream simulated hosts, prove and verify a run."""
     if durable:
-        from cli._runtime_demo import runtime_demo, show
+        from fleet_ledger.cli._runtime_demo import runtime_demo, show
 
         show(_in_folder(keep, runtime_demo), as_json)
         return
-    from cli._samples import use_samples
+    from fleet_ledger.cli._samples import use_samples
 
     use_samples(2)  # the hosts' runs park in them; the environment check needs two
     summary = _in_folder(keep, lambda folder: _demo(folder, hosts, runs))

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import click
 
-from cli._app import UserError, cli
-from cli._common import emit_json
+from fleet_ledger.cli._app import UserError, cli
+from fleet_ledger.cli._common import emit_json
 
 
 def _files(folder: Path) -> list[str]:
@@ -25,7 +25,7 @@ def _files(folder: Path) -> list[str]:
 def examples(copy_to: Path | None, as_json: bool) -> None:
     """Where the examples are (then e.g. `fleet runtime start triage:triage ... --path
     FOLDER`), or a copy of them in a folder of yours."""
-    from cli._samples import examples_folder
+    from fleet_ledger.cli._samples import examples_folder
 
     folder = examples_folder()
     files = _files(folder)

@@ -20,12 +20,12 @@ from typing import Any
 
 import click
 
-from cli._app import CheckFailed, UserError, cli
-from cli._common import emit_json
-from fleet.address import format_address, parse_address
-from fleet.env.exec_errors import ExecError, ExecGuardUnavailable
-from fleet.env.exec_journal import UNPINNED
-from fleet.env.exec_policy import (
+from fleet_ledger.cli._app import CheckFailed, UserError, cli
+from fleet_ledger.cli._common import emit_json
+from fleet_ledger.fleet.address import format_address, parse_address
+from fleet_ledger.fleet.env.exec_errors import ExecError, ExecGuardUnavailable
+from fleet_ledger.fleet.env.exec_journal import UNPINNED
+from fleet_ledger.fleet.env.exec_policy import (
     ALLOW,
     DENY,
     ExecPolicy,
@@ -33,7 +33,7 @@ from fleet.env.exec_policy import (
     policy_from_json,
     policy_to_json,
 )
-from fleet.errors import MalformedAddress
+from fleet_ledger.fleet.errors import MalformedAddress
 
 
 @cli.group("exec")
@@ -48,7 +48,7 @@ def policy_group() -> None:
 
 def file_address(path: Path) -> bytes:
     """BLAKE3 of a file's bytes."""
-    from agents.host_linux import hash_fd
+    from fleet_ledger.agents.host_linux import hash_fd
 
     with path.open("rb") as f:
         return hash_fd(f.fileno())
@@ -224,7 +224,7 @@ def exec_run(policy_file: Path, journal: Path, run_id: str | None, marks: tuple[
     """Run COMMAND as a unit under the policy; exits with the unit's status, or 126 when
     the guard refuses COMMAND itself. SIGHUP reloads the policy, SIGUSR1 ends the
     journal's interval, SIGINT/SIGTERM go to the unit."""
-    from cli._exec_run import run_unit
+    from fleet_ledger.cli._exec_run import run_unit
 
     policy = load_policy(policy_file)
     uid = gid = None
@@ -277,9 +277,9 @@ def audit_journal(journal: dict[str, Any], data: bytes, what: str) -> list[dict[
     its executed segments, the exec-journal interval whose root is its attestation's
     journal root, with that interval's counts (``interval``: ``None`` when no interval has
     that root, e.g. a root folded with a replay journal's)."""
-    from fleet.errors import FleetError
-    from fleet.record.verify import verify_record
-    from fleet.record.wire import ExecutedWire, decode_record
+    from fleet_ledger.fleet.errors import FleetError
+    from fleet_ledger.fleet.record.verify import verify_record
+    from fleet_ledger.fleet.record.wire import ExecutedWire, decode_record
 
     try:
         record = decode_record(data)
@@ -310,7 +310,7 @@ def audit_journal(journal: dict[str, Any], data: bytes, what: str) -> list[dict[
 def exec_journal(journal_file: Path, record_file: Path | None, show_all: bool,
                  as_json: bool) -> None:
     """Show an exec journal: each interval's root (recomputed) and its decisions."""
-    from agents.exec_journal_store import read_journal
+    from fleet_ledger.agents.exec_journal_store import read_journal
 
     if not journal_file.is_file():
         raise UserError(f"{journal_file}: no such file")
@@ -351,7 +351,7 @@ def _audit_record(journal: dict[str, Any], record_file: Path) -> list[dict[str, 
 def exec_probe(as_json: bool) -> None:
     """Can this host enforce exec policies? (fanotify permission events, cgroup v2, seccomp,
     a mount namespace for the unit)"""
-    from cli._exec_run import probe_host
+    from fleet_ledger.cli._exec_run import probe_host
 
     doc = probe_host()
     if as_json:

@@ -21,8 +21,8 @@ from typing import Any
 
 import click
 
-from cli._app import FLEET, CheckFailed, UserError, cli
-from cli._common import api, emit_json, load_key, span_s, split_servers, text_or_file
+from fleet_ledger.cli._app import FLEET, CheckFailed, UserError, cli
+from fleet_ledger.cli._common import api, emit_json, load_key, span_s, split_servers, text_or_file
 
 _NAME = re.compile(r"[A-Za-z0-9_.-]{1,64}\Z")
 
@@ -37,7 +37,7 @@ def grant() -> None:
 
 def parse_public(value: str, what: str) -> bytes:
     """A public key (32 bytes) from hex, base64, or a file holding either."""
-    from fleet.record.seal import decode_key
+    from fleet_ledger.fleet.record.seal import decode_key
 
     try:
         text = text_or_file(value)
@@ -63,7 +63,7 @@ def grant_keygen(out: Path, name: str, as_json: bool) -> None:
     (hex), the form grants and ``--subject`` take."""
     from nacl.signing import SigningKey
 
-    from plumbing.files import write_atomically, write_key_file
+    from fleet_ledger.plumbing.files import write_atomically, write_key_file
 
     if not _NAME.match(name):
         raise UserError(f"--name {name!r}: letters, digits, '_', '.', '-' only")
@@ -111,7 +111,7 @@ def terms_options(fn: Callable[..., Any]) -> Callable[..., Any]:
 
 def _read_terms_file(value: str) -> dict[str, Any]:
     try:
-        text = click.get_text_stream("stdin").read() if value == "-" else Path(value).read_text()
+        text = click.open_file("-").read() if value == "-" else Path(value).read_text()
     except FileNotFoundError:
         raise UserError(f"{value}: no such terms file") from None
     except OSError as exc:
@@ -150,8 +150,8 @@ def _duration_ms(value: str) -> int:
 def build_terms(opts: dict[str, Any], base: Any = None, now_ms: int | None = None) -> Any:
     """Terms from ``--terms`` and the options over it; keys left out keep ``base``'s (a
     :class:`fleet.grants.grant.Terms`, or None: scopes, budget and expiry must be given)."""
-    from fleet.grants.grant import terms_from_json
-    from fleet.grants.grant_errors import GrantError
+    from fleet_ledger.fleet.grants.grant import terms_from_json
+    from fleet_ledger.fleet.grants.grant_errors import GrantError
 
     obj: dict[str, Any] = {}
     if opts.get("terms_file"):
@@ -186,8 +186,8 @@ def _terms_given(opts: dict[str, Any]) -> bool:
 
 def read_grant_file(path: Path) -> tuple[bytes, Any]:
     """A grant file's bytes and the grant in them (canonical; not yet verified)."""
-    from fleet.grants.grant import decode_grant
-    from fleet.grants.grant_errors import GrantError
+    from fleet_ledger.fleet.grants.grant import decode_grant
+    from fleet_ledger.fleet.grants.grant_errors import GrantError
 
     try:
         data = path.read_bytes()
@@ -204,8 +204,8 @@ def _is_address(value: str) -> bool:
 
 
 def _address(value: str) -> bytes:
-    from fleet.address import parse_address
-    from fleet.errors import FleetError
+    from fleet_ledger.fleet.address import parse_address
+    from fleet_ledger.fleet.errors import FleetError
 
     try:
         return parse_address(value)
@@ -222,8 +222,8 @@ def publish_grant_event(url: str, nkey: Path | None, data: bytes, retry: bool = 
     took it for a duplicate of the same event (then the sequence is the earlier copy's), and
     the ledger's decision there. ``retry``: a fresh id (:func:`fleet.address.retry_id`), so
     the event is stored and decided again."""
-    from fleet.fold.grant_events import decode_event, event_id
-    from fleet.subjects import fleet_names
+    from fleet_ledger.fleet.fold.grant_events import decode_event, event_id
+    from fleet_ledger.fleet.subjects import fleet_names
 
     return publish_signed(url, nkey, fleet_names(FLEET["name"]).grant_subject, data,
                           event_id(data), decode_event(data).kind_name, retry)
@@ -235,9 +235,9 @@ def publish_signed(url: str, nkey: Path | None, subject: str, data: bytes, msg_i
     ``nkey``): :func:`publish_grant_event`'s report."""
     import secrets
 
-    from cli.operator_cmds import _publish, ledger_decision
-    from fleet.address import digest, format_address, retry_id
-    from ledger.nats_config import ISSUER, inbox_prefix
+    from fleet_ledger.cli.operator_cmds import _publish, ledger_decision
+    from fleet_ledger.fleet.address import digest, format_address, retry_id
+    from fleet_ledger.ledger.nats_config import ISSUER, inbox_prefix
 
     if retry:
         msg_id = retry_id(msg_id, secrets.token_bytes(8))
@@ -258,7 +258,7 @@ def publish_signed(url: str, nkey: Path | None, subject: str, data: bytes, msg_i
 def _finish(doc: dict[str, Any], report: dict[str, Any], as_json: bool, what: str) -> None:
     """``doc`` as JSON, or the report for a person; then exit 1 if the ledger refused the
     event (a retry inside the duplicate window: the earlier copy's decision)."""
-    from cli.operator_cmds import check_decided, decision_text
+    from fleet_ledger.cli.operator_cmds import check_decided, decision_text
 
     if as_json:
         emit_json(doc)
@@ -288,7 +288,7 @@ def _key_option(text: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]
 
 
 def _event(build: Callable[[], bytes]) -> bytes:
-    from fleet.grants.grant_errors import GrantError
+    from fleet_ledger.fleet.grants.grant_errors import GrantError
 
     try:
         return build()
@@ -299,15 +299,15 @@ def _event(build: Callable[[], bytes]) -> bytes:
 def _issuable(data: bytes) -> bytes:
     """``data``, a grant the ledger's ISSUE would take (bar the enrolled host keys, not
     known here), or its refusal."""
-    from fleet.fold.grant_events import check_issuable
-    from fleet.grants.grant import decode_grant
+    from fleet_ledger.fleet.fold.grant_events import check_issuable
+    from fleet_ledger.fleet.grants.grant import decode_grant
 
     check_issuable(decode_grant(data), ())
     return data
 
 
 def _write(out: Path, data: bytes) -> None:
-    from plumbing.files import write_atomically
+    from fleet_ledger.plumbing.files import write_atomically
 
     write_atomically(out, data)
 
@@ -328,9 +328,9 @@ def grant_issue(key_file: Path, subject: str, out: Path, url: str | None, nkey: 
                 as_json: bool, retry: bool, **opts: Any) -> None:
     """Sign a grant; prints its address (a run's grants_id). With --nats, also publish its
     ISSUE event so ledgers hold runs under it to it."""
-    from fleet.address import format_address
-    from fleet.fold.grant_events import issue_event
-    from fleet.grants.grant import grant_address, sign_grant
+    from fleet_ledger.fleet.address import format_address
+    from fleet_ledger.fleet.fold.grant_events import issue_event
+    from fleet_ledger.fleet.grants.grant import grant_address, sign_grant
 
     issuer = load_key(key_file)
     subject_key = parse_public(subject, "--subject")
@@ -339,7 +339,8 @@ def grant_issue(key_file: Path, subject: str, out: Path, url: str | None, nkey: 
     data = _event(lambda: _issuable(sign_grant(issuer, subject_key, terms)))
     _write(out, data)
     address = format_address(grant_address(data))
-    doc = {"address": address, "file": str(out), "published": None, "checked": "offline"}
+    doc: dict[str, Any] = {"address": address, "file": str(out), "published": None,
+                           "checked": "offline"}
     if not as_json:
         _offline("checked offline only (the grant's own rules); the ledger's enrolled host "
                  "keys and its decision are the ledger's")
@@ -363,8 +364,8 @@ def grant_issue(key_file: Path, subject: str, out: Path, url: str | None, nkey: 
 def grant_show(what: str, url: str, nkey: Path | None, as_json: bool) -> None:
     """A grant file, or a grant the ledger holds (b3: address: with its effective terms,
     amendments, mints and history)."""
-    from fleet.grants.grant import grant_json, verify_grant
-    from fleet.grants.grant_errors import GrantError
+    from fleet_ledger.fleet.grants.grant import grant_json, verify_grant
+    from fleet_ledger.fleet.grants.grant_errors import GrantError
 
     if _is_address(what):
         _address(what)
@@ -398,7 +399,7 @@ def _show_grant(doc: dict[str, Any]) -> None:
 
 
 def _when_ms(ms: int) -> str:
-    from fleet.audit import format_when
+    from fleet_ledger.fleet.audit import format_when
 
     return format_when(ms / 1000) + " UTC"
 
@@ -463,10 +464,10 @@ def grant_verify(grant_file: Path, parent_file: Path | None, at_ms: int | None) 
     """Check a grant file: canonical bytes, its issuer's signature, issuer != subject, an
     expiry not passed; with --parent, that it is that grant's child and only tightens it.
     Exit 1 with one line when a check fails."""
-    from fleet.address import format_address
-    from fleet.fold.grant_events import check_child_of, check_issuable
-    from fleet.grants.grant import check_narrows, grant_address, verify_grant
-    from fleet.grants.grant_errors import GrantError
+    from fleet_ledger.fleet.address import format_address
+    from fleet_ledger.fleet.fold.grant_events import check_child_of, check_issuable
+    from fleet_ledger.fleet.grants.grant import check_narrows, grant_address, verify_grant
+    from fleet_ledger.fleet.grants.grant_errors import GrantError
 
     def check(path: Path) -> tuple[bytes, Any]:
         data, g = read_grant_file(path)
@@ -513,10 +514,10 @@ def grant_mint(key_file: Path, standing: str, trigger: str, subject: str, out: P
     grant's (without its mint policy). Publishes the MINT event."""
     from dataclasses import replace
 
-    from fleet.address import format_address
-    from fleet.fold.grant_events import mint_event
-    from fleet.grants.grant import check_narrows, grant_address, sign_grant
-    from fleet.grants.grant_errors import GrantError
+    from fleet_ledger.fleet.address import format_address
+    from fleet_ledger.fleet.fold.grant_events import mint_event
+    from fleet_ledger.fleet.grants.grant import check_narrows, grant_address, sign_grant
+    from fleet_ledger.fleet.grants.grant_errors import GrantError
 
     holder = load_key(key_file)
     child_subject = parse_public(subject, "--subject")
@@ -547,9 +548,9 @@ def ledger_terms(url: str, nkey: Path | None, address: bytes, key: str
                  ) -> tuple[dict[str, Any] | None, str]:
     """The grant as the ledger holds it (``fleet.api.grant``) and ``""``, or ``None`` and
     why the ledger could not say (unreachable, or the grant not folded there)."""
-    from fleet.address import format_address
-    from ledger.client import ApiError, LedgerUnreachable, call_sync
-    from ledger.nats_config import ISSUER, inbox_prefix
+    from fleet_ledger.fleet.address import format_address
+    from fleet_ledger.ledger.client import ApiError, LedgerUnreachable, call_sync
+    from fleet_ledger.ledger.nats_config import ISSUER, inbox_prefix
 
     try:
         doc = call_sync(url, "grant", {"grant": format_address(address)}, nkey=nkey,
@@ -566,7 +567,7 @@ def _terms_to_check(url: str, nkey: Path | None, what: str, key: str
     """A grant named by its file or its address: its address, the terms a pre-check reads
     (the ledger's ``key`` terms; only when no ledger answers, the file's issued terms, or
     None for an address), the ledger's document, and what the check is against."""
-    from fleet.grants.grant import grant_address, terms_from_json
+    from fleet_ledger.fleet.grants.grant import grant_address, terms_from_json
 
     if _is_address(what):
         address, terms = _address(what), None
@@ -593,7 +594,7 @@ def _amendment(url: str, nkey: Path | None, what: str, seq: int | None,
     (amended, as its AMEND rule reads them); only when no ledger answers, the grant file's
     issued terms (said: checked offline only), or None for an address (said: not checked).
     ``--seq``/``--previous`` override the ledger's numbering."""
-    from fleet.fold.grant_events import NO_AMENDMENT
+    from fleet_ledger.fleet.fold.grant_events import NO_AMENDMENT
 
     if (seq is None) != (previous is None):
         raise UserError("give both --seq and --previous, or neither (then the ledger is asked)")
@@ -612,10 +613,10 @@ def _amendment(url: str, nkey: Path | None, what: str, seq: int | None,
 def _publish_amend(key_file: Path, what: str, url: str, nkey: Path | None, seq: int | None,
                    previous: str | None, make: Callable[[Any], Any], as_json: bool,
                    label: str, retry: bool) -> None:
-    from fleet.address import format_address
-    from fleet.fold.grant_events import amend_event
-    from fleet.grants.grant import check_narrows
-    from fleet.grants.grant_errors import GrantError
+    from fleet_ledger.fleet.address import format_address
+    from fleet_ledger.fleet.fold.grant_events import amend_event
+    from fleet_ledger.fleet.grants.grant import check_narrows
+    from fleet_ledger.fleet.grants.grant_errors import GrantError
 
     issuer = load_key(key_file)
     address, own, n, prev, checked = _amendment(url, nkey, what, seq, previous)
@@ -640,7 +641,7 @@ def _publish_amend(key_file: Path, what: str, url: str, nkey: Path | None, seq: 
 
 def _amend_options(fn: Callable[..., Any]) -> Callable[..., Any]:
     """GRANT, the issuer's key, ``--seq``/``--previous``, where to publish, ``--json``."""
-    for option in reversed([
+    options: list[Callable[[Callable[..., Any]], Callable[..., Any]]] = [
         click.argument("what", metavar="GRANT"),
         _key_option("The issuer's key file."),
         click.option("--seq", type=click.IntRange(1), help="The amendment's number "
@@ -649,7 +650,8 @@ def _amend_options(fn: Callable[..., Any]) -> Callable[..., Any]:
                      "first; default: asked from the ledger)."),
         publish_options(True),
         click.option("--json", "as_json", is_flag=True, help="Print JSON."),
-    ]):
+    ]
+    for option in reversed(options):
         fn = option(fn)
     return fn
 
@@ -674,7 +676,7 @@ def grant_revoke(what: str, key_file: Path, seq: int | None, previous: str | Non
                  nkey: Path | None, as_json: bool, retry: bool) -> None:
     """Amend a grant to nothing: every later segment of its runs (and of its children's) is
     refused GrantRevoked; a close still folds."""
-    from fleet.grants.grant import nothing
+    from fleet_ledger.fleet.grants.grant import nothing
 
     def make(own: Any) -> Any:
         if own is None:
@@ -693,7 +695,7 @@ def grant_revoke(what: str, key_file: Path, seq: int | None, previous: str | Non
 def grant_trigger(name: str, key_file: Path, url: str, nkey: Path | None,
                   as_json: bool, retry: bool) -> None:
     """Raise a trigger: one mint of a standing grant whose policy names this key may use it."""
-    from fleet.fold.grant_events import trigger_event
+    from fleet_ledger.fleet.fold.grant_events import trigger_event
 
     key = load_key(key_file)
     report = publish_grant_event(url, nkey, _event(lambda: trigger_event(key, name)), retry)
@@ -716,9 +718,9 @@ def grant_checkpoint(key_file: Path, run_id: str, index: int | None, head: str |
                      as_json: bool, retry: bool) -> None:
     """Checkpoint the agent's own state, bound to the run's head: kept in the run's grant
     history (fleet run show)."""
-    from fleet.address import digest
-    from fleet.fold.grant_events import checkpoint_event
-    from ledger.nats_config import ISSUER, inbox_prefix
+    from fleet_ledger.fleet.address import digest
+    from fleet_ledger.fleet.fold.grant_events import checkpoint_event
+    from fleet_ledger.ledger.nats_config import ISSUER, inbox_prefix
 
     agent = load_key(key_file)
     run = _address(run_id)

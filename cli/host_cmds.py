@@ -12,8 +12,8 @@ from typing import Any
 
 import click
 
-from cli._app import FLEET, CheckFailed, UserError, cli
-from cli._common import emit_json, progress, progress_done, split_servers, text_or_file
+from fleet_ledger.cli._app import FLEET, CheckFailed, UserError, cli
+from fleet_ledger.cli._common import emit_json, progress, progress_done, split_servers, text_or_file
 
 
 @cli.group()
@@ -22,7 +22,7 @@ def host() -> None:
 
 
 def _store(data: Path):  # noqa: ANN202 - a LedgerStore, imported lazily
-    from ledger.store import LedgerStore
+    from fleet_ledger.ledger.store import LedgerStore
 
     if not data.is_dir():
         raise UserError(f"{data}: not a ledger data folder")
@@ -31,7 +31,7 @@ def _store(data: Path):  # noqa: ANN202 - a LedgerStore, imported lazily
 
 def _on_store(data: Path, action: Callable[[Any], None]) -> None:
     """Run an operator action on a ledger's store; a refused one is a one-line error."""
-    from ledger.store import StoreError
+    from fleet_ledger.ledger.store import StoreError
 
     store = _store(data)
     try:
@@ -64,7 +64,7 @@ def _control(fn: Any) -> Any:
 def _publish(kind: int, name: str, pubkey: str | None, url: str | None, nkey: Path | None,
              key_file: Path | None, seq: int | None, as_json: bool) -> None:
     """Publish a control event of ``kind`` (a :mod:`fleet.fold.control` kind constant)."""
-    from cli.operator_cmds import _report, parse_vkey, publish_event
+    from fleet_ledger.cli.operator_cmds import _report, parse_vkey, publish_event
 
     if url is None or key_file is None:
         raise UserError("give --data (offline) or --nats with --operator-key (published)")
@@ -76,7 +76,7 @@ def _keyed(kind: int, name: str, pubkey: str, data: Path | None, url: str | None
            nkey: Path | None, key_file: Path | None, seq: int | None, as_json: bool) -> None:
     """An enrollment or a re-key: published, or (an enrollment only) written offline into
     the store in ``data``. ``pubkey``: the key's text or a file holding it."""
-    from fleet.fold.control import REKEY
+    from fleet_ledger.fleet.fold.control import REKEY
 
     if data is None:
         return _publish(kind, name, pubkey, url, nkey, key_file, seq, as_json)
@@ -100,7 +100,7 @@ def host_enroll(name: str, pubkey: str, data: Path | None, url: str | None,
                 nkey: Path | None, key_file: Path | None, seq: int | None,
                 as_json: bool) -> None:
     """Let ledgers fold segments sealed by this host key (after the event's position)."""
-    from fleet.fold.control import ENROLL
+    from fleet_ledger.fleet.fold.control import ENROLL
 
     _keyed(ENROLL, name, pubkey, data, url, nkey, key_file, seq, as_json)
 
@@ -111,7 +111,7 @@ def host_enroll(name: str, pubkey: str, data: Path | None, url: str | None,
 def host_revoke(name: str, data: Path | None, url: str | None, nkey: Path | None,
                 key_file: Path | None, seq: int | None, as_json: bool) -> None:
     """Refuse the host's later segments; its earlier ones stay in the log."""
-    from fleet.fold.control import REVOKE
+    from fleet_ledger.fleet.fold.control import REVOKE
 
     if data is None:
         return _publish(REVOKE, name, None, url, nkey, key_file, seq, as_json)
@@ -129,7 +129,7 @@ def host_rekey(name: str, pubkey: str, data: Path | None, url: str | None,
                nkey: Path | None, key_file: Path | None, seq: int | None,
                as_json: bool) -> None:
     """Replace the host's key for later segments (earlier ones stay, under the old key)."""
-    from fleet.fold.control import REKEY
+    from fleet_ledger.fleet.fold.control import REKEY
 
     _keyed(REKEY, name, pubkey, data, url, nkey, key_file, seq, as_json)
 
@@ -187,7 +187,7 @@ def host_simulate(hosts: int, runs: int, url: str, data: Path, name: str | None,
         if nkey is not None:
             raise UserError("--job opens a job on the job subject, which a host's NATS user "
                             "may not publish to: run it without --nkey")
-        from cli.job_cmds import open_sim_job
+        from fleet_ledger.cli.job_cmds import open_sim_job
 
         job_id, _report = open_sim_job(url, seed, job_items)
         job = {"job": job_id, "items": job_items}
@@ -215,11 +215,11 @@ def host_simulate(hosts: int, runs: int, url: str, data: Path, name: str | None,
         if summary["remaining"]:
             raise CheckFailed(f"{summary['remaining']} segments could not be sent")
         return
-    from cli._sim_procs import spawn_simulators
+    from fleet_ledger.cli._sim_procs import spawn_simulators
 
     procs = spawn_simulators(hosts, runs, url, data, enroll_into, name or "host", nkey=nkey,
                              migrate=migrate, vkey=vkey, seed=seed,
-                             job=None if job is None else (job["job"], job_items or 0))
+                             job=None if job is None else (str(job["job"]), job_items or 0))
     import signal
     import sys
     from concurrent.futures import ThreadPoolExecutor, wait
@@ -262,8 +262,8 @@ def _items(job_id: str | None, share: str | None) -> list[tuple[bytes, int]] | N
     """The (job, index) items of ``--job-id`` and ``--job-share OFFSET/STRIDE/ITEMS``."""
     if job_id is None or share is None:
         return None
-    from fleet.address import parse_address
-    from fleet.errors import FleetError
+    from fleet_ledger.fleet.address import parse_address
+    from fleet_ledger.fleet.errors import FleetError
 
     try:
         job = parse_address(job_id)
@@ -279,21 +279,21 @@ def _one_host(name: str, host_dir: Path, runs: int, servers: list[str], nkey: Pa
               moving: tuple[float, str, Path, int] | None = None, url: str = "",
               grants: tuple[str, list[str]] | None = None,
               items: list[tuple[bytes, int]] | None = None) -> dict:
-    from agents.host import HostKeyError, load_or_create_key
-    from agents.simulate import simulate_host
-    from fleet.record.seal import encode_key
-    from fleet.subjects import check_host_name
+    from fleet_ledger.agents.host import HostKeyError, load_or_create_key
+    from fleet_ledger.agents.simulate import simulate_host
+    from fleet_ledger.fleet.record.seal import encode_key
+    from fleet_ledger.fleet.subjects import check_host_name
 
     try:
         check_host_name(name)
     except ValueError as exc:
         raise UserError(str(exc)) from None
-    from cli._samples import use_samples
+    from fleet_ledger.cli._samples import use_samples
 
     use_samples()  # the runs park in them: a missing folder is named before NATS is tried
     host_dir.mkdir(parents=True, exist_ok=True)
     if enroll_into is not None:
-        from ledger.store import StoreError
+        from fleet_ledger.ledger.store import StoreError
 
         try:
             key = load_or_create_key(host_dir)
@@ -313,13 +313,13 @@ def _one_host(name: str, host_dir: Path, runs: int, servers: list[str], nkey: Pa
     def show(acked: int, pending: int) -> None:
         progress(f"{name}: {acked} segments sent, {pending} pending")
 
-    from plumbing.nats_connect import NatsUnreachable
+    from fleet_ledger.plumbing.nats_connect import NatsUnreachable
 
     migration = None
     if moving is not None:
-        from agents.simulate import Migration
-        from cli._wiring import LedgerRecordSource, ledger_keys
-        from fleet.log.log_errors import LogError
+        from fleet_ledger.agents.simulate import Migration
+        from fleet_ledger.cli._wiring import LedgerRecordSource, ledger_keys
+        from fleet_ledger.fleet.log.log_errors import LogError
 
         fraction, vkey, folder, peers = moving
         try:
@@ -330,7 +330,7 @@ def _one_host(name: str, host_dir: Path, runs: int, servers: list[str], nkey: Pa
         migration = Migration(fraction, folder, peers, source, keys)
     sim_grants = None
     if grants is not None and nkey is None:
-        from agents.sim_grants import SimGrants
+        from fleet_ledger.agents.sim_grants import SimGrants
 
         seed, allowed = grants
         try:

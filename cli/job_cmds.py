@@ -15,8 +15,8 @@ from typing import Any
 
 import click
 
-from cli._app import FLEET, CheckFailed, UserError, cli
-from cli._common import api, emit_json, load_key, nats_options
+from fleet_ledger.cli._app import FLEET, CheckFailed, UserError, cli
+from fleet_ledger.cli._common import api, emit_json, load_key, nats_options
 
 
 @cli.group()
@@ -26,8 +26,8 @@ def job() -> None:
 
 def _job_text(value: str) -> str:
     """A job id as given (``b3:...`` or its 43 characters), checked, as ``b3:`` text."""
-    from fleet.address import format_address, parse_address
-    from fleet.errors import FleetError
+    from fleet_ledger.fleet.address import format_address, parse_address
+    from fleet_ledger.fleet.errors import FleetError
 
     text = value if value.startswith("b3:") else "b3:" + value
     try:
@@ -37,9 +37,9 @@ def _job_text(value: str) -> str:
 
 
 def _publish(url: str, nkey: Path | None, data: bytes, retry: bool) -> dict[str, Any]:
-    from cli.grant_cmds import publish_signed
-    from fleet.fold.job_events import decode_job_event, event_id
-    from fleet.subjects import fleet_names
+    from fleet_ledger.cli.grant_cmds import publish_signed
+    from fleet_ledger.fleet.fold.job_events import decode_job_event, event_id
+    from fleet_ledger.fleet.subjects import fleet_names
 
     return publish_signed(url, nkey, fleet_names(FLEET["name"]).job_subject, data,
                           event_id(data), decode_job_event(data).kind_name, retry)
@@ -58,7 +58,7 @@ def _publish_options(fn: Any) -> Any:
 
 
 def _finish(doc: dict[str, Any], report: dict[str, Any], as_json: bool, what: str) -> None:
-    from cli.operator_cmds import check_decided, decision_text
+    from fleet_ledger.cli.operator_cmds import check_decided, decision_text
 
     if as_json:
         emit_json(doc)
@@ -80,10 +80,10 @@ def job_open(name: str, items: int, grant: str | None, nonce: str | None, key_fi
              url: str, nkey: Path | None, retry: bool, as_json: bool) -> None:
     """Open job NAME of N items; prints its id (what item runs and every other command
     name it by)."""
-    from fleet.address import format_address, parse_address
-    from fleet.errors import FleetError
-    from fleet.fold.job_events import open_event
-    from fleet.jobs.job_id import NONCE_SIZE, JobTerms, encode_terms, job_id
+    from fleet_ledger.fleet.address import format_address, parse_address
+    from fleet_ledger.fleet.errors import FleetError
+    from fleet_ledger.fleet.fold.job_events import open_event
+    from fleet_ledger.fleet.jobs.job_id import NONCE_SIZE, JobTerms, encode_terms, job_id
 
     key = load_key(key_file)
     try:
@@ -111,8 +111,8 @@ def job_open(name: str, items: int, grant: str | None, nonce: str | None, key_fi
 def job_seal(job_id: str, key_file: Path, url: str, nkey: Path | None, retry: bool,
              as_json: bool) -> None:
     """Seal JOB now: its receipt lists the items not closed as missing."""
-    from fleet.address import parse_address
-    from fleet.fold.job_events import seal_event
+    from fleet_ledger.fleet.address import parse_address
+    from fleet_ledger.fleet.fold.job_events import seal_event
 
     text = _job_text(job_id)
     report = _publish(url, nkey, seal_event(load_key(key_file), parse_address(text)), retry)
@@ -190,8 +190,8 @@ def job_show(job_id: str, with_items: bool, as_json: bool, url: str, nkey: Path 
 def job_export(job_id: str, out: Path, url: str, nkey: Path | None) -> None:
     """Write the record file of every item run of JOB (what ``fleet job verify --records``
     reads; each as ``fleet run export`` writes it)."""
-    from cli._wiring import LedgerRecordSource
-    from cli.ledger_cmds import _api_call
+    from fleet_ledger.cli._wiring import LedgerRecordSource
+    from fleet_ledger.cli.ledger_cmds import _api_call
 
     text = _job_text(job_id)
     source = LedgerRecordSource(url, nkey)
@@ -253,11 +253,11 @@ def job_verify_proof(bundle_file: str, vkeys: tuple[str, ...], witness_vkeys: tu
                      require_witnesses: int, as_json: bool) -> None:
     """Verify a job proof bundle (fleet job prove) offline: the item in the receipt, the
     receipt in a signed checkpoint (and its anchors)."""
-    from cli.log_cmds import load_verifiers
-    from fleet.errors import FleetError
-    from fleet.jobs.job_bundle import verify_job_bundle
-    from fleet.jobs.receipt import receipt_json
-    from fleet.jobs.sum_tree import VERDICTS
+    from fleet_ledger.cli.log_cmds import load_verifiers
+    from fleet_ledger.fleet.errors import FleetError
+    from fleet_ledger.fleet.jobs.job_bundle import verify_job_bundle
+    from fleet_ledger.fleet.jobs.receipt import receipt_json
+    from fleet_ledger.fleet.jobs.sum_tree import VERDICTS
 
     verifiers = load_verifiers(vkeys)
     bundle = _load_json(bundle_file, "job proof bundle")
@@ -280,7 +280,7 @@ def job_verify_proof(bundle_file: str, vkeys: tuple[str, ...], witness_vkeys: tu
             + f"; the receipt is leaf {proved.leaf_index} of {proved.checkpoint.origin} size "
               f"{proved.checkpoint.size}")
     if "anchors" in bundle or witness_vkeys or require_witnesses:
-        from cli.anchor_cmds import check_anchors
+        from fleet_ledger.cli.anchor_cmds import check_anchors
 
         report = check_anchors(bundle, proved.checkpoint, verifiers, witness_vkeys,
                                require_witnesses, ())
@@ -291,7 +291,7 @@ def job_verify_proof(bundle_file: str, vkeys: tuple[str, ...], witness_vkeys: tu
 
 
 def _b3(raw: bytes) -> str:
-    from fleet.address import format_address
+    from fleet_ledger.fleet.address import format_address
 
     return format_address(raw)
 
@@ -327,12 +327,12 @@ def job_verify(receipt_file: str, records: Path, as_json: bool) -> None:
     record verified from genesis, each item in its place, nothing left out or counted
     twice, the totals, verdicts and root as the receipt states. RECEIPT: a file with the
     receipt's bytes or hex, or a job proof bundle."""
-    from fleet.address import format_address
-    from fleet.errors import FleetError
-    from fleet.jobs.job_records import items_from_states
-    from fleet.jobs.receipt import decode_receipt, receipt_json, verify_receipt
-    from fleet.record.verify import verify_state
-    from fleet.record.wire import decode_record
+    from fleet_ledger.fleet.address import format_address
+    from fleet_ledger.fleet.errors import FleetError
+    from fleet_ledger.fleet.jobs.job_records import items_from_states
+    from fleet_ledger.fleet.jobs.receipt import decode_receipt, receipt_json, verify_receipt
+    from fleet_ledger.fleet.record.verify import verify_state
+    from fleet_ledger.fleet.record.wire import decode_record
 
     try:
         receipt = decode_receipt(read_receipt(receipt_file))
@@ -367,10 +367,10 @@ def open_sim_job(url: str, seed: str, items: int, name: str = "sim") -> tuple[st
     line and exit 1."""
     from nacl.signing import SigningKey
 
-    from cli.operator_cmds import check_decided
-    from fleet.address import digest, format_address
-    from fleet.fold.job_events import open_event
-    from fleet.jobs.job_id import NONCE_SIZE, JobTerms, encode_terms, job_id
+    from fleet_ledger.cli.operator_cmds import check_decided
+    from fleet_ledger.fleet.address import digest, format_address
+    from fleet_ledger.fleet.fold.job_events import open_event
+    from fleet_ledger.fleet.jobs.job_id import NONCE_SIZE, JobTerms, encode_terms, job_id
 
     key = SigningKey(digest(b"fleet-sim/" + seed.encode() + b"/job-issuer"))
     terms = JobTerms(name, items, bytes(key.verify_key), secrets.token_bytes(NONCE_SIZE))

@@ -12,14 +12,14 @@ from typing import Any
 
 import click
 
-from cli._app import FLEET, CheckFailed, UserError, cli
-from cli._common import api, emit_json, nats_options, split_servers
-from cli._http import HttpSettings, http_options, http_settings
-from plumbing.files import write_atomically
+from fleet_ledger.cli._app import FLEET, CheckFailed, UserError, cli
+from fleet_ledger.cli._common import api, emit_json, nats_options, split_servers
+from fleet_ledger.cli._http import HttpSettings, http_options, http_settings
+from fleet_ledger.plumbing.files import write_atomically
 
 
 def _ledger_config(data: Path, servers: list[str], **kw: Any) -> Any:
-    from ledger.service import LedgerConfig
+    from fleet_ledger.ledger.service import LedgerConfig
 
     return LedgerConfig(data_dir=data, servers=servers, **kw)
 
@@ -28,7 +28,7 @@ async def serve_until_signal(config: Any, on_ready: Any = None, anchors: Any = (
                              http: HttpSettings | None = None) -> None:
     """Run a ledger (anchoring with ``anchors``, serving ``http``) until SIGINT/SIGTERM,
     then stop it cleanly."""
-    from cli._wiring import make_ledger, start_ledger_http
+    from fleet_ledger.cli._wiring import make_ledger, start_ledger_http
 
     ledger = make_ledger(config, anchors)
     stop = asyncio.Event()
@@ -107,9 +107,9 @@ def ledger_serve(url: str, data: Path, nkey: Path | None, name: str, origin: str
                  anchors_file: Path | None = None, operator_vkey: tuple[str, ...] = (),
                  replica_ttl: float | None = None, grants: str = "enforce") -> None:
     """The ledger and its API, against an existing NATS server or cluster."""
-    from cli.anchor_cmds import load_anchors_option
-    from cli.operator_cmds import operator_vkeys
-    from plumbing import logs
+    from fleet_ledger.cli.anchor_cmds import load_anchors_option
+    from fleet_ledger.cli.operator_cmds import operator_vkeys
+    from fleet_ledger.plumbing import logs
 
     logs.configure(log_format)
     http = http_settings(http_address, ops_address, ready_max_unsigned, http_busy_rate)
@@ -124,8 +124,8 @@ def ledger_serve(url: str, data: Path, nkey: Path | None, name: str, origin: str
     def ready(led: Any) -> None:
         click.echo(f"ledger {name} serving: origin {led.origin}, data {data}", err=True)
 
-    from ledger.replica import OfflineHosts
-    from plumbing.nats_connect import NatsUnreachable
+    from fleet_ledger.ledger.replica import OfflineHosts
+    from fleet_ledger.plumbing.nats_connect import NatsUnreachable
 
     try:
         asyncio.run(serve_until_signal(config, ready, anchors, http))
@@ -158,14 +158,14 @@ def up(data: Path, url: str | None, nats_port: int, sim_hosts: int, runs: int, n
        anchors_file: Path | None = None, grants: str = "enforce") -> None:
     """Start a local nats-server (JetStream, in DATA/nats), the ledger, its API and its
     HTTP servers (the log and explorer on --http, metrics on --ops)."""
-    from cli.anchor_cmds import load_anchors_option
-    from plumbing import logs
+    from fleet_ledger.cli.anchor_cmds import load_anchors_option
+    from fleet_ledger.plumbing import logs
 
     if log_format == "json":
         logs.configure(log_format)
     http = http_settings(http_address, ops_address, ready_max_unsigned, http_busy_rate)
-    from plumbing.nats_connect import NatsUnreachable
-    from plumbing.natsd import NatsServer, NatsServerError
+    from fleet_ledger.plumbing.nats_connect import NatsUnreachable
+    from fleet_ledger.plumbing.natsd import NatsServer, NatsServerError
 
     anchors = load_anchors_option(anchors_file)
     data.mkdir(parents=True, exist_ok=True)
@@ -186,7 +186,7 @@ def up(data: Path, url: str | None, nats_port: int, sim_hosts: int, runs: int, n
             click.echo(f"ledger: origin {led.origin}; vkey in {data / 'ledger' / 'ledger.vkey'}",
                        err=True)
             if sim_hosts:
-                from cli._sim_procs import spawn_simulators
+                from fleet_ledger.cli._sim_procs import spawn_simulators
                 sims.extend(spawn_simulators(sim_hosts, runs, url, data / "hosts",
                                              enroll_into=data / "ledger",
                                              log_dir=data / "hosts"))
@@ -214,9 +214,9 @@ def _offline_identity(data: Path) -> tuple[str | None, str | None]:
     """(origin, verifier key text) of a ledger folder, from ``ledger.key`` (checked: the
     ledger cannot start with a broken one), else from the public ``ledger.vkey`` (e.g. an
     auditor's copy without the secret); (None, None) when the folder has neither."""
-    from fleet.log.log_errors import LogError
-    from fleet.log.note import parse_signer_key, parse_verifier_key
-    from ledger.keys import KEY_FILE, VKEY_FILE
+    from fleet_ledger.fleet.log.log_errors import LogError
+    from fleet_ledger.fleet.log.note import parse_signer_key, parse_verifier_key
+    from fleet_ledger.ledger.keys import KEY_FILE, VKEY_FILE
 
     try:
         if (data / KEY_FILE).exists():
@@ -242,7 +242,7 @@ def _server_failure(text: str) -> str:
 
 def _offline_store(data: Path) -> Any:
     """The ledger store in ``data``, opened read-only (an offline read never writes)."""
-    from ledger.store import ReadOnlyStore, StoreError
+    from fleet_ledger.ledger.store import ReadOnlyStore, StoreError
 
     try:
         return ReadOnlyStore(data)
@@ -252,9 +252,9 @@ def _offline_store(data: Path) -> Any:
 
 def _offline_receipts(data: Path) -> Any:
     """The anchors' receipts in the ledger's database in ``data``, read-only."""
-    from anchors.store import AnchorStore
-    from ledger.store import DB_NAME
-    from plumbing import sqlite
+    from fleet_ledger.anchors.store import AnchorStore
+    from fleet_ledger.ledger.store import DB_NAME
+    from fleet_ledger.plumbing import sqlite
 
     return AnchorStore(sqlite.connect(data / DB_NAME, read_only=True))
 
@@ -267,14 +267,14 @@ def _offline_receipts(data: Path) -> Any:
 def status(url: str, nkey: Path | None, data: Path | None, as_json: bool) -> None:
     """The ledger's origin, key, tree size, root, runs, refusals and lag."""
     if data is not None:
-        from ledger import views
+        from fleet_ledger.ledger import views
 
         origin, vkey = _offline_identity(data)
         store = _offline_store(data)
         receipts = None
         try:
             receipts = _offline_receipts(data)
-            doc = views.status(store, origin=origin, vkey=vkey,  # type: ignore[arg-type]
+            doc = views.status(store, origin=origin, vkey=vkey,
                                lag=None, healthy=True, detail="offline", receipts=receipts)
             # The mode is the serving ledger's option, not stored: unknown offline.
             doc["grants"] = {"mode": None, "folded": store.grant_count()}
@@ -398,7 +398,7 @@ def run_show(run_id: str, exec_journal: Path | None, as_json: bool, url: str,
     for r in reversed(doc["refusals"]):
         click.echo(f"  refused: {r['host']} segment {r['index']} {r['rule']} at stream "
                    f"sequence {r['stream_seq']}: {r['detail']}")
-    from cli.grant_cmds import show_run_grant
+    from fleet_ledger.cli.grant_cmds import show_run_grant
 
     show_run_grant(doc)
     for m in doc.get("exec", []):
@@ -415,9 +415,9 @@ def _exec_evidence(run_id: str, journal_file: Path, url: str, nkey: Path | None
                    ) -> list[dict[str, Any]]:
     """Each executed segment of the run's verified record, with the exec decisions its
     journal root commits to (the denials listed)."""
-    from agents.exec_journal_store import read_journal
-    from cli._wiring import LedgerRecordSource
-    from cli.exec_cmds import audit_journal, check_roots
+    from fleet_ledger.agents.exec_journal_store import read_journal
+    from fleet_ledger.cli._wiring import LedgerRecordSource
+    from fleet_ledger.cli.exec_cmds import audit_journal, check_roots
 
     if not journal_file.is_file():
         raise UserError(f"{journal_file}: no such file")
@@ -467,7 +467,7 @@ def run_list(as_json: bool, url: str, nkey: Path | None) -> None:
 @nats_options
 def run_export(run_id: str, out: Path, url: str, nkey: Path | None) -> None:
     """Write a run's record file (what ``fleet verify`` reads), fetched in pages."""
-    from cli._wiring import LedgerRecordSource
+    from fleet_ledger.cli._wiring import LedgerRecordSource
 
     out.write_bytes(_CliSource(LedgerRecordSource(url, nkey)).record(run_id))
     click.echo(f"wrote {out}", err=True)
@@ -486,11 +486,11 @@ def run_adopt(run_id: str, host_dir: Path, name: str | None, vkey: str | None, a
               url: str, nkey: Path | None) -> None:
     """Take over a run parked on another host, after verifying its record from genesis and
     its head against a proof under the ledger's key; the host then resumes it."""
-    from agents.adoption import ResumeRefused
-    from agents.host import Host
-    from cli._wiring import LedgerRecordSource, host_ledger_keys
-    from fleet.address import format_address
-    from fleet.record.run_codec import snapshot_json
+    from fleet_ledger.agents.adoption import ResumeRefused
+    from fleet_ledger.agents.host import Host
+    from fleet_ledger.cli._wiring import LedgerRecordSource, host_ledger_keys
+    from fleet_ledger.fleet.address import format_address
+    from fleet_ledger.fleet.record.run_codec import snapshot_json
 
     keys = host_ledger_keys(host_dir, vkey)
     host = Host(name or host_dir.resolve().name, host_dir)
@@ -526,7 +526,7 @@ class _CliSource:
 
 
 def _api_call(fn: Any) -> Any:
-    from ledger.client import ApiError, LedgerUnreachable
+    from fleet_ledger.ledger.client import ApiError, LedgerUnreachable
 
     try:
         return fn()

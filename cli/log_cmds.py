@@ -14,13 +14,19 @@ from typing import Any
 
 import click
 
-from cli._app import CheckFailed, UserError, cli
-from cli._common import api, nats_options
-from fleet.log.checkpoint import parse_checkpoint
-from fleet.log.log_errors import LogError, MalformedKey
-from fleet.log.note import Verifier, generate_signer, open_note, parse_verifier_key, valid_name
-from fleet.log.proof_bundle import verify_bundle
-from plumbing.files import write_secret
+from fleet_ledger.cli._app import CheckFailed, UserError, cli
+from fleet_ledger.cli._common import api, nats_options
+from fleet_ledger.fleet.log.checkpoint import parse_checkpoint
+from fleet_ledger.fleet.log.log_errors import LogError, MalformedKey
+from fleet_ledger.fleet.log.note import (
+    Verifier,
+    generate_signer,
+    open_note,
+    parse_verifier_key,
+    valid_name,
+)
+from fleet_ledger.fleet.log.proof_bundle import verify_bundle
+from fleet_ledger.plumbing.files import write_secret
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]")
 
@@ -38,7 +44,8 @@ def _read_text(path: str, what: str) -> str:
     try:
         return Path(path).read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
-        raise UserError(f"cannot read {what} {path}: {exc.strerror or exc}") from exc
+        why = exc.strerror if isinstance(exc, OSError) else None
+        raise UserError(f"cannot read {what} {path}: {why or exc}") from exc
 
 
 def load_verifiers(values: tuple[str, ...]) -> list[Verifier]:
@@ -174,7 +181,7 @@ def verify_proof(file: str, vkeys: tuple[str, ...], as_json: bool,
         f" is leaf {proved.leaf_index} of {proved.checkpoint.origin} size {proved.checkpoint.size}"
     )
     if "anchors" in bundle or witness_vkeys or require_witnesses or tsa_cas:
-        from cli.anchor_cmds import check_anchors
+        from fleet_ledger.cli.anchor_cmds import check_anchors
 
         report = check_anchors(bundle, proved.checkpoint, verifiers, witness_vkeys,
                                require_witnesses, tsa_cas)

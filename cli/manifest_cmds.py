@@ -14,14 +14,20 @@ from typing import Any
 
 import click
 
-from cli._app import CheckFailed, UserError, cli
-from cli.log_cmds import load_verifiers
-from cli.record_cmds import read_input
-from fleet.env.manifest import Manifest, SignedManifest, manifest_of_text, read_manifest_file, sign
-from fleet.env.manifest_errors import ManifestError
-from fleet.log.log_errors import MalformedKey
-from fleet.log.note import Signer, parse_signer_key
-from plumbing.files import write_atomically
+from fleet_ledger.cli._app import CheckFailed, UserError, cli
+from fleet_ledger.cli.log_cmds import load_verifiers
+from fleet_ledger.cli.record_cmds import read_input
+from fleet_ledger.fleet.env.manifest import (
+    Manifest,
+    SignedManifest,
+    manifest_of_text,
+    read_manifest_file,
+    sign,
+)
+from fleet_ledger.fleet.env.manifest_errors import ManifestError
+from fleet_ledger.fleet.log.log_errors import MalformedKey
+from fleet_ledger.fleet.log.note import Signer, parse_signer_key
+from fleet_ledger.plumbing.files import write_atomically
 
 json_option = click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import click
 
-from cli._app import UserError, cli
-from ledger.nats_config import DEFAULT_PORT, DEFAULT_STORE, write_config
+from fleet_ledger.cli._app import UserError, cli
+from fleet_ledger.ledger.nats_config import DEFAULT_PORT, DEFAULT_STORE, write_config
 
 
 @cli.command("nats-config")

@@ -14,8 +14,8 @@ from typing import Any
 
 import click
 
-from cli._app import FLEET, UserError, cli
-from cli._common import emit_json, load_key, split_servers
+from fleet_ledger.cli._app import FLEET, UserError, cli
+from fleet_ledger.cli._common import emit_json, load_key, split_servers
 
 KEY_FILE = "operator.key"
 VKEY_FILE = "operator.vkey"
@@ -34,8 +34,8 @@ def operator_keygen(out: Path, as_json: bool) -> None:
     """Make an operator key; prints its verifier key (give it to every ledger)."""
     from nacl.signing import SigningKey
 
-    from fleet.record.seal import encode_key
-    from plumbing.files import write_atomically, write_key_file
+    from fleet_ledger.fleet.record.seal import encode_key
+    from fleet_ledger.plumbing.files import write_atomically, write_key_file
 
     out.mkdir(parents=True, exist_ok=True)
     if (out / KEY_FILE).exists():
@@ -66,7 +66,7 @@ def operator_keygen(out: Path, as_json: bool) -> None:
 def operator_rotate(new_vkey: str, key_file: Path, url: str, nkey: Path | None,
                     seq: int | None, as_json: bool) -> None:
     """Hand control over to a new operator key: later events by this key are refused."""
-    from fleet.fold.control import OPERATOR
+    from fleet_ledger.fleet.fold.control import OPERATOR
 
     report = publish_event(url, nkey, key_file, OPERATOR, "", parse_vkey(new_vkey), seq)
     _report(report, as_json)
@@ -74,8 +74,8 @@ def operator_rotate(new_vkey: str, key_file: Path, url: str, nkey: Path | None,
 
 def parse_vkey(value: str) -> bytes:
     """32 key bytes from base64 text or a file holding it; a bad one is a one-line error."""
-    from cli._common import text_or_file
-    from fleet.record.seal import decode_key
+    from fleet_ledger.cli._common import text_or_file
+    from fleet_ledger.fleet.record.seal import decode_key
 
     try:
         return bytes(decode_key(text_or_file(value)))
@@ -94,9 +94,9 @@ def operator_vkeys(values: tuple[str, ...]) -> tuple[bytes, ...]:
 def publish_event(url: str, nkey: Path | None, key_file: Path, kind: int, host: str,
                   key: bytes | None, seq: int | None) -> dict[str, Any]:
     """Sign and publish one control event; returns its stream position and id."""
-    from fleet.fold.control import KINDS, encode_event, event_id, sign_event
-    from fleet.fold.control_errors import MalformedControl
-    from fleet.subjects import fleet_names
+    from fleet_ledger.fleet.fold.control import KINDS, encode_event, event_id, sign_event
+    from fleet_ledger.fleet.fold.control_errors import MalformedControl
+    from fleet_ledger.fleet.subjects import fleet_names
 
     signer = load_key(key_file)
     try:
@@ -119,8 +119,8 @@ async def _publish(servers: list[str], nkey: Path | None, subject: str, data: by
     """Publish one signed event to the stream (deduplicated by ``msg_id``, default the
     control event's id); its stream sequence, and whether the broker took it for a duplicate
     (then the sequence is the earlier copy's). ``inbox``: the NATS user's own prefix."""
-    from fleet.fold.control import event_id
-    from plumbing.nats_connect import connect
+    from fleet_ledger.fleet.fold.control import event_id
+    from fleet_ledger.plumbing.nats_connect import connect
 
     nc = await connect(servers, nkey, name="fleet-operator", inbox_prefix=inbox)
     try:
@@ -136,7 +136,7 @@ def ledger_decision(url: str, nkey: Path | None, stream_seq: int,
     """What the ledger decided at ``stream_seq`` (asked with ``min_seq``, so it answers
     once it has folded that far): ``{"decision": "accepted"}``, ``{"decision": "refused",
     "rule", "detail"}``, or ``{"decision": "unknown", "why"}`` when no ledger says."""
-    from ledger.client import call_sync
+    from fleet_ledger.ledger.client import call_sync
 
     try:
         doc = call_sync(url, "rejections", {"stream_seq": stream_seq, "min_seq": stream_seq,
@@ -170,7 +170,7 @@ def decision_text(report: dict[str, Any], what: str) -> str:
 
 def check_decided(report: dict[str, Any]) -> None:
     """Exit 1 with one line when the ledger refused the event (after its report)."""
-    from cli._app import CheckFailed
+    from fleet_ledger.cli._app import CheckFailed
 
     d = report["decision"]
     if d["decision"] == "refused":

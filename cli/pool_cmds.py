@@ -17,14 +17,14 @@ from __future__ import annotations
 
 import subprocess
 from pathlib import Path
-from typing import Any
+from typing import Any, overload
 
 import click
 
-from cli._app import CheckFailed, UserError, cli
-from cli._common import emit_json, emit_result
-from fleet.address import format_address, parse_address
-from fleet.errors import FleetError, MalformedAddress
+from fleet_ledger.cli._app import CheckFailed, UserError, cli
+from fleet_ledger.cli._common import emit_json, emit_result
+from fleet_ledger.fleet.address import format_address, parse_address
+from fleet_ledger.fleet.errors import FleetError, MalformedAddress
 
 
 def _data(fn: Any) -> Any:
@@ -36,13 +36,25 @@ def _data(fn: Any) -> Any:
 
 
 def _open(data: Path, name: str) -> Any:
-    from agents.warm_pool import WarmPool
+    from fleet_ledger.agents.warm_pool import WarmPool
 
     data.mkdir(parents=True, exist_ok=True)
     try:
         return WarmPool(data / "pool.db", name)
     except FleetError as exc:
         raise UserError(f"{exc.rule}: {exc}") from None
+
+
+@overload
+def _address(text: str, what: str) -> bytes: ...
+
+
+@overload
+def _address(text: None, what: str) -> None: ...
+
+
+@overload
+def _address(text: str | None, what: str) -> bytes | None: ...
 
 
 def _address(text: str | None, what: str) -> bytes | None:
@@ -82,8 +94,8 @@ def pool_warm(data: Path, name: str, manifest: str, fs_root: str, mem_image: str
             raise CheckFailed(f"the warm-up command exited with {done.returncode}")
 
     try:
-        slot = pool.warm(_address(manifest, "--manifest"),  # type: ignore[arg-type]
-                         fs_root=_address(fs_root, "--fs-root"),  # type: ignore[arg-type]
+        slot = pool.warm(_address(manifest, "--manifest"),
+                         fs_root=_address(fs_root, "--fs-root"),
                          mem_image=_address(mem_image, "--mem-image"),
                          volume_bytes=volume_bytes, memory_bytes=memory_bytes,
                          warmup=run if warmup else None)
@@ -118,14 +130,14 @@ def pool_list(data: Path, name: str, as_json: bool) -> None:
 
 def _end(data: Path, name: str, slot: str, as_json: bool, run: str | None,
          host_name: str | None = None, identity: tuple[bytes, bytes] | None = None) -> None:
-    from agents import pool_records
+    from fleet_ledger.agents import pool_records
 
     pool = _open(data, name)
     host = None
     try:
         extra: dict[str, Any] = {}
         if host_name is not None:
-            from agents.host import Host
+            from fleet_ledger.agents.host import Host
 
             host = Host(host_name, data)
             if identity is not None:
@@ -176,12 +188,12 @@ def pool_claim(slot: str, data: Path, name: str, run_id: str | None, host_name: 
     if unit is None or grants is None:
         raise UserError("--host needs --unit and --grants (the run's identity)")
     ids = (_address(unit, "--unit"), _address(grants, "--grants"))
-    from fleet.record.kernel import genesis
+    from fleet_ledger.fleet.record.kernel import genesis
 
-    run = format_address(genesis(*ids))  # type: ignore[arg-type]
+    run = format_address(genesis(*ids))
     if run_id is not None and _address(run_id, "--run") != parse_address(run):
         raise UserError(f"--run {run_id} is not the run of --unit and --grants ({run})")
-    _end(data, name, slot, as_json, run, host_name, ids)  # type: ignore[arg-type]
+    _end(data, name, slot, as_json, run, host_name, ids)
 
 
 @pool_group.command("evict")
@@ -202,8 +214,8 @@ def pool_evict(slot: str, data: Path, name: str, host_name: str | None, as_json:
 def pool_record(data: Path, name: str, host_name: str, as_json: bool) -> None:
     """Seal every eviction not yet in the pool's own run (one a crash left between the pool
     and the record); prints the pool run and the segments sealed."""
-    from agents import pool_records
-    from agents.host import Host
+    from fleet_ledger.agents import pool_records
+    from fleet_ledger.agents.host import Host
 
     pool = _open(data, name)
     host = None

@@ -7,13 +7,13 @@ from pathlib import Path
 
 import click
 
-from cli._app import CheckFailed, UserError, cli
-from fleet.errors import FleetError
-from fleet.fold.grant_verify import GrantCheck, verify_grant_evidence
-from fleet.grants.grant import terms_json
-from fleet.record.verify import RecordReport, verify_record
-from fleet.record.wait_proof import verdict_json
-from fleet.record.wire import decode_record
+from fleet_ledger.cli._app import CheckFailed, UserError, cli
+from fleet_ledger.fleet.errors import FleetError
+from fleet_ledger.fleet.fold.grant_verify import GrantCheck, verify_grant_evidence
+from fleet_ledger.fleet.grants.grant import terms_json
+from fleet_ledger.fleet.record.verify import RecordReport, verify_record
+from fleet_ledger.fleet.record.wait_proof import verdict_json
+from fleet_ledger.fleet.record.wire import decode_record
 
 
 def read_input(path: str) -> bytes:
@@ -73,8 +73,8 @@ def verify(record_file: str, host_key: str | None, as_json: bool, reference: boo
     except FleetError as exc:
         if as_json:
             out: dict[str, object] = {"verdict": "invalid", "rule": exc.rule, "error": str(exc)}
-            if getattr(exc, "segment", None) is not None:
-                out["segment"] = exc.segment  # type: ignore[attr-defined]
+            if (segment := getattr(exc, "segment", None)) is not None:
+                out["segment"] = segment
             click.echo(json.dumps(out))
         raise CheckFailed(f"{record_file}: {describe_failure(exc)}") from None
     if as_json:

@@ -10,9 +10,9 @@ from typing import Any
 
 import click
 
-from cli._app import FLEET, CheckFailed, UserError
-from cli._common import emit_json, nats_options
-from cli.runtime_cmds import _drain, _no_adopt, _store, on_host, runtime
+from fleet_ledger.cli._app import FLEET, CheckFailed, UserError
+from fleet_ledger.cli._common import emit_json, nats_options
+from fleet_ledger.cli.runtime_cmds import _drain, _no_adopt, _store, on_host, runtime
 
 
 @runtime.command("cancel")
@@ -37,11 +37,11 @@ def runtime_cancel(run_id: str, reason: str | None, host_dir: Path, name: str | 
     does not hold is closed only while parked, after verifying its record and its head
     under the ledger's key (as an adoption). Workers never continue it again; a run a
     worker is continuing right now is refused (cancel it once it parks)."""
-    from agents.host import Host
-    from agents.runtime import Runtime
-    from agents.runtime.fleet_store import claim_stale
-    from agents.runtime.worker import Worker
-    from fleet.subjects import run_token
+    from fleet_ledger.agents.host import Host
+    from fleet_ledger.agents.runtime import Runtime
+    from fleet_ledger.agents.runtime.fleet_store import claim_stale
+    from fleet_ledger.agents.runtime.worker import Worker
+    from fleet_ledger.fleet.subjects import run_token
 
     host = Host(name or host_dir.resolve().name, host_dir, fleet=FLEET["name"])
     rt = Runtime(host_dir, host=host)
@@ -107,12 +107,12 @@ async def _cancel_elsewhere(host: Any, store: Any, drain: Any, doc: dict[str, An
     """Close a run parked on another host: adopt it (record verified from genesis, head
     proved under the ledger's key), then close it with its park's idle energy, priced on
     the parked journal's stored bytes (``RUNTIME_JOURNALS``) since it parked."""
-    from agents.adoption import ResumeRefused
-    from agents.runtime.runtime import park_transcript, transcript_idle
-    from cli._wiring import LedgerRecordSource, host_ledger_keys
-    from fleet.address import format_address
-    from fleet.record.wait_proof import verdict_json
-    from fleet.runtime.runtime_errors import JournalTampered
+    from fleet_ledger.agents.adoption import ResumeRefused
+    from fleet_ledger.agents.runtime.runtime import park_transcript, transcript_idle
+    from fleet_ledger.cli._wiring import LedgerRecordSource, host_ledger_keys
+    from fleet_ledger.fleet.address import format_address
+    from fleet_ledger.fleet.record.wait_proof import verdict_json
+    from fleet_ledger.fleet.runtime.runtime_errors import JournalTampered
 
     keys = host_ledger_keys(host_dir, vkey)
     source = LedgerRecordSource(url, nkey, host=host.name if nkey is not None else None)

@@ -19,8 +19,8 @@ from typing import Any
 
 import click
 
-from cli._app import FLEET, CheckFailed, UserError, cli
-from cli._common import emit_json, nats_options, split_servers
+from fleet_ledger.cli._app import FLEET, CheckFailed, UserError, cli
+from fleet_ledger.cli._common import emit_json, nats_options, split_servers
 
 
 @cli.group()
@@ -43,9 +43,9 @@ def _import_path(paths: tuple[Path, ...]) -> None:
 
 
 async def _store(url: str, nkey: Path | None, name: str) -> tuple[Any, Any]:
-    from agents.runtime.fleet_store import FleetStore
-    from fleet.subjects import fleet_names
-    from plumbing.nats_connect import NatsUnreachable, connect
+    from fleet_ledger.agents.runtime.fleet_store import FleetStore
+    from fleet_ledger.fleet.subjects import fleet_names
+    from fleet_ledger.plumbing.nats_connect import NatsUnreachable, connect
 
     try:
         nc = await connect(split_servers(url), nkey=nkey, name=name, wait_s=10.0)
@@ -56,7 +56,7 @@ async def _store(url: str, nkey: Path | None, name: str) -> tuple[Any, Any]:
 
 
 def _drain(host: Any, nc: Any) -> Any:
-    from agents.publisher import Publisher
+    from fleet_ledger.agents.publisher import Publisher
 
     async def drain() -> None:
         report = await Publisher(host.outbox, nc.jetstream(timeout=10.0),
@@ -88,8 +88,8 @@ def _environment(path: Path | None) -> Any:
     """The manifest of ``--environment`` (None without it); a bad one is one line."""
     if path is None:
         return None
-    from agents.environment import environment_manifest
-    from fleet.errors import FleetError
+    from fleet_ledger.agents.environment import environment_manifest
+    from fleet_ledger.fleet.errors import FleetError
 
     try:
         return environment_manifest(path)
@@ -105,7 +105,7 @@ def _item(job_id: str | None, index: int | None) -> tuple[str, int] | None:
         return None
     if job_id is None or index is None:
         raise UserError("--job and --item go together: the job's id and the item's index")
-    from cli.job_cmds import _job_text
+    from fleet_ledger.cli.job_cmds import _job_text
 
     return _job_text(job_id), index
 
@@ -114,16 +114,16 @@ def _grant(value: str | None) -> str | None:
     """``--grant``: a grant's address, or a grant file (its address)."""
     if value is None:
         return None
-    from fleet.address import format_address, parse_address
-    from fleet.errors import FleetError
-    from fleet.grants.grant import grant_address
+    from fleet_ledger.fleet.address import format_address, parse_address
+    from fleet_ledger.fleet.errors import FleetError
+    from fleet_ledger.fleet.grants.grant import grant_address
 
     if value.startswith("b3:"):
         try:
             return format_address(parse_address(value))
         except FleetError as exc:
             raise UserError(f"--grant: {exc}") from None
-    from cli.grant_cmds import read_grant_file
+    from fleet_ledger.cli.grant_cmds import read_grant_file
 
     data, _grant = read_grant_file(Path(value))
     return format_address(grant_address(data))
@@ -149,10 +149,10 @@ def runtime_start(workflow: str, run_name: str, input_json: str | None, grant: s
     """Start run NAME of WORKFLOW (``module:function``) on this host and run its first
     interval: it ends, or parks at its first wait and this process exits. With --job and
     --item, the run is that item of the job."""
-    from agents.host import Host
-    from agents.runtime import Runtime
-    from agents.runtime.runtime import load_workflow
-    from fleet.errors import FleetError
+    from fleet_ledger.agents.host import Host
+    from fleet_ledger.agents.runtime import Runtime
+    from fleet_ledger.agents.runtime.runtime import load_workflow
+    from fleet_ledger.fleet.errors import FleetError
 
     _import_path(paths)
     inp = _json_arg(input_json, "--input")
@@ -191,9 +191,9 @@ async def start_run(rt: Any, host: Any, store: Any, nc: Any, fn: Any, workflow: 
                     item: tuple[str, int] | None = None) -> dict[str, Any]:
     """Start run ``run_name`` of ``fn`` and run its first interval (``fleet runtime
     start`` and ``POST /runs`` of ``fleet runtime serve``): the runs bucket's document."""
-    from agents.runtime.runtime import run_address, workflow_name
-    from agents.runtime.worker import Worker, describe_local, running_doc
-    from fleet.subjects import run_token
+    from fleet_ledger.agents.runtime.runtime import run_address, workflow_name
+    from fleet_ledger.agents.runtime.worker import Worker, describe_local, running_doc
+    from fleet_ledger.fleet.subjects import run_token
 
     wf = workflow_name(fn)
     address = run_address(run_name, wf, grant, item)
@@ -218,7 +218,7 @@ def on_host(go: Callable[[], Coroutine[Any, Any, dict[str, Any]]], rt: Any, host
             ) -> dict[str, Any]:
     """Run ``go`` with ``rt`` and ``host`` open, closing both after; a named refusal exits
     1 with its rule."""
-    from fleet.errors import FleetError
+    from fleet_ledger.fleet.errors import FleetError
 
     try:
         return asyncio.run(go())
@@ -239,7 +239,8 @@ async def _no_adopt(run: str) -> Any:
               "ledger.vkey in the host's folder).")
 @click.option("--once", is_flag=True, help="One pass over the runs, then exit.")
 @click.option("--poll", type=float, default=1.0, show_default=True,
-              help="Seconds between passes.")
+              help="Seconds between full passes (timers, deadlines, orphans); a stored"
+              " signal wakes the worker for its run at once.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON line per run continued.")
 @nats_options
 def runtime_worker(environment: Path | None, host_dir: Path, name: str | None,
@@ -247,10 +248,10 @@ def runtime_worker(environment: Path | None, host_dir: Path, name: str | None,
                    as_json: bool, url: str, nkey: Path | None) -> None:
     """Continue runs whose wait has ended (a signal, a due timer, a handed-off result),
     adopting runs parked elsewhere after verifying their record and journal."""
-    from agents.host import Host
-    from agents.runtime import Runtime
-    from agents.runtime.worker import Worker
-    from cli._wiring import LedgerRecordSource, host_ledger_keys
+    from fleet_ledger.agents.host import Host
+    from fleet_ledger.agents.runtime import Runtime
+    from fleet_ledger.agents.runtime.worker import Worker
+    from fleet_ledger.cli._wiring import LedgerRecordSource, host_ledger_keys
 
     _import_path(paths)
     keys = host_ledger_keys(host_dir, vkey)
@@ -329,8 +330,8 @@ def runtime_list(as_json: bool, url: str, nkey: Path | None) -> None:
 def signal_cmd(run_id: str, signal_name: str, data_json: str | None, signal_id: str | None,
                as_json: bool, url: str, nkey: Path | None) -> None:
     """Send signal NAME to RUN (its address, or its name), kept until the run reads it."""
-    from fleet.address import parse_address
-    from fleet.errors import FleetError
+    from fleet_ledger.fleet.address import parse_address
+    from fleet_ledger.fleet.errors import FleetError
 
     data = _json_arg(data_json, "--data")
     sid = signal_id or uuid.uuid4().hex
@@ -389,9 +390,9 @@ async def send_signal(store: Any, run_id: str, name: str, data: Any, sid: str
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 def runtime_journal(run_id: str, host_dir: Path, as_json: bool) -> None:
     """The journal of RUN as this host holds it, after checking its chain."""
-    from agents.runtime.journal import Journal, verify_chain
-    from fleet.address import format_address
-    from fleet.errors import FleetError
+    from fleet_ledger.agents.runtime.journal import Journal, verify_chain
+    from fleet_ledger.fleet.address import format_address
+    from fleet_ledger.fleet.errors import FleetError
 
     journal = Journal(host_dir)
     try:
@@ -405,7 +406,7 @@ def runtime_journal(run_id: str, host_dir: Path, as_json: bool) -> None:
             raise CheckFailed(f"{exc.rule}: {exc}") from None
     finally:
         journal.close()
-    doc = {"run": run_id, "name": row[0], "workflow": row[1], "status": row[2],
+    doc: dict[str, Any] = {"run": run_id, "name": row[0], "workflow": row[1], "status": row[2],
            "head": format_address(head),
            "entries": [{"seq": e.seq, "kind": e.kind, "call": e.call, "body": e.data(),
                         "hash": format_address(e.hash)} for e in entries]}
@@ -427,9 +428,9 @@ def runtime_shred(address: str, host_dir: Path, as_json: bool, url: str,
     """Crypto-shred the journaled value at ADDRESS: delete its key here and in JetStream.
     Every hash, seal, journal root and proof stays valid; a replay that needs the value
     fails with ValueShredded."""
-    from agents.runtime.journal import Journal
-    from fleet.address import parse_address
-    from fleet.errors import FleetError
+    from fleet_ledger.agents.runtime.journal import Journal
+    from fleet_ledger.fleet.address import parse_address
+    from fleet_ledger.fleet.errors import FleetError
 
     try:
         parse_address(address)

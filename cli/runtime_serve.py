@@ -14,7 +14,8 @@ is read or changed. ``{run}`` is a run's address or its name. Errors are JSON ``
 RULE, "detail": TEXT}``: 400 bad input, 401 no or wrong token, 404 no such run, 409 a run
 that exists or a signal conflict (``SignalConflict``), 422 a named refusal. Starts run one
 at a time (each runs its first interval here, as ``fleet runtime start`` does); a worker
-continues parked runs. The server speaks plain HTTP: put it on loopback or behind TLS.
+continues parked runs. With ``--tls-cert`` and ``--tls-key`` it speaks HTTPS only (the
+token never crosses the wire in the clear); without them plain HTTP: keep it on loopback.
 """
 
 from __future__ import annotations
@@ -24,15 +25,16 @@ import hmac
 import json
 import os
 import signal as signals
+import ssl
 from pathlib import Path
 from typing import Any
 
 import click
 from aiohttp import web
 
-from cli._app import FLEET, UserError
-from cli._common import nats_options
-from cli.runtime_cmds import (
+from fleet_ledger.cli._app import FLEET, UserError
+from fleet_ledger.cli._common import nats_options
+from fleet_ledger.cli.runtime_cmds import (
     _environment,
     _host_opts,
     _import_path,
@@ -74,11 +76,11 @@ def authorized(request: web.Request, token: bytes) -> bool:
 
 def make_app(token: bytes, rt: Any, host: Any, store: Any, nc: Any) -> web.Application:
     """The HTTP app over an open runtime, host and JetStream store."""
-    from agents.runtime.runtime import load_workflow
-    from cli.runtime_cmds import NoSuchRun, RunExists
-    from fleet.errors import FleetError
-    from fleet.runtime.runtime_errors import SignalConflict
-    from fleet.subjects import run_token
+    from fleet_ledger.agents.runtime.runtime import load_workflow
+    from fleet_ledger.cli.runtime_cmds import NoSuchRun, RunExists
+    from fleet_ledger.fleet.errors import FleetError
+    from fleet_ledger.fleet.runtime.runtime_errors import SignalConflict
+    from fleet_ledger.fleet.subjects import run_token
 
     starts = asyncio.Lock()
 
@@ -150,6 +152,23 @@ def make_app(token: bytes, rt: Any, host: Any, store: Any, nc: Any) -> web.Appli
     return app
 
 
+def _tls(cert: Path | None, key: Path | None) -> ssl.SSLContext | None:
+    """A server TLS context from ``--tls-cert`` and ``--tls-key`` (both or neither; TLS 1.2
+    at least), None for plain HTTP."""
+    if cert is None and key is None:
+        return None
+    if cert is None or key is None:
+        raise UserError("--tls-cert and --tls-key go together")
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    try:
+        context.load_cert_chain(cert, key)
+    except OSError as exc:  # ssl.SSLError is an OSError: unreadable, unparsable, mismatched
+        raise UserError(f"--tls-cert {cert} / --tls-key {key}: {exc.strerror or exc}"
+                        ) from None
+    return context
+
+
 def _listen(value: str) -> tuple[str, int]:
     host, sep, port = value.rpartition(":")
     if not sep or not port.isdigit():
@@ -162,17 +181,23 @@ def _listen(value: str) -> tuple[str, int]:
               " free port; the address is printed as one line).")
 @click.option("--token-file", type=click.Path(dir_okay=False, path_type=Path),
               help=f"A file holding the bearer token (default: ${TOKEN_ENV}).")
+@click.option("--tls-cert", type=click.Path(dir_okay=False, path_type=Path),
+              help="Serve HTTPS with this PEM certificate chain (with --tls-key).")
+@click.option("--tls-key", type=click.Path(dir_okay=False, path_type=Path),
+              help="The PEM private key of --tls-cert.")
 @_host_opts
 @nats_options
-def runtime_serve(listen: str, token_file: Path | None, environment: Path | None,
-                  host_dir: Path, name: str | None, paths: tuple[Path, ...], url: str,
+def runtime_serve(listen: str, token_file: Path | None, tls_cert: Path | None,
+                  tls_key: Path | None, environment: Path | None, host_dir: Path,
+                  name: str | None, paths: tuple[Path, ...], url: str,
                   nkey: Path | None) -> None:
     """Serve POST /runs, POST /runs/{run}/signals/{name} and GET /runs/{run} until
     SIGTERM or SIGINT (docs/runtime.md)."""
-    from agents.host import Host
-    from agents.runtime import Runtime
+    from fleet_ledger.agents.host import Host
+    from fleet_ledger.agents.runtime import Runtime
 
     token = _token(token_file)
+    tls = _tls(tls_cert, tls_key)
     where, port = _listen(listen)
     _import_path(paths)
     env = _environment(environment)
@@ -184,10 +209,10 @@ def runtime_serve(listen: str, token_file: Path | None, environment: Path | None
         runner = web.AppRunner(make_app(token, rt, host, store, nc))
         await runner.setup()
         try:
-            site = web.TCPSite(runner, where, port)
+            site = web.TCPSite(runner, where, port, ssl_context=tls)
             await site.start()
-            bound = site._server.sockets[0].getsockname()  # type: ignore[union-attr]
-            click.echo(f"serving http://{bound[0]}:{bound[1]}")
+            bound = runner.addresses[0]  # the one site's socket name
+            click.echo(f"serving {'https' if tls else 'http'}://{bound[0]}:{bound[1]}")
             stop = asyncio.Event()
             loop = asyncio.get_running_loop()
             for sig in (signals.SIGTERM, signals.SIGINT):

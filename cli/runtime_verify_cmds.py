@@ -13,22 +13,22 @@ from typing import Any
 
 import click
 
-from cli._app import CheckFailed, UserError
-from cli._common import emit_json, nats_options
-from cli.record_cmds import describe_failure, read_input
-from cli.runtime_cmds import runtime
+from fleet_ledger.cli._app import CheckFailed, UserError
+from fleet_ledger.cli._common import emit_json, nats_options
+from fleet_ledger.cli.record_cmds import describe_failure, read_input
+from fleet_ledger.cli.runtime_cmds import runtime
 
 
 def bucket_keys(url: str, nkey: Path | None, addresses: list[str]) -> dict[str, list[str]]:
     """The keys the fleet's key bucket holds for ``addresses``: a worker's host keeps a
     value's key only while an interval needs it, the bucket is the one place it lives
     (docs/runtime.md, "Shredding"), so an export asks it for the keys the host gave up."""
-    from cli.runtime_cmds import _store
+    from fleet_ledger.cli.runtime_cmds import _store
 
     async def go() -> dict[str, list[str]]:
         nc, store = await _store(url, nkey, "fleet-runtime-export")
         try:
-            return await store.blob_keys(addresses)  # type: ignore[no-any-return]
+            return await store.blob_keys(addresses)
         finally:
             await nc.close()
 
@@ -42,8 +42,8 @@ def journal_file(run: str, host_dir: Path,
     folder's ``runtime.db`` holds it: every entry with its hash, each ciphertext, and the
     key and salt of each value not shredded (keys the host no longer holds from ``fetch``,
     the fleet's key bucket; without it such values read as shredded)."""
-    from agents.runtime.journal import DB_NAME, Journal
-    from fleet.runtime.runtime_verify import journal_json
+    from fleet_ledger.agents.runtime.journal import DB_NAME, Journal
+    from fleet_ledger.fleet.runtime.runtime_verify import journal_json
 
     if not (host_dir / DB_NAME).exists():
         raise UserError(f"no runtime journal in {host_dir}")
@@ -111,10 +111,10 @@ def runtime_verify(run_id: str, record_file: str | None, journal_path: str | Non
     transcript is the journal's head there, the seals verify, and every value with a key
     opens to its address (shredded values are listed, not errors). With --record and
     --journal nothing is asked of anyone. Exit 1 names the first mismatch."""
-    from fleet.errors import FleetError
-    from fleet.record.wait_proof import verdict_json
-    from fleet.record.wire import decode_record
-    from fleet.runtime.runtime_verify import parse_journal, report_json, verify_runtime
+    from fleet_ledger.fleet.errors import FleetError
+    from fleet_ledger.fleet.record.wait_proof import verdict_json
+    from fleet_ledger.fleet.record.wire import decode_record
+    from fleet_ledger.fleet.runtime.runtime_verify import parse_journal, report_json, verify_runtime
 
     if journal_path is None and host_dir is None:
         raise UserError("give the journal: --journal FILE or --data HOST_FOLDER")
@@ -127,8 +127,8 @@ def runtime_verify(run_id: str, record_file: str | None, journal_path: str | Non
     if record_file is not None:
         record_bytes = read_input(record_file)
     else:
-        from cli._wiring import LedgerRecordSource
-        from cli.ledger_cmds import _CliSource
+        from fleet_ledger.cli._wiring import LedgerRecordSource
+        from fleet_ledger.cli.ledger_cmds import _CliSource
 
         record_bytes = _CliSource(LedgerRecordSource(url, nkey)).record(run_id)
     try:
@@ -137,8 +137,8 @@ def runtime_verify(run_id: str, record_file: str | None, journal_path: str | Non
     except FleetError as exc:
         if as_json:
             out: dict[str, object] = {"verdict": "invalid", "rule": exc.rule, "error": str(exc)}
-            if getattr(exc, "segment", None) is not None:
-                out["segment"] = exc.segment  # type: ignore[attr-defined]
+            if (segment := getattr(exc, "segment", None)) is not None:
+                out["segment"] = segment
             emit_json(out)
         raise CheckFailed(f"{run_id}: {describe_failure(exc)}") from None
     if report.run != run_id:

@@ -10,9 +10,9 @@ from typing import Any
 
 import click
 
-from cli._app import UserError, cli
-from cli.log_cmds import load_verifiers
-from fleet.log.log_errors import MalformedKey
+from fleet_ledger.cli._app import UserError, cli
+from fleet_ledger.cli.log_cmds import load_verifiers
+from fleet_ledger.fleet.log.log_errors import MalformedKey
 
 
 @cli.group()
@@ -26,8 +26,8 @@ def witness() -> None:
               help="Directory for NAME.key (mode 0600) and NAME.vkey.")
 def witness_keygen(name: str, out_dir: Path) -> None:
     """Generate a cosignature/v1 (type 0x04) Ed25519 witness key pair named NAME."""
-    from fleet.log.cosignature import generate_witness_signer
-    from plumbing.files import write_secret
+    from fleet_ledger.fleet.log.cosignature import generate_witness_signer
+    from fleet_ledger.plumbing.files import write_secret
 
     try:
         signer = generate_witness_signer(name)
@@ -65,8 +65,8 @@ def _listen(text: str) -> tuple[str, int]:
 def witness_serve(key_file: Path, log_vkeys: tuple[str, ...], state_dir: Path, listen: str,
                   prefix: str) -> None:
     """Serve POST <prefix>/add-checkpoint until SIGINT/SIGTERM."""
-    from anchors.witness_server import Witness, WitnessHTTPServer
-    from fleet.log.cosignature import parse_witness_signer
+    from fleet_ledger.anchors.witness_server import Witness, WitnessHTTPServer
+    from fleet_ledger.fleet.log.cosignature import parse_witness_signer
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     try:

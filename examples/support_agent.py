@@ -22,7 +22,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from agents.runtime import Context
+from fleet_ledger.agents.runtime import Context
 
 ORDERS = {7: {"item": "kettle", "paid": 40, "days": 12}, 9: {"item": "lamp", "paid": 25,
                                                             "days": 90}}

@@ -20,7 +20,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from agents.runtime import Context
+from fleet_ledger.agents.runtime import Context
 
 
 def classify(text: str) -> str:

@@ -13,7 +13,7 @@ import functools
 
 from blake3 import blake3
 
-from fleet.errors import MalformedAddress
+from fleet_ledger.fleet.errors import MalformedAddress
 
 __all__ = [
     "DIGEST_SIZE",

@@ -42,11 +42,11 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from fleet.grants import grant_errors
-from fleet.record.kernel import CLAIMED, CLOSED, EVICTED, RESUMED, SUSPENDED
-from fleet.record.record import RunState
-from fleet.record.wait_proof import verdict_json
-from fleet.record.wire import (
+from fleet_ledger.fleet.grants import grant_errors
+from fleet_ledger.fleet.record.kernel import CLAIMED, CLOSED, EVICTED, RESUMED, SUSPENDED
+from fleet_ledger.fleet.record.record import RunState
+from fleet_ledger.fleet.record.wait_proof import verdict_json
+from fleet_ledger.fleet.record.wire import (
     ClaimedWire,
     ClosedWire,
     EvictedWire,
@@ -55,7 +55,7 @@ from fleet.record.wire import (
     SuspendedWire,
     envelope_wire,
 )
-from fleet.runtime.runtime_journal import account_marks
+from fleet_ledger.fleet.runtime.runtime_journal import account_marks
 
 __all__ = ["FORMS", "GRANT_RULES", "SEGMENT_KINDS", "VERDICTS", "AuditPark", "AuditRun",
            "audit", "audit_run", "effect_calls", "effect_flags", "format_uj", "format_when",
@@ -160,8 +160,9 @@ def audit_run(run: str, host: str, phase: str, state: RunState,
         if wire is not None and isinstance(wire.segment, ClaimedWire | EvictedWire):
             slots.append((wire.segment.slot, kind, idx))
     energy = state.energy
+    segment = verdict.get("segment")  # an int where the verdict names one
     return AuditRun(run, host, phase, str(verdict["verdict"]),
-                    verdict.get("segment"),  # type: ignore[arg-type]
+                    segment if isinstance(segment, int) else None,
                     dict(energy.receipts), dict(energy.idle), first_at, last_at,
                     tuple(_parks(s for s in segments if s[1] in _PARK_KINDS)),
                     dict(energy.claim), dict(energy.overhead), tuple(slots), tuple(effects))

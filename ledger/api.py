@@ -45,14 +45,14 @@ from nats.micro import add_service
 from nats.micro.request import Request
 from nats.micro.service import Service
 
-from fleet.errors import FleetError
-from fleet.fold.grant_events import GrantBook
-from fleet.subjects import FleetNames
-from ledger import job_views, views
-from ledger.audit_rows import audit_store
-from ledger.grant_views import GrantNotFound, grant_evidence, grant_status
-from ledger.store import LedgerStore, ReadOnlyStore
-from plumbing.anchoring import ReceiptStore
+from fleet_ledger.fleet.errors import FleetError
+from fleet_ledger.fleet.fold.grant_events import GrantBook
+from fleet_ledger.fleet.subjects import FleetNames
+from fleet_ledger.ledger import job_views, views
+from fleet_ledger.ledger.audit_rows import audit_store
+from fleet_ledger.ledger.grant_views import GrantNotFound, grant_evidence, grant_status
+from fleet_ledger.ledger.store import LedgerStore, ReadOnlyStore
+from fleet_ledger.plumbing.anchoring import ReceiptStore
 
 Handler = Callable[[dict[str, Any]], Awaitable[Any]]
 
@@ -89,11 +89,13 @@ class ApiLedger(Protocol):
 
     names: FleetNames
     origin: str
-    data_dir: Path
     store: LedgerStore
     receipts: ReceiptStore | None
     grants: GrantBook
     committed_seq: int
+
+    @property
+    def data_dir(self) -> Path: ...
 
     def reading(self) -> AbstractAsyncContextManager[None]: ...
 

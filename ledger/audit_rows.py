@@ -9,12 +9,12 @@ import time
 from collections import defaultdict
 from typing import Any
 
-from fleet.audit import GRANT_RULES, SEGMENT_KINDS, AuditRun, audit, audit_run
-from fleet.audit import effect_calls as marked_calls
-from fleet.runtime.runtime_journal import UNKEYED
-from fleet.subjects import is_grant_subject
-from ledger.store import LedgerStore
-from ledger.store_reads import SegmentRow
+from fleet_ledger.fleet.audit import GRANT_RULES, SEGMENT_KINDS, AuditRun, audit, audit_run
+from fleet_ledger.fleet.audit import effect_calls as marked_calls
+from fleet_ledger.fleet.runtime.runtime_journal import UNKEYED
+from fleet_ledger.fleet.subjects import is_grant_subject
+from fleet_ledger.ledger.store import LedgerStore
+from fleet_ledger.ledger.store_reads import SegmentRow
 
 
 def effect_calls(store: LedgerStore, run: str | None = None

@@ -12,9 +12,9 @@ import nats
 from nats.errors import NoRespondersError
 from nats.errors import TimeoutError as NatsTimeout
 
-from fleet.subjects import fleet_names
-from ledger.nats_config import READER
-from ledger.nats_config import inbox_prefix as user_inbox
+from fleet_ledger.fleet.subjects import fleet_names
+from fleet_ledger.ledger.nats_config import READER
+from fleet_ledger.ledger.nats_config import inbox_prefix as user_inbox
 
 DEFAULT_URL = "nats://127.0.0.1:4222"
 

@@ -19,7 +19,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
-from fleet.fold.batch import BatchChanges, Incoming
+from fleet_ledger.fleet.fold.batch import BatchChanges, Incoming
 
 M = TypeVar("M")  # what the shell acks the batch by (its deliveries)
 P = TypeVar("P")  # a prepared batch

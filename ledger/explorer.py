@@ -24,18 +24,18 @@ from urllib.parse import quote, urlencode
 
 from aiohttp import web
 
-from fleet.address import parse_address
-from fleet.audit import format_uj as _uj
-from fleet.audit import format_when as _when
-from fleet.audit import park_form
-from fleet.jobs.job_id import job_tag, parse_item_unit
-from fleet.log.checkpoint import parse_checkpoint
-from fleet.log.merkle import leaf_hash
-from fleet.log.note import parse_note
-from fleet.record.run_codec import state_from_json
-from fleet.record.segment import CallAccount
-from fleet.record.wait_proof import verdict_json, waited_inside, why
-from fleet.record.wire import (
+from fleet_ledger.fleet.address import parse_address
+from fleet_ledger.fleet.audit import format_uj as _uj
+from fleet_ledger.fleet.audit import format_when as _when
+from fleet_ledger.fleet.audit import park_form
+from fleet_ledger.fleet.jobs.job_id import job_tag, parse_item_unit
+from fleet_ledger.fleet.log.checkpoint import parse_checkpoint
+from fleet_ledger.fleet.log.merkle import leaf_hash
+from fleet_ledger.fleet.log.note import parse_note
+from fleet_ledger.fleet.record.run_codec import state_from_json
+from fleet_ledger.fleet.record.segment import CallAccount
+from fleet_ledger.fleet.record.wait_proof import verdict_json, waited_inside, why
+from fleet_ledger.fleet.record.wire import (
     ClaimedWire,
     ClosedWire,
     EvictedWire,
@@ -44,9 +44,9 @@ from fleet.record.wire import (
     SuspendedWire,
     envelope_wire,
 )
-from fleet.runtime.runtime_journal import account_marks
-from ledger import job_views
-from ledger.log_reader import LogReader, decimal
+from fleet_ledger.fleet.runtime.runtime_journal import account_marks
+from fleet_ledger.ledger import job_views
+from fleet_ledger.ledger.log_reader import LogReader, decimal
 
 _STYLE = """
 body{font:14px/1.4 system-ui,sans-serif;margin:1.5em;color:#1d2430;background:#fafbfc}
@@ -335,6 +335,6 @@ def add_explorer(app: web.Application, reader: LogReader,
     app.router.add_get("/ui/run/{run}", explorer.run)
     app.router.add_get("/ui/proof/{run}/{index}", explorer.proof)
     # Imported here: the job pages are drawn with this module's page helpers.
-    from ledger.explorer_jobs import add_job_pages
+    from fleet_ledger.ledger.explorer_jobs import add_job_pages
 
     add_job_pages(app, reader)

@@ -16,14 +16,14 @@ from urllib.parse import quote
 
 from aiohttp import web
 
-from fleet.audit import format_uj as _uj
-from fleet.jobs.sum_tree import PROVENANCES, SOURCES
-from fleet.record.run_codec import state_from_json
-from fleet.record.wait_proof import verdict_json
-from ledger import job_views
-from ledger.explorer import _e, _page, _table
-from ledger.log_reader import LogReader, decimal
-from ledger.views import NotFound
+from fleet_ledger.fleet.audit import format_uj as _uj
+from fleet_ledger.fleet.jobs.sum_tree import PROVENANCES, SOURCES
+from fleet_ledger.fleet.record.run_codec import state_from_json
+from fleet_ledger.fleet.record.wait_proof import verdict_json
+from fleet_ledger.ledger import job_views
+from fleet_ledger.ledger.explorer import _e, _page, _table
+from fleet_ledger.ledger.log_reader import LogReader, decimal
+from fleet_ledger.ledger.views import NotFound
 
 # Missing items listed on a job's page (a job may miss 2**32 - 1): the first ones, then a count.
 SHOWN_MISSING = 500

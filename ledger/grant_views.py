@@ -10,13 +10,13 @@ from __future__ import annotations
 import base64
 from typing import Any
 
-from fleet.address import format_address, parse_address
-from fleet.errors import FleetError
-from fleet.fold.grant_events import NO_AMENDMENT, GrantBook, chain_of, event_json
-from fleet.fold.grant_verify import evidence_events, evidence_json
-from fleet.grants.grant import grant_json, terms_json
-from fleet.record.kernel import NO_GRANTS
-from ledger.store import LedgerStore
+from fleet_ledger.fleet.address import format_address, parse_address
+from fleet_ledger.fleet.errors import FleetError
+from fleet_ledger.fleet.fold.grant_events import NO_AMENDMENT, GrantBook, chain_of, event_json
+from fleet_ledger.fleet.fold.grant_verify import evidence_events, evidence_json
+from fleet_ledger.fleet.grants.grant import grant_json, terms_json
+from fleet_ledger.fleet.record.kernel import NO_GRANTS
+from fleet_ledger.ledger.store import LedgerStore
 
 
 class GrantNotFound(Exception):

@@ -42,10 +42,10 @@ from typing import Any
 
 from aiohttp import web
 
-from fleet.log.log_errors import MalformedTilePath
-from fleet.log.tiles import Tile, parse_tile_path
-from ledger.log_reader import LogReader, decimal
-from ledger.metrics import CONTENT_TYPE, FoldMetrics, render
+from fleet_ledger.fleet.log.log_errors import MalformedTilePath
+from fleet_ledger.fleet.log.tiles import Tile, parse_tile_path
+from fleet_ledger.ledger.log_reader import LogReader, decimal
+from fleet_ledger.ledger.metrics import CONTENT_TYPE, FoldMetrics, render
 
 log = logging.getLogger(__name__)
 

@@ -23,11 +23,11 @@ import sqlite3
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from fleet.address import format_address, parse_address
-from fleet.fold.job_events import JobAccepted
-from fleet.fold.job_fold import BatchJobs, ItemEntry, JobBook, JobEntry, rebuild
-from fleet.jobs.job_id import decode_terms
-from fleet.record.seal import encode_key
+from fleet_ledger.fleet.address import format_address, parse_address
+from fleet_ledger.fleet.fold.job_events import JobAccepted
+from fleet_ledger.fleet.fold.job_fold import BatchJobs, ItemEntry, JobBook, JobEntry, rebuild
+from fleet_ledger.fleet.jobs.job_id import decode_terms
+from fleet_ledger.fleet.record.seal import encode_key
 
 SCHEMA = (
     "CREATE TABLE IF NOT EXISTS job_events (stream_seq INTEGER PRIMARY KEY, kind TEXT NOT NULL,"

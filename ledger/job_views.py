@@ -10,20 +10,20 @@ from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
 
-from fleet.errors import FleetError
-from fleet.jobs.item_proof import tree_item_proof
-from fleet.jobs.job_bundle import build_job_bundle
-from fleet.jobs.job_id import decode_terms
-from fleet.jobs.receipt import decode_receipt, receipt_json, receipt_leaf, seal_leaves
-from fleet.jobs.sum_tree import SumTree, encode_item_leaf
-from fleet.log.anchor_bundle import anchor_fields
-from fleet.log.checkpoint import parse_checkpoint
-from fleet.log.note import parse_note
-from fleet.log.proof_bundle import log_fields
-from ledger import job_store
-from ledger.store import LedgerStore
-from ledger.views import CheckpointWanted, NotFound
-from plumbing.anchoring import ReceiptStore
+from fleet_ledger.fleet.errors import FleetError
+from fleet_ledger.fleet.jobs.item_proof import tree_item_proof
+from fleet_ledger.fleet.jobs.job_bundle import build_job_bundle
+from fleet_ledger.fleet.jobs.job_id import decode_terms
+from fleet_ledger.fleet.jobs.receipt import decode_receipt, receipt_json, receipt_leaf, seal_leaves
+from fleet_ledger.fleet.jobs.sum_tree import SumTree, encode_item_leaf
+from fleet_ledger.fleet.log.anchor_bundle import anchor_fields
+from fleet_ledger.fleet.log.checkpoint import parse_checkpoint
+from fleet_ledger.fleet.log.note import parse_note
+from fleet_ledger.fleet.log.proof_bundle import log_fields
+from fleet_ledger.ledger import job_store
+from fleet_ledger.ledger.store import LedgerStore
+from fleet_ledger.ledger.views import CheckpointWanted, NotFound
+from fleet_ledger.plumbing.anchoring import ReceiptStore
 
 # Items listed by ``fleet job show`` (a job may have 2**32 - 1): the first ones, then a count.
 SHOWN_ITEMS = 200

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from fleet.log.note import Signer, generate_signer, parse_signer_key
-from plumbing.files import write_secret
+from fleet_ledger.fleet.log.note import Signer, generate_signer, parse_signer_key
+from fleet_ledger.plumbing.files import write_secret
 
 KEY_FILE = "ledger.key"
 VKEY_FILE = "ledger.vkey"

@@ -17,14 +17,14 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
 
-from fleet.address import parse_address
-from fleet.log.cosignature import cosigned_note
-from fleet.log.leaf import encode_leaf
-from fleet.log.log_errors import MissingNode
-from fleet.log.tiles import Tile, encode_entry_bundle, partial_sizes
-from fleet.log.tlog_proof import format_tlog_proof
-from ledger.store import ReadOnlyStore
-from plumbing.anchoring import ReceiptStore
+from fleet_ledger.fleet.address import parse_address
+from fleet_ledger.fleet.log.cosignature import cosigned_note
+from fleet_ledger.fleet.log.leaf import encode_leaf
+from fleet_ledger.fleet.log.log_errors import MissingNode
+from fleet_ledger.fleet.log.tiles import Tile, encode_entry_bundle, partial_sizes
+from fleet_ledger.fleet.log.tlog_proof import format_tlog_proof
+from fleet_ledger.ledger.store import ReadOnlyStore
+from fleet_ledger.plumbing.anchoring import ReceiptStore
 
 _CACHED_TILES = 2048  # ~16 MiB of full tiles: the hot right edge and followers' catch-up
 

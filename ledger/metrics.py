@@ -26,9 +26,9 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, generate_la
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from ledger.pull import BadDelivery, ack_fields
-from ledger.store import LedgerStore
-from plumbing.anchoring import AnchorState, ReceiptStore
+from fleet_ledger.ledger.pull import BadDelivery, ack_fields
+from fleet_ledger.ledger.store import LedgerStore
+from fleet_ledger.plumbing.anchoring import AnchorState, ReceiptStore
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 _BATCH_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)

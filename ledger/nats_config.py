@@ -52,7 +52,7 @@ from typing import Final
 
 import nkeys
 
-from fleet.subjects import (
+from fleet_ledger.fleet.subjects import (
     API,
     API_SERVICE,
     CHECKPOINTS,
@@ -63,7 +63,7 @@ from fleet.subjects import (
     check_host_name,
     rejection_subject,
 )
-from plumbing.files import write_secret
+from fleet_ledger.plumbing.files import write_secret
 
 ACCOUNT: Final = STREAM
 SYSTEM_ACCOUNT: Final = "SYS"

@@ -228,7 +228,7 @@ def lean_internals_missing(nc: Client | None = None) -> str | None:
         if not isinstance(getattr(parser, name, None), int):
             return f"nats.protocol.parser.{name}"
     parser_cls = getattr(parser, "Parser", None)
-    if not inspect.iscoroutinefunction(getattr(parser_cls, "parse", None)):
+    if parser_cls is None or not inspect.iscoroutinefunction(getattr(parser_cls, "parse", None)):
         return "nats.protocol.parser.Parser.parse"
     process = getattr(Client, "_process_msg", None)
     if (not inspect.iscoroutinefunction(process)
@@ -236,7 +236,7 @@ def lean_internals_missing(nc: Client | None = None) -> str | None:
         return "nats.aio.client.Client._process_msg(sid, subject, reply, data, headers)"
     if nc is not None:
         ps = getattr(nc, "_ps", None)
-        if (not isinstance(ps, parser_cls)  # type: ignore[arg-type]
+        if (not isinstance(ps, parser_cls)
                 or not isinstance(getattr(ps, "buf", None), bytearray)
                 or not hasattr(ps, "state")):
             return "Client._ps (the connection's Parser, with buf and state)"
@@ -349,7 +349,7 @@ async def _start_lean(nc: Client, stream: str, durable: str) -> Pull | str:
     """The lean puller, started; or why it could not be (imported or started), after
     undoing whatever of its start was done."""
     try:
-        from ledger.puller import Puller
+        from fleet_ledger.ledger.puller import Puller
     except ImportError as exc:
         return f"nats-py {nats_py_version()}: the lean puller does not import ({exc})"
     puller = Puller(nc, stream, durable)

@@ -45,7 +45,7 @@ from nats.protocol.parser import AWAITING_CONTROL_LINE, MAX_CONTROL_LINE_SIZE, P
 
 # Defined beside the fetch puller (a module that needs no private part of nats-py), and
 # still importable from here.
-from ledger.pull import BadDelivery, Delivery, ack_fields
+from fleet_ledger.ledger.pull import BadDelivery, Delivery, ack_fields
 
 __all__ = ["Puller"]
 
@@ -78,12 +78,15 @@ class Puller:
     async def start(self) -> Puller:
         self._sub = await self.nc.subscribe(self.inbox, cb=self._on_msg)
         self._sid = self._sub._id
-        self._inner = self.nc._process_msg
-        self.nc._process_msg = self._process  # type: ignore[method-assign]
+        # nats-py's private hooks, patched (ledger.pull.lean_internals_missing checks them). Its
+        # annotations say headers are bytes; its parser passes None for a message without.
+        self._inner = self.nc._process_msg  # type: ignore[assignment]  # headers may be None
+        self.nc._process_msg = self._process  # type: ignore[method-assign]  # a private hook
         parser = self.nc._ps
         if isinstance(getattr(parser, "buf", None), bytearray) and hasattr(parser, "state"):
             self._parser = parser
-            parser.parse = functools.partial(_parse_fast, parser, self)  # type: ignore[method-assign]
+            fast = functools.partial(_parse_fast, parser, self)
+            parser.parse = fast  # type: ignore[method-assign]  # a private hook
         return self
 
     async def _process(self, sid: int, subject: bytes, reply: bytes, data: bytes,
@@ -175,11 +178,13 @@ class Puller:
     async def stop(self) -> None:
         parser, self._parser = self._parser, None
         fast = None if parser is None else parser.__dict__.get("parse")
-        if isinstance(fast, functools.partial) and fast.args[1:] == (self,):
-            del parser.parse  # type: ignore[union-attr]
+        if (parser is not None and isinstance(fast, functools.partial)
+                and fast.args[1:] == (self,)):
+            del parser.parse
         if self.nc._process_msg == self._process:
             assert self._inner is not None
-            self.nc._process_msg = self._inner  # type: ignore[method-assign]
+            # nats-py's own hook back (typed as taking bytes headers: see start).
+            self.nc._process_msg = self._inner  # type: ignore[method-assign, assignment]  # restore
         if self._sub is not None:
             await self._sub.unsubscribe()
 

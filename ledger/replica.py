@@ -46,10 +46,10 @@ from nats.js.api import KeyValueConfig
 from nats.js.errors import BucketNotFoundError
 from nats.js.kv import KeyValue
 
-from fleet.log.checkpoint import parse_checkpoint
-from fleet.log.note import Signer, open_note
-from fleet.subjects import DEFAULT_FLEET, FleetNames
-from plumbing.nats_connect import bucket_keys
+from fleet_ledger.fleet.log.checkpoint import parse_checkpoint
+from fleet_ledger.fleet.log.note import Signer, open_note
+from fleet_ledger.fleet.subjects import DEFAULT_FLEET, FleetNames
+from fleet_ledger.plumbing.nats_connect import bucket_keys
 
 log = logging.getLogger(__name__)
 
@@ -158,6 +158,7 @@ class Replica:
             self.newest = (cp.size, cp.root, note)
 
     async def _open(self) -> None:
+        assert self.js is not None  # start() gave it
         replicas = self.replicas
         if self.lease is None:
             self.lease = await open_bucket(self.js, self.names.lease_bucket, self.ttl,

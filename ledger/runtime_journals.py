@@ -15,12 +15,12 @@ from typing import Any
 
 from nats.js.errors import BucketNotFoundError, NotFoundError, ObjectNotFoundError
 
-from fleet.address import format_address, parse_address
-from fleet.errors import FleetError
-from fleet.runtime.runtime_journal import chain_hashes, open_blob, value_addresses
-from fleet.runtime.runtime_verify import parse_journal
-from fleet.subjects import FleetNames, run_token
-from plumbing.runtime_keys import held_keys
+from fleet_ledger.fleet.address import format_address, parse_address
+from fleet_ledger.fleet.errors import FleetError
+from fleet_ledger.fleet.runtime.runtime_journal import chain_hashes, open_blob, value_addresses
+from fleet_ledger.fleet.runtime.runtime_verify import parse_journal
+from fleet_ledger.fleet.subjects import FleetNames, run_token
+from fleet_ledger.plumbing.runtime_keys import held_keys
 
 _MISSING = (NotFoundError, BucketNotFoundError, ObjectNotFoundError)
 
@@ -52,7 +52,7 @@ async def runtime_journal(js: Any, names: FleetNames, run: str) -> dict[str, Any
     try:
         journal = parse_journal(obj.data)
         hashes = list(chain_hashes(journal.run, journal.workflow,
-                                   (e[:4] for e in journal.entries)))  # type: ignore[misc]
+                                   (e[:4] for e in journal.entries)))
         if journal.run != run or not hashes or hashes[-1] != parse_address(head):
             raise FleetError("the stored journal does not chain to the run's head")
     except FleetError as exc:

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
+from typing import Literal
 
 from nacl.exceptions import BadSignatureError
 from nacl.signing import VerifyKey
@@ -77,7 +78,7 @@ def _dalek() -> Callable[[list[Item]], list[bool]] | None:
         """Each seal's verdict, in order, by ed25519-dalek's ``verify_strict``."""
         out = []
         for public, message, signature in items:
-            key = keys.get(public, False)
+            key: Pubkey | Literal[False] | None = keys.get(public, False)  # False: not seen
             if key is False:
                 ok = len(public) == 32 and canonical_point(public)
                 key = keys[public] = Pubkey.from_bytes(public) if ok else None

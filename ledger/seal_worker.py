@@ -2,7 +2,8 @@
 
 Ed25519 verification is most of the fold's CPU (:mod:`ledger.seal_verifiers` picks the
 implementation), and it holds the GIL while it runs, so threads cannot share it out. The
-ledger therefore hands seals to a worker process (``python -m ledger.seal_worker``, talking
+ledger therefore hands seals to a worker process
+(``python -m fleet_ledger.ledger.seal_worker``, talking
 over its stdin and stdout): each batch's while the previous batch is folded (see
 :class:`SealWorker`). The verdicts are plain booleans, the ones the fold would compute in
 line; a worker that fails is dropped and the ledger verifies in line (slower, never
@@ -25,7 +26,7 @@ import sys
 from collections import deque
 from typing import BinaryIO
 
-from ledger.seal_verifiers import Item, verify_many
+from fleet_ledger.ledger.seal_verifiers import Item, verify_many
 
 __all__ = ["MAX_ITEM_MESSAGE", "Item", "SealTicket", "SealWorker", "decode_request",
            "encode_request", "serve", "verify_many"]
@@ -37,7 +38,7 @@ MAX_ITEM_MESSAGE = 0xFFFF
 
 
 def encode_request(items: list[Item]) -> bytes:
-    parts = []
+    parts: list[bytes] = []
     for public, message, signature in items:
         parts += (public, _LEN.pack(len(message)), message, signature)
     body = b"".join(parts)
@@ -131,7 +132,7 @@ class SealWorker:
     def start(self) -> None:
         if self._proc is None:
             self._proc = subprocess.Popen(
-                [sys.executable, "-m", "ledger.seal_worker"], stdin=subprocess.PIPE,
+                [sys.executable, "-m", "fleet_ledger.ledger.seal_worker"], stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
             assert self._proc.stdin is not None
             # A batch's request (about 170 bytes a seal) then fits in the pipe whole; where

@@ -23,39 +23,45 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import msgspec
 import nats
 from nats.aio.client import Client
 from nats.js import JetStreamContext
 from nats.js.errors import FetchTimeoutError
 
-from fleet.fold import HostEntry, Refused, batch_addresses
-from fleet.fold.batch import (
+from fleet_ledger.fleet.fold import HostEntry, batch_addresses
+from fleet_ledger.fleet.fold.batch import (
     BatchChanges,
     Decided,
     Incoming,
     decide_batch,
+    decide_written,
+    first_gap,
     merge_seals,
+    refusal_notices,
     seal_items,
 )
-from fleet.fold.cache import RunCache
-from fleet.fold.policy import checkpoint_due, leads_signing
-from fleet.fold.route import Route, Router
-from fleet.log.checkpoint import check_consistent_then_sign, make_checkpoint, parse_checkpoint
-from fleet.log.note import Signer, parse_note
-from fleet.record.wire import EnvelopeWire, envelope_wire
-from fleet.subjects import fleet_names
-from ledger.api import LedgerApi, ServiceFacts
-from ledger.commit_pipeline import CommitPipeline
-from ledger.keys import load_or_create_signer
-from ledger.metrics import FoldMetrics, new_registry
-from ledger.pull import Delivery, PullerState, ack_all, nak, open_puller
-from ledger.replica import Progress, Replica, check_no_offline_hosts, read_replicas
-from ledger.seal_worker import MAX_ITEM_MESSAGE, SealTicket, SealWorker
-from ledger.store import CheckpointReader, HostsChanged, LedgerStore
-from ledger.stream import ensure_consumer, ensure_stream
-from plumbing.anchoring import AnchorTaskFactory, ReceiptStore
-from plumbing.nats_connect import connect
+from fleet_ledger.fleet.fold.cache import RunCache
+from fleet_ledger.fleet.fold.policy import LeadState, checkpoint_due
+from fleet_ledger.fleet.fold.route import Route, Router
+from fleet_ledger.fleet.log.checkpoint import (
+    check_consistent_then_sign,
+    make_checkpoint,
+    parse_checkpoint,
+)
+from fleet_ledger.fleet.log.note import Signer, parse_note
+from fleet_ledger.fleet.record.wire import EnvelopeWire, envelope_wire
+from fleet_ledger.fleet.subjects import fleet_names
+from fleet_ledger.ledger.api import LedgerApi, ServiceFacts
+from fleet_ledger.ledger.commit_pipeline import CommitPipeline
+from fleet_ledger.ledger.keys import load_or_create_signer
+from fleet_ledger.ledger.metrics import FoldMetrics, new_registry
+from fleet_ledger.ledger.pull import Delivery, PullerState, ack_all, nak, open_puller
+from fleet_ledger.ledger.replica import Progress, Replica, check_no_offline_hosts, read_replicas
+from fleet_ledger.ledger.seal_worker import MAX_ITEM_MESSAGE, SealTicket, SealWorker
+from fleet_ledger.ledger.store import CheckpointReader, HostsChanged, LedgerStore
+from fleet_ledger.ledger.stream import ensure_consumer, ensure_stream
+from fleet_ledger.plumbing.anchoring import AnchorTaskFactory, ReceiptStore
+from fleet_ledger.plumbing.nats_connect import connect
 
 log = logging.getLogger(__name__)
 
@@ -167,10 +173,10 @@ class Ledger:
         self._anchor_task: asyncio.Task[None] | None = None
         self._anchor_stop = asyncio.Event()
         self._anchor_source: CheckpointReader | None = None
-        # Signing on the timer, publishing and anchoring: always for a single ledger; for a
-        # replica, while it holds the lease and has folded up to ``_lead_floor`` (the
-        # stream's end when it took the lease).
-        self._lead_floor: int | None = None if config.replica_ttl is not None else 0
+        # Signing on the timer, publishing and anchoring (fleet.fold.policy.LeadState):
+        # always for a single ledger; for a replica, while it holds the lease and has folded
+        # up to the stream's end when it took the lease.
+        self.lead = LeadState(config.replica_ttl is not None)
         self.replica: Replica | None = None
         self._replica_task: asyncio.Task[None] | None = None
         self._replica_stop = asyncio.Event()
@@ -252,24 +258,27 @@ class Ledger:
             self._install(changed, top)
         return batch, top
 
-    def decide_and_write(self, prepared: Prepared
-                         ) -> tuple[list[Incoming], int, BatchChanges]:
+    def decide_and_write(self, prepared: Prepared) -> Decided:
         """Decide a prepared batch and write it in a transaction left open for the store's
-        ``commit``; a batch decided with a host table that has since changed is decided
-        again with the current one. Returns the batch, its watermark and the runs it
-        changed, to :meth:`_install` once the commit is durable (the cache holds only
-        committed state, so a failure anywhere needs nothing undone)."""
-        while True:
-            batch, top, changed = self._decide(prepared)
-            if not batch:
-                return batch, top, changed
-            try:
-                self.store.write_batch(batch, top, prepared.hosts_version, changed.runs,
-                                       changed.control.state, changed.jobs)
-            except HostsChanged:
-                prepared = self.prepare(prepared.msgs, share_in_line=0.5, times=prepared.times)
-                continue
-            return batch, top, changed
+        ``commit`` (:func:`fleet.fold.batch.decide_written`: decided again where the host
+        table changed meanwhile). Returns the batch, its watermark and what it changed, to
+        :meth:`_install` once the commit is durable (the cache holds only committed state,
+        so a failure anywhere needs nothing undone)."""
+        return decide_written(prepared, self._decide, self._write, self._prepare_again)
+
+    def _write(self, decided: Decided, prepared: Prepared) -> bool:
+        """Write a decided batch; ``False`` (nothing written) if the host table it was
+        decided against has changed."""
+        try:
+            self.store.write_batch(decided.items, decided.top, prepared.hosts_version,
+                                   decided.changes.runs, decided.changes.control.state,
+                                   decided.changes.jobs)
+        except HostsChanged:
+            return False
+        return True
+
+    def _prepare_again(self, prepared: Prepared) -> Prepared:
+        return self.prepare(prepared.msgs, share_in_line=0.5, times=prepared.times)
 
     def _install(self, changed: BatchChanges, top: int) -> None:
         """Make a committed batch's run states the cache's, its grant events the book's, and
@@ -376,7 +385,9 @@ class Ledger:
         self.api = LedgerApi(self)
         await self.api.start(self.nc)
         if cfg.replica_ttl is not None:
-            self.replica = Replica(self, cfg.name, cfg.replica_ttl, self.names, cfg.replicas)
+            self.replica = replica = Replica(self, cfg.name, cfg.replica_ttl, self.names,
+                                             cfg.replicas)
+            self.lead.holds = lambda: replica.holds
             await self.replica.start(self.js)
             self._replica_task = asyncio.create_task(self.replica.run(self._replica_stop))
         elif self._anchoring is not None:
@@ -385,7 +396,7 @@ class Ledger:
     async def take_lead(self) -> None:
         """This replica took the lease: it signs once folded to the stream's end as it is
         now, so it never publishes a checkpoint below one its predecessor published."""
-        self._lead_floor = None
+        self.lead.took(None)
         assert self.js is not None
         try:  # not the last known end: a lagging replica's would be its own position
             info = await self.js.stream_info(self.names.stream)
@@ -393,27 +404,24 @@ class Ledger:
             log.warning("cannot read the stream's end at takeover: %s", exc)
             return
         self.stream_last_seq = max(self.stream_last_seq, info.state.last_seq)
-        self._lead_floor = info.state.last_seq
+        self.lead.took(info.state.last_seq)
 
     @property
     def leading(self) -> bool:
-        """A single ledger always leads; a replica while it holds the lease."""
-        if self.replica is None:
-            return self.config.replica_ttl is None
-        return self.replica.holds
+        return self.lead.leading
 
     @property
     def lead_floor(self) -> int | None:
-        return self._lead_floor
+        return self.lead.floor
 
     async def drop_lead(self) -> None:
-        self._lead_floor = None
+        self.lead.dropped()
         await self._stop_anchors()
 
     def signs(self) -> bool:
         """Whether this ledger signs on the timer, publishes and anchors now."""
         # The committed position: the store's watermark may be a batch still committing.
-        return leads_signing(self.leading, self._lead_floor, self.committed_seq)
+        return self.lead.signs(self.committed_seq)
 
     def _start_anchors(self, anchoring: AnchorTaskFactory) -> None:
         """Anchor checkpoints in a task of its own, reading them through its own store
@@ -537,6 +545,7 @@ class Ledger:
             for batch_msgs in unacked:
                 for m in batch_msgs:
                     with contextlib.suppress(Exception):
+                        assert self.nc is not None  # start() connected it
                         await nak(self.nc, m, 1.0)
             await self._abandon()
             raise
@@ -554,21 +563,19 @@ class Ledger:
         repositions the consumer at the watermark (:func:`ledger.stream.ensure_consumer`).
         A hole the stream itself has (its first message beyond it) is passed over."""
         last = next((max(m.seq for m in b) for b in earlier if b), self.store.watermark())
+        seqs = [m.seq for m in msgs]
         expected = last + 1
-        for m in msgs:
-            if m.seq < expected:
-                continue  # a redelivery of something already fetched
-            if m.seq > expected:
-                assert self.js is not None
-                info = await self.js.stream_info(self.names.stream)
-                if info.state.first_seq > expected:
-                    log.warning("the stream starts at %d: nothing to fold before it",
-                                info.state.first_seq)
-                    expected = m.seq + 1
-                    continue
-                raise DeliveryGap(f"the consumer delivered stream sequence {m.seq} where "
-                                  f"{expected} was next: folding again from the watermark")
-            expected = m.seq + 1
+        while (gap := first_gap(expected, seqs)) is not None:
+            seq, expected = gap
+            assert self.js is not None
+            info = await self.js.stream_info(self.names.stream)
+            if info.state.first_seq > expected:
+                log.warning("the stream starts at %d: nothing to fold before it",
+                            info.state.first_seq)
+                expected = seq + 1
+                continue
+            raise DeliveryGap(f"the consumer delivered stream sequence {seq} where "
+                              f"{expected} was next: folding again from the watermark")
 
     async def _start_commit(self, msgs: list[Delivery], prepared: Prepared) -> None:
         """Decide and write a batch, then start its commit (:class:`CommitPipeline`)."""
@@ -614,15 +621,9 @@ class Ledger:
 
     async def _publish_refusals(self, batch: list[Incoming]) -> None:
         assert self.nc is not None
-        for item in batch:
-            d = item.decision
-            if not isinstance(d, Refused) or d.host is None:
-                continue
-            body = {"stream_seq": item.stream_seq, "subject": item.subject, "rule": d.rule,
-                    "detail": d.detail, "index": d.index}
+        for host, notice in refusal_notices(batch):
             with contextlib.suppress(Exception):
-                await self.nc.publish(self.names.rejection_subject(d.host),
-                                      msgspec.json.encode(body))
+                await self.nc.publish(self.names.rejection_subject(host), notice)
 
     async def refresh_stream_end(self) -> int:
         """The stream's last sequence, asked of the server (the last known if it does not

@@ -40,24 +40,36 @@ from typing import Any
 
 import msgspec
 
-from fleet.address import format_address, id_text, parse_address
-from fleet.fold import Accepted, HostEntry, Refused, RunSlot
-from fleet.fold.batch import Incoming
-from fleet.fold.control import KINDS, ControlAccepted, ControlState, decide_bootstrap, keys_at
-from fleet.fold.grant_events import GrantAccepted, GrantBook, apply, decode_event, event_ref
-from fleet.fold.job_events import JobAccepted
-from fleet.fold.job_fold import BatchJobs, JobBook, Sealed
-from fleet.log.merkle import leaf_hash
-from fleet.record.run_codec import state_from_json, state_to_json
-from fleet.record.seal import decode_key, encode_key
-from fleet.record.wire import envelope_wire
-from fleet.subjects import check_host_name
-from ledger import job_store
-from ledger.store_reads import StoreReads
-from ledger.tree_store import TreeStore
-from plumbing import sqlite
-from plumbing.files import write_atomically
-from plumbing.transactions import immediate
+from fleet_ledger.fleet.address import format_address, id_text, parse_address
+from fleet_ledger.fleet.fold import Accepted, HostEntry, Refused, RunSlot
+from fleet_ledger.fleet.fold.batch import Incoming
+from fleet_ledger.fleet.fold.control import (
+    KINDS,
+    ControlAccepted,
+    ControlState,
+    decide_bootstrap,
+    keys_at,
+)
+from fleet_ledger.fleet.fold.grant_events import (
+    GrantAccepted,
+    GrantBook,
+    apply,
+    decode_event,
+    event_ref,
+)
+from fleet_ledger.fleet.fold.job_events import JobAccepted
+from fleet_ledger.fleet.fold.job_fold import BatchJobs, JobBook, Sealed
+from fleet_ledger.fleet.log.merkle import leaf_hash
+from fleet_ledger.fleet.record.run_codec import state_from_json, state_to_json
+from fleet_ledger.fleet.record.seal import decode_key, encode_key
+from fleet_ledger.fleet.record.wire import envelope_wire
+from fleet_ledger.fleet.subjects import check_host_name
+from fleet_ledger.ledger import job_store
+from fleet_ledger.ledger.store_reads import StoreReads
+from fleet_ledger.ledger.tree_store import TreeStore
+from fleet_ledger.plumbing import sqlite
+from fleet_ledger.plumbing.files import write_atomically
+from fleet_ledger.plumbing.transactions import immediate
 
 DB_NAME = "ledger.db"
 HOSTS_FILE = "hosts.json"

@@ -19,9 +19,9 @@ from typing import NamedTuple
 
 import msgspec
 
-from fleet.record.record import RunState
-from fleet.record.run_codec import state_from_json
-from ledger import job_store
+from fleet_ledger.fleet.record.record import RunState
+from fleet_ledger.fleet.record.run_codec import state_from_json
+from fleet_ledger.ledger import job_store
 
 
 class CheckpointRow(NamedTuple):

@@ -16,8 +16,8 @@ from nats.js.api import (
 )
 from nats.js.errors import NotFoundError
 
-from fleet.record.wire import MAX_MESSAGE
-from fleet.subjects import DEFAULT_FLEET, FleetNames
+from fleet_ledger.fleet.record.wire import MAX_MESSAGE
+from fleet_ledger.fleet.subjects import DEFAULT_FLEET, FleetNames
 
 log = logging.getLogger(__name__)
 

@@ -41,8 +41,8 @@ import sqlite3
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
-from fleet.log.log_errors import InvalidProofRequest, MissingNode
-from fleet.log.merkle import (
+from fleet_ledger.fleet.log.log_errors import InvalidProofRequest, MissingNode
+from fleet_ledger.fleet.log.merkle import (
     EMPTY_ROOT,
     HASH_SIZE,
     NodeId,
@@ -54,8 +54,8 @@ from fleet.log.merkle import (
     plan_nodes,
     root_plan,
 )
-from fleet.log.merkle_append import compact_nodes, compact_root, extend
-from plumbing import sqlite
+from fleet_ledger.fleet.log.merkle_append import compact_nodes, compact_root, extend
+from fleet_ledger.plumbing import sqlite
 
 STRIP = 63
 _LEVEL_SHIFT = 48

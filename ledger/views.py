@@ -15,35 +15,36 @@ from typing import Any
 
 import msgspec
 
-from fleet.address import parse_address
-from fleet.errors import FleetError
-from fleet.fold.grant_events import GrantBook
-from fleet.log.anchor_bundle import anchor_fields
-from fleet.log.checkpoint import parse_checkpoint
-from fleet.log.leaf import encode_leaf
-from fleet.log.note import parse_note
-from fleet.log.proof_bundle import build_bundle
-from fleet.record.record_file import join_pages
-from fleet.record.run_codec import state_from_json
-from fleet.record.wait_proof import verdict_json
-from fleet.record.wire import EnvelopeWire, RecordWire, encode_record, envelope_wire
-from fleet.runtime.runtime_journal import account_marks
-from ledger.audit_rows import effect_calls
-from ledger.grant_views import run_grant
-from ledger.store import LedgerStore
-from plumbing.anchoring import ReceiptStore
+from fleet_ledger.fleet.address import parse_address
+from fleet_ledger.fleet.errors import FleetError
+from fleet_ledger.fleet.fold.grant_events import GrantBook
+from fleet_ledger.fleet.log.anchor_bundle import anchor_fields
+from fleet_ledger.fleet.log.checkpoint import parse_checkpoint
+from fleet_ledger.fleet.log.leaf import encode_leaf
+from fleet_ledger.fleet.log.note import parse_note
+from fleet_ledger.fleet.log.proof_bundle import build_bundle
+from fleet_ledger.fleet.record.record_file import join_pages
+from fleet_ledger.fleet.record.run_codec import state_from_json
+from fleet_ledger.fleet.record.wait_proof import verdict_json
+from fleet_ledger.fleet.record.wire import EnvelopeWire, RecordWire, encode_record, envelope_wire
+from fleet_ledger.fleet.runtime.runtime_journal import account_marks
+from fleet_ledger.ledger.audit_rows import effect_calls
+from fleet_ledger.ledger.grant_views import run_grant
+from fleet_ledger.ledger.store import LedgerStore
+from fleet_ledger.plumbing.anchoring import ReceiptStore
 
 
 class NotFound(Exception):
     """The run, segment or size asked for is not in this ledger."""
 
 
-def status(store: LedgerStore, *, origin: str, vkey: str, lag: int | None = None,
+def status(store: LedgerStore, *, origin: str | None, vkey: str | None, lag: int | None = None,
            healthy: bool = True, detail: str = "ok",
            receipts: ReceiptStore | None = None,
            puller: dict[str, Any] | None = None) -> dict[str, Any]:
     """The ledger's status; ``puller`` is a running ledger's (``PullerState.as_json``:
-    ``kind``, ``mode``, ``fallbacks``, ``reason``, ``nats_py``), None read offline."""
+    ``kind``, ``mode``, ``fallbacks``, ``reason``, ``nats_py``), None read offline (as
+    ``origin`` and ``vkey`` are from a folder without its keys)."""
     size = store.tree.size()
     last = store.last_checkpoint()
     counts = store.counts()

@@ -20,7 +20,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Protocol
 
-from fleet.log.anchor_bundle import Receipt
+from fleet_ledger.fleet.log.anchor_bundle import Receipt
 
 Publish = Callable[[str, bytes], Awaitable[None]]
 """Publish a message on a NATS subject (the ledger's connection)."""

@@ -34,7 +34,8 @@ def connect(path: str | Path, *, autocommit: bool = True, busy_timeout_s: float 
         uri = Path(path).resolve().as_uri() + "?mode=ro"
         return sqlite3.connect(uri, uri=True, isolation_level=None, timeout=busy_timeout_s,
                                check_same_thread=False)
-    conn = sqlite3.connect(str(path), isolation_level=None if autocommit else "",
+    # DEFERRED: what the legacy default "" begins too (SQLite's BEGIN is deferred).
+    conn = sqlite3.connect(str(path), isolation_level=None if autocommit else "DEFERRED",
                            timeout=busy_timeout_s, check_same_thread=False)
     conn.execute("PRAGMA journal_mode=WAL")
     conn.execute("PRAGMA synchronous=FULL")

@@ -3,8 +3,8 @@
 Why: a user's tests, like ours, should talk to a real nats-server rather than a mock. Use
 them from a ``conftest.py``::
 
-    from plumbing.testing import nats_cluster as nats_cluster
-    from plumbing.testing import nats_server as nats_server
+    from fleet_ledger.plumbing.testing import nats_cluster as nats_cluster
+    from fleet_ledger.plumbing.testing import nats_server as nats_server
 
 ``nats_server`` is a fresh JetStream server per test (store under the test's
 ``tmp_path``); ``nats_cluster`` a fresh 3-node JetStream cluster per test. Both are
@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from plumbing.natsd import NatsCluster, NatsServer
+from fleet_ledger.plumbing.natsd import NatsCluster, NatsServer
 
 __all__ = ["nats_cluster", "nats_server", "running_cluster", "running_server"]
 

@@ -13,15 +13,15 @@ from typing import Any
 
 import nats
 
-from cli._wiring import make_ledger
-from fleet.address import format_address
-from fleet.record.seal import encode_key
-from ledger import views
-from ledger.service import Ledger, LedgerConfig
+from fleet_ledger.cli._wiring import make_ledger
+from fleet_ledger.fleet.address import format_address
+from fleet_ledger.fleet.record.seal import encode_key
+from fleet_ledger.ledger import views
+from fleet_ledger.ledger.service import Ledger, LedgerConfig
 
 from fault_helpers import host_key, sealed_run
 
-FLEET = [sys.executable, "-m", "cli"]
+FLEET = [sys.executable, "-m", "fleet_ledger.cli"]
 
 
 def fleet(*args: str, timeout: float = 60.0) -> subprocess.CompletedProcess[str]:

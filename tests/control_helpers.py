@@ -10,10 +10,17 @@ from typing import Any
 
 from nacl.signing import SigningKey
 
-from fleet.address import digest
-from fleet.fold.control import ENROLL, OPERATOR, REKEY, REVOKE, encode_event, sign_event
-from fleet.record.builder import RecordBuilder
-from fleet.subjects import control_subject
+from fleet_ledger.fleet.address import digest
+from fleet_ledger.fleet.fold.control import (
+    ENROLL,
+    OPERATOR,
+    REKEY,
+    REVOKE,
+    encode_event,
+    sign_event,
+)
+from fleet_ledger.fleet.record.builder import RecordBuilder
+from fleet_ledger.fleet.subjects import control_subject
 
 from fault_helpers import GRANTS, SealedRun, fold_in_random_batches, sealed_run
 

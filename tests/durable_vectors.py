@@ -14,13 +14,13 @@ from typing import Any
 
 from nacl.signing import SigningKey
 
-from fleet.address import digest, format_address, parse_address
-from fleet.errors import RecordError
-from fleet.record.attestation import make_attestation
-from fleet.record.kernel import NO_GRANTS, pool_unit
-from fleet.record.record import RunState, genesis
-from fleet.record.seal import encode_key, seal
-from fleet.record.segment import (
+from fleet_ledger.fleet.address import digest, format_address, parse_address
+from fleet_ledger.fleet.errors import RecordError
+from fleet_ledger.fleet.record.attestation import make_attestation
+from fleet_ledger.fleet.record.kernel import NO_GRANTS, pool_unit
+from fleet_ledger.fleet.record.record import RunState, genesis
+from fleet_ledger.fleet.record.seal import encode_key, seal
+from fleet_ledger.fleet.record.segment import (
     CallAccount,
     Claimed,
     Closed,
@@ -31,7 +31,7 @@ from fleet.record.segment import (
     resumed,
     suspended,
 )
-from fleet.record.wait_proof import verdict_json
+from fleet_ledger.fleet.record.wait_proof import verdict_json
 
 PATH = Path(__file__).resolve().parent.parent / "docs" / "spec" / "vectors" / "durable.json"
 SEAL_SEED = bytes(range(32))

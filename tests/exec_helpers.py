@@ -17,10 +17,10 @@ from typing import Any
 
 import pytest
 
-from agents import fanotify
-from agents.exec_guard import ExecGuard
-from agents.scratch_fs import tmpfs as tmpfs
-from agents.unit_cgroup import CgroupUnavailable, cgroup2_mount
+from fleet_ledger.agents import fanotify
+from fleet_ledger.agents.exec_guard import ExecGuard
+from fleet_ledger.agents.scratch_fs import tmpfs as tmpfs
+from fleet_ledger.agents.unit_cgroup import CgroupUnavailable, cgroup2_mount
 
 PROGRAMS = Path(__file__).parent / "exec_programs"
 DRIVER = Path(__file__).parent / "exec_unit_driver.py"

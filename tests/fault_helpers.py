@@ -34,15 +34,24 @@ from merkle_reference import mth
 from nacl.signing import SigningKey
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 
-from fleet import errors
-from fleet.address import digest, format_address
-from fleet.fold import Accepted, Admission, BatchRuns, HostEntry, Message, Refused, RunSlot, decide
-from fleet.log.leaf import encode_leaf
-from fleet.record.builder import RecordBuilder
-from fleet.record.record import RunState, chain
-from fleet.record.run_codec import state_to_json
-from fleet.record.seal import seal
-from fleet.record.segment import (
+from fleet_ledger.fleet import errors
+from fleet_ledger.fleet.address import digest, format_address
+from fleet_ledger.fleet.fold import (
+    Accepted,
+    Admission,
+    BatchRuns,
+    HostEntry,
+    Message,
+    Refused,
+    RunSlot,
+    decide,
+)
+from fleet_ledger.fleet.log.leaf import encode_leaf
+from fleet_ledger.fleet.record.builder import RecordBuilder
+from fleet_ledger.fleet.record.record import RunState, chain
+from fleet_ledger.fleet.record.run_codec import state_to_json
+from fleet_ledger.fleet.record.seal import seal
+from fleet_ledger.fleet.record.segment import (
     CallAccount,
     Claimed,
     Evicted,
@@ -50,10 +59,10 @@ from fleet.record.segment import (
     Segment,
     make_snapshot,
 )
-from fleet.record.wire import SealedSegment, decode_envelope, encode_envelope
-from fleet.subjects import STREAM, segment_subject
+from fleet_ledger.fleet.record.wire import SealedSegment, decode_envelope, encode_envelope
+from fleet_ledger.fleet.subjects import STREAM, segment_subject
 
-FLEET = [sys.executable, "-m", "cli"]
+FLEET = [sys.executable, "-m", "fleet_ledger.cli"]
 
 # Every rule the fold can name: the classes of fleet.errors below FleetError.
 RULES = frozenset(
@@ -335,7 +344,7 @@ class Summary:
         by_leaf = sorted(self.segments, key=lambda s: s[3])
         assert [s[3] for s in by_leaf] == list(range(self.size)), "leaf indexes not 0..n-1"
         assert len({(s[0], s[1]) for s in self.segments}) == len(self.segments)
-        from fleet.address import parse_address
+        from fleet_ledger.fleet.address import parse_address
 
         leaves = [encode_leaf(parse_address(r), i, parse_address(h)) for r, i, h, _, _ in by_leaf]
         assert mth(leaves) == self.root, "the tree is not the tree of the folded segments"
@@ -345,7 +354,7 @@ def store_summary(data: Path) -> Summary:
     """Read a (stopped or running) ledger's store without writing to it."""
     db = sqlite3.connect(f"file:{data / 'ledger.db'}?mode=ro", uri=True, timeout=30)
     try:
-        from ledger.tree_store import TreeStore
+        from fleet_ledger.ledger.tree_store import TreeStore
 
         tree = TreeStore(db)
         size = tree.size()
@@ -373,7 +382,7 @@ def host_rows(data: Path) -> list[tuple[str, str, int, int | None]]:
 
 def seed_hosts(data: Path, hosts: list[tuple[str, str, int, int | None]]) -> None:
     """A new store in ``data`` holding exactly these enrollments."""
-    from ledger.store import LedgerStore
+    from fleet_ledger.ledger.store import LedgerStore
 
     store = LedgerStore(data)
     with store.transaction():
@@ -387,7 +396,7 @@ def fold_in_random_batches(stream: list[tuple[int, str, bytes]], data: Path,
                            rng: random.Random, largest: int, **config: Any) -> None:
     """Fold ``stream`` into the store in ``data`` by a ledger's own ``fold_messages``, in
     batches of random sizes up to ``largest``, then close the store."""
-    from ledger.service import Ledger, LedgerConfig
+    from fleet_ledger.ledger.service import Ledger, LedgerConfig
 
     ledger = Ledger(LedgerConfig(data_dir=data, servers=[], **config))
     try:
@@ -404,7 +413,7 @@ def reference_fold(messages: list[tuple[int, str, bytes]],
                    hosts: list[tuple[str, str, int, int | None]], data: Path,
                    batch: int = 500) -> Summary:
     """Fold ``messages`` fault-free into a new store in ``data`` with the same enrollments."""
-    from ledger.service import Ledger, LedgerConfig
+    from fleet_ledger.ledger.service import Ledger, LedgerConfig
 
     seed_hosts(data, hosts)
     ledger = Ledger(LedgerConfig(data_dir=data, servers=[]))
@@ -422,9 +431,9 @@ async def running_ledger(url: str, data: Path, hosts: list[tuple[str, str, int, 
                           **config: Any) -> AsyncIterator[tuple[Any, Any]]:
     """(ledger, jetstream) with the ledger folding in a task; stopped on exit. ``before``
     is published before the ledger starts (a backlog it then folds in full batches)."""
-    from ledger.service import Ledger, LedgerConfig
-    from ledger.stream import ensure_stream
-    from plumbing.nats_connect import connect
+    from fleet_ledger.ledger.service import Ledger, LedgerConfig
+    from fleet_ledger.ledger.stream import ensure_stream
+    from fleet_ledger.plumbing.nats_connect import connect
 
     nc = await connect([url], name="batching-test")
     js = nc.jetstream(timeout=10.0)

@@ -14,11 +14,11 @@ from typing import Any
 
 from merkle_helpers import consistency, node_map
 
-from fleet.log.checkpoint import make_checkpoint, sign_checkpoint
-from fleet.log.cosignature import cosignature_message, witness_signer_from_seed
-from fleet.log.merkle import fold, leaf_hash, root_plan
-from fleet.log.note import Signature, signer_from_seed
-from fleet.log.witness import WitnessState, decide, format_request
+from fleet_ledger.fleet.log.checkpoint import make_checkpoint, sign_checkpoint
+from fleet_ledger.fleet.log.cosignature import cosignature_message, witness_signer_from_seed
+from fleet_ledger.fleet.log.merkle import fold, leaf_hash, root_plan
+from fleet_ledger.fleet.log.note import Signature, signer_from_seed
+from fleet_ledger.fleet.log.witness import WitnessState, decide, format_request
 
 OUT = Path(__file__).parent.parent / "docs" / "spec" / "vectors" / "cosignature.json"
 ORIGIN = "fleet.example/log"

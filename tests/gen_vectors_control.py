@@ -12,7 +12,7 @@ from typing import Any
 
 from nacl.signing import SigningKey
 
-from fleet.fold.control import (
+from fleet_ledger.fleet.fold.control import (
     ENROLL,
     KINDS,
     OPERATOR,

@@ -10,16 +10,16 @@ import struct
 from pathlib import Path
 from typing import Any
 
-from fleet.address import digest, format_address
-from fleet.env.exec_journal import JournalEntry, entry_bytes, fold_roots, journal_root
-from fleet.env.exec_policy import (
+from fleet_ledger.fleet.address import digest, format_address
+from fleet_ledger.fleet.env.exec_journal import JournalEntry, entry_bytes, fold_roots, journal_root
+from fleet_ledger.fleet.env.exec_policy import (
     POLICY_DOMAIN,
     build_policy,
     decode_policy,
     policy_from_json,
     policy_to_json,
 )
-from fleet.errors import FleetError
+from fleet_ledger.fleet.errors import FleetError
 
 PATH = Path(__file__).parent.parent / "docs" / "spec" / "vectors" / "exec_policy.json"
 

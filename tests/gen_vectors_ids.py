@@ -13,14 +13,14 @@ from typing import Any
 
 from nacl.signing import SigningKey
 
-from fleet.address import digest, format_address
-from fleet.fold.control import ENROLL, encode_event, event_id, sign_event
-from fleet.fold.grant_events import event_id as grant_event_id
-from fleet.fold.grant_events import issue_event
-from fleet.grants.grant import make_terms, sign_grant
-from fleet.record.builder import RecordBuilder
-from fleet.record.segment import make_snapshot
-from fleet.record.wire import encode_envelope, segment_id
+from fleet_ledger.fleet.address import digest, format_address
+from fleet_ledger.fleet.fold.control import ENROLL, encode_event, event_id, sign_event
+from fleet_ledger.fleet.fold.grant_events import event_id as grant_event_id
+from fleet_ledger.fleet.fold.grant_events import issue_event
+from fleet_ledger.fleet.grants.grant import make_terms, sign_grant
+from fleet_ledger.fleet.record.builder import RecordBuilder
+from fleet_ledger.fleet.record.segment import make_snapshot
+from fleet_ledger.fleet.record.wire import encode_envelope, segment_id
 
 OUT = Path(__file__).parent.parent / "docs" / "spec" / "vectors" / "message_ids.json"
 

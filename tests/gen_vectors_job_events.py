@@ -12,9 +12,9 @@ from typing import Any
 
 from nacl.signing import SigningKey
 
-from fleet.fold.job_events import KINDS, OPEN, SEAL, event_id, open_event, seal_event
-from fleet.fold.job_fold import BatchJobs, JobBook
-from fleet.jobs.job_id import JobTerms, encode_terms, job_id
+from fleet_ledger.fleet.fold.job_events import KINDS, OPEN, SEAL, event_id, open_event, seal_event
+from fleet_ledger.fleet.fold.job_fold import BatchJobs, JobBook
+from fleet_ledger.fleet.jobs.job_id import JobTerms, encode_terms, job_id
 
 OUT = Path(__file__).parent.parent / "docs" / "spec" / "vectors" / "job-events.json"
 

@@ -12,17 +12,17 @@ import struct
 from pathlib import Path
 from typing import Any
 
-from fleet.address import digest, format_address
-from fleet.errors import FleetError
-from fleet.jobs.item_proof import (
+from fleet_ledger.fleet.address import digest, format_address
+from fleet_ledger.fleet.errors import FleetError
+from fleet_ledger.fleet.jobs.item_proof import (
     ItemProof,
     decode_item_proof,
     encode_item_proof,
     item_proof,
     verify_item_proof,
 )
-from fleet.jobs.job_id import encode_terms, item_run, item_unit, job_id, job_tag
-from fleet.jobs.receipt import (
+from fleet_ledger.fleet.jobs.job_id import encode_terms, item_run, item_unit, job_id, job_tag
+from fleet_ledger.fleet.jobs.receipt import (
     RECEIPT_DOMAIN,
     Receipt,
     decode_receipt,
@@ -33,7 +33,7 @@ from fleet.jobs.receipt import (
     seal_leaves,
     verify_receipt,
 )
-from fleet.jobs.sum_tree import Item, decode_item_leaf, encode_item_leaf, leaf_node
+from fleet_ledger.fleet.jobs.sum_tree import Item, decode_item_leaf, encode_item_leaf, leaf_node
 
 from job_helpers import items, seed, terms
 

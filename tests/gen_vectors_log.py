@@ -13,12 +13,17 @@ from typing import Any
 import merkle_reference as ref
 from merkle_helpers import consistency, inclusion, node_map
 
-from fleet.log.checkpoint import make_checkpoint, sign_checkpoint
-from fleet.log.leaf import encode_leaf
-from fleet.log.log_errors import LogError
-from fleet.log.merkle import leaf_hash, leaf_hashes, verify_consistency, verify_inclusion
-from fleet.log.note import Signature, parse_note, sign_note, signer_from_seed
-from fleet.log.proof_bundle import build_bundle
+from fleet_ledger.fleet.log.checkpoint import make_checkpoint, sign_checkpoint
+from fleet_ledger.fleet.log.leaf import encode_leaf
+from fleet_ledger.fleet.log.log_errors import LogError
+from fleet_ledger.fleet.log.merkle import (
+    leaf_hash,
+    leaf_hashes,
+    verify_consistency,
+    verify_inclusion,
+)
+from fleet_ledger.fleet.log.note import Signature, parse_note, sign_note, signer_from_seed
+from fleet_ledger.fleet.log.proof_bundle import build_bundle
 
 OUT = Path(__file__).parent.parent / "docs" / "spec" / "vectors"
 RFC_LEAVES = ["", "00", "10", "2021", "3031", "40414243", "5051525354555657",

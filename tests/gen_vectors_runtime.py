@@ -7,10 +7,10 @@ import json
 from pathlib import Path
 from typing import Any
 
-from fleet.address import format_address, parse_address
-from fleet.record.segment import CallAccount
-from fleet.record.wait_proof import WaitTracker, verdict_json
-from fleet.runtime.runtime_journal import (
+from fleet_ledger.fleet.address import format_address, parse_address
+from fleet_ledger.fleet.record.segment import CallAccount
+from fleet_ledger.fleet.record.wait_proof import WaitTracker, verdict_json
+from fleet_ledger.fleet.runtime.runtime_journal import (
     args_hash,
     blob_address,
     canon,

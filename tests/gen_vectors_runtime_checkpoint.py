@@ -8,10 +8,10 @@ import json
 from pathlib import Path
 from typing import Any
 
-from agents.runtime.checkpoint import _mac, mac_key, pack
-from agents.runtime.journal import Entry
-from fleet.address import format_address
-from fleet.runtime.runtime_journal import canon, entry_hash, genesis
+from fleet_ledger.agents.runtime.checkpoint import Epoch, _mac, mac_key
+from fleet_ledger.agents.runtime.journal import Entry
+from fleet_ledger.fleet.address import format_address
+from fleet_ledger.fleet.runtime.runtime_journal import canon, entry_hash, genesis
 
 PATH = (Path(__file__).resolve().parent.parent / "docs" / "spec" / "vectors"
         / "runtime-checkpoint.json")
@@ -19,9 +19,15 @@ PATH = (Path(__file__).resolve().parent.parent / "docs" / "spec" / "vectors"
 RUN = format_address(bytes(range(32)))
 WORKFLOW = "examples.triage:triage"
 SEED = bytes(range(100, 132))
+# A signal delivered, a step, then a ``continue`` (entry 5: the epoch) and a step after it.
 ROWS = [("start", "", {"input": "b3:AAAA", "workflow": WORKFLOW}),
-        ("dispatch", "c0", {"ask": {"args": "b3:BBBB", "name": "classify"}, "site": "t.py:3"}),
-        ("resolve", "c0", {"value": "b3:CCCC"})]
+        ("wait", "c0", {"ask": {"signal": "go", "timeout": None}, "deadline": None,
+                        "site": "t.py:2"}),
+        ("signal", "c0", {"id": "go-1", "name": "go", "value": "b3:DDDD"}),
+        ("dispatch", "c1", {"ask": {"args": "b3:BBBB", "name": "classify"}, "site": "t.py:3"}),
+        ("resolve", "c1", {"value": "b3:CCCC"}),
+        ("continue", "c2", {"ask": {"args": "b3:EEEE"}, "site": "t.py:4", "value": "b3:FFFF"}),
+        ("dispatch", "c3", {"ask": {"args": "b3:GGGG", "name": "close"}, "site": "t.py:5"})]
 
 
 def entries() -> list[Entry]:
@@ -35,8 +41,10 @@ def entries() -> list[Entry]:
 
 def build() -> dict[str, Any]:
     es = entries()
-    state, key = pack(es), mac_key(SEED)
+    epoch = Epoch().moved(es, 5, 2)
+    state, key = epoch.state(), mac_key(SEED)
     return {"run": RUN, "workflow": WORKFLOW, "seed_hex": SEED.hex(), "key_hex": key.hex(),
+            "entries": [[e.seq, e.kind, e.call, e.body, e.hash.hex()] for e in es],
             "seq": len(es), "head_hex": es[-1].hash.hex(), "state": state.decode(),
             "mac_hex": _mac(key, RUN, len(es), es[-1].hash, state).hex()}
 

@@ -8,10 +8,15 @@ import json
 from pathlib import Path
 from typing import Any
 
-from fleet.address import format_address
-from fleet.env.manifest import manifest_of
-from fleet.runtime.runtime_identity import code_digest, code_version, run_manifest, stamped
-from fleet.runtime.runtime_journal import signal_digest
+from fleet_ledger.fleet.address import format_address
+from fleet_ledger.fleet.env.manifest import manifest_of
+from fleet_ledger.fleet.runtime.runtime_identity import (
+    code_digest,
+    code_version,
+    run_manifest,
+    stamped,
+)
+from fleet_ledger.fleet.runtime.runtime_journal import signal_digest
 
 PATH = Path(__file__).resolve().parent.parent / "docs" / "spec" / "vectors" / "runtime_ids.json"
 

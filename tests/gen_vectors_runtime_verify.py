@@ -14,12 +14,12 @@ from typing import Any
 from nacl.secret import SecretBox
 from nacl.signing import SigningKey
 
-from fleet.address import format_address
-from fleet.errors import FleetError
-from fleet.record.builder import RecordBuilder
-from fleet.record.segment import CallAccount, make_snapshot
-from fleet.record.wire import decode_record, encode_record
-from fleet.runtime.runtime_journal import (
+from fleet_ledger.fleet.address import format_address
+from fleet_ledger.fleet.errors import FleetError
+from fleet_ledger.fleet.record.builder import RecordBuilder
+from fleet_ledger.fleet.record.segment import CallAccount, make_snapshot
+from fleet_ledger.fleet.record.wire import decode_record, encode_record
+from fleet_ledger.fleet.runtime.runtime_journal import (
     blob_address,
     canon,
     chain_hashes,
@@ -28,7 +28,12 @@ from fleet.runtime.runtime_journal import (
     run_ids,
     runtime_manifest,
 )
-from fleet.runtime.runtime_verify import journal_json, parse_journal, report_json, verify_runtime
+from fleet_ledger.fleet.runtime.runtime_verify import (
+    journal_json,
+    parse_journal,
+    report_json,
+    verify_runtime,
+)
 
 PATH = Path(__file__).resolve().parent.parent / "docs" / "spec" / "vectors" / \
     "runtime_verify.json"

@@ -10,9 +10,9 @@ import json
 from pathlib import Path
 from typing import Any
 
-from fleet.log.leaf import encode_leaf
-from fleet.log.tiles import Tile, encode_entry_bundle, tiles_at_size
-from fleet.log.tlog_proof import format_tlog_proof
+from fleet_ledger.fleet.log.leaf import encode_leaf
+from fleet_ledger.fleet.log.tiles import Tile, encode_entry_bundle, tiles_at_size
+from fleet_ledger.fleet.log.tlog_proof import format_tlog_proof
 
 OUT = Path(__file__).parent.parent / "docs" / "spec" / "vectors" / "tiles.json"
 

@@ -9,8 +9,8 @@ from typing import Any
 
 from nacl.signing import SigningKey
 
-from fleet.address import digest
-from fleet.fold.grant_events import (
+from fleet_ledger.fleet.address import digest
+from fleet_ledger.fleet.fold.grant_events import (
     NO_AMENDMENT,
     amend_event,
     checkpoint_event,
@@ -18,11 +18,11 @@ from fleet.fold.grant_events import (
     mint_event,
     trigger_event,
 )
-from fleet.grants.grant import MintPolicy, Terms, grant_address, make_terms, sign_grant
-from fleet.record.builder import RecordBuilder
-from fleet.record.seal import encode_key
-from fleet.subjects import DEFAULT_FLEET
-from ledger.service import Ledger, LedgerConfig
+from fleet_ledger.fleet.grants.grant import MintPolicy, Terms, grant_address, make_terms, sign_grant
+from fleet_ledger.fleet.record.builder import RecordBuilder
+from fleet_ledger.fleet.record.seal import encode_key
+from fleet_ledger.fleet.subjects import DEFAULT_FLEET
+from fleet_ledger.ledger.service import Ledger, LedgerConfig
 
 from fault_helpers import MANIFEST, SealedRun, host_key, seed_hosts, store_summary
 

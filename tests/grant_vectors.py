@@ -20,9 +20,9 @@ from typing import Any
 
 from nacl.signing import SigningKey
 
-from fleet.address import digest, format_address, parse_address
-from fleet.errors import FleetError
-from fleet.fold.grant_events import (
+from fleet_ledger.fleet.address import digest, format_address, parse_address
+from fleet_ledger.fleet.errors import FleetError
+from fleet_ledger.fleet.fold.grant_events import (
     EVENT_DOMAIN,
     NO_AMENDMENT,
     GrantBook,
@@ -38,7 +38,7 @@ from fleet.fold.grant_events import (
     mint_event,
     trigger_event,
 )
-from fleet.grants.grant import (
+from fleet_ledger.fleet.grants.grant import (
     GRANT_DOMAIN,
     MintPolicy,
     Terms,

@@ -15,12 +15,12 @@ from typing import Any
 import msgspec
 from nacl.signing import SigningKey
 
-from fleet.address import format_address, parse_address
-from fleet.errors import RecordError
-from fleet.record.record import RunState, chain
-from fleet.record.seal import encode_key, seal
-from fleet.record.verify import verify_record
-from fleet.record.wire import RecordWire, SealedSegment, decode_record, segment_to_wire
+from fleet_ledger.fleet.address import format_address, parse_address
+from fleet_ledger.fleet.errors import RecordError
+from fleet_ledger.fleet.record.record import RunState, chain
+from fleet_ledger.fleet.record.seal import encode_key, seal
+from fleet_ledger.fleet.record.verify import verify_record
+from fleet_ledger.fleet.record.wire import RecordWire, SealedSegment, decode_record, segment_to_wire
 
 import durable_vectors as dv
 

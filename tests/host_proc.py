@@ -19,16 +19,16 @@ import sys
 import time
 from pathlib import Path
 
-from agents.adoption import ResumeRefused
-from agents.host import Host, HostRun
-from agents.outbox import RunStopped
-from agents.publisher import Publisher
-from agents.refusals import RefusalWatcher
-from cli._wiring import LedgerRecordSource, ledger_keys
-from fleet.address import digest
-from fleet.errors import FleetError
-from fleet.record.segment import make_snapshot
-from plumbing.nats_connect import connect
+from fleet_ledger.agents.adoption import ResumeRefused
+from fleet_ledger.agents.host import Host, HostRun
+from fleet_ledger.agents.outbox import RunStopped
+from fleet_ledger.agents.publisher import Publisher
+from fleet_ledger.agents.refusals import RefusalWatcher
+from fleet_ledger.cli._wiring import LedgerRecordSource, ledger_keys
+from fleet_ledger.fleet.address import digest
+from fleet_ledger.fleet.errors import FleetError
+from fleet_ledger.fleet.record.segment import make_snapshot
+from fleet_ledger.plumbing.nats_connect import connect
 
 MANIFEST = digest(b"moving-runs/manifest")
 GRANTS = digest(b"moving-runs/grants")

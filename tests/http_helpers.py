@@ -15,13 +15,13 @@ from pathlib import Path
 
 import nats
 
-from fleet.address import format_address
-from fleet.log.checkpoint import make_checkpoint, sign_checkpoint
-from fleet.log.leaf import encode_leaf
-from fleet.log.merkle import leaf_hash
-from fleet.record.seal import encode_key
-from ledger.keys import load_or_create_signer
-from ledger.store import LedgerStore
+from fleet_ledger.fleet.address import format_address
+from fleet_ledger.fleet.log.checkpoint import make_checkpoint, sign_checkpoint
+from fleet_ledger.fleet.log.leaf import encode_leaf
+from fleet_ledger.fleet.log.merkle import leaf_hash
+from fleet_ledger.fleet.record.seal import encode_key
+from fleet_ledger.ledger.keys import load_or_create_signer
+from fleet_ledger.ledger.store import LedgerStore
 
 from fault_helpers import host_key, sealed_run
 from pipeline_helpers import spawn, stop, wait_for

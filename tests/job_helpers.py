@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import hashlib
 
-from fleet.jobs.job_id import JobTerms, item_run, job_id
-from fleet.jobs.sum_tree import Item
+from fleet_ledger.fleet.jobs.job_id import JobTerms, item_run, job_id
+from fleet_ledger.fleet.jobs.sum_tree import Item
 
 
 def seed(label: str) -> bytes:

@@ -9,7 +9,7 @@ from typing import Any
 import json5
 from hypothesis import strategies as st
 
-from fleet.env.jsonc import MAX_SAFE_INTEGER
+from fleet_ledger.fleet.env.jsonc import MAX_SAFE_INTEGER
 
 
 def same(a: Any, b: Any) -> bool:

@@ -15,8 +15,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from fleet.address import digest
-from fleet.env.manifest import (
+from fleet_ledger.fleet.address import digest
+from fleet_ledger.fleet.env.manifest import (
     FORMAT,
     SIGNATURE_DOMAIN,
     Manifest,
@@ -26,8 +26,8 @@ from fleet.env.manifest import (
     sign,
     signature_message,
 )
-from fleet.env.manifest_errors import ManifestError
-from fleet.log.note import signer_from_seed
+from fleet_ledger.fleet.env.manifest_errors import ManifestError
+from fleet_ledger.fleet.log.note import signer_from_seed
 
 ROOT = Path(__file__).resolve().parent.parent
 PATH = ROOT / "docs" / "spec" / "vectors" / "manifest.json"

@@ -2,8 +2,14 @@
 
 from __future__ import annotations
 
-from fleet.log.merkle import NodeId, assemble, consistency_plan, inclusion_plan, plan_nodes
-from fleet.log.merkle_append import extend
+from fleet_ledger.fleet.log.merkle import (
+    NodeId,
+    assemble,
+    consistency_plan,
+    inclusion_plan,
+    plan_nodes,
+)
+from fleet_ledger.fleet.log.merkle_append import extend
 
 
 def node_map(hashes: list[bytes]) -> dict[NodeId, bytes]:

@@ -18,10 +18,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from agents.host import PUB_FILE, load_or_create_key
-from fleet.log.proof_bundle import verify_bundle
-from ledger.client import call
-from plumbing.natsd import free_ports
+from fleet_ledger.agents.host import PUB_FILE, load_or_create_key
+from fleet_ledger.fleet.log.proof_bundle import verify_bundle
+from fleet_ledger.ledger.client import call
+from fleet_ledger.plumbing.natsd import free_ports
 
 from fault_helpers import stream_state, wait_until
 
@@ -131,8 +131,8 @@ def host_keys(base: Path, names: list[str]) -> dict[str, str]:
 def outbox_rows(host_dir: Path) -> list[tuple[str, int, str, str]]:
     """(run, idx, head, state) of every segment a host wrote (the head read from the
     sealed envelope; its msg id is the envelope's, ``fleet.record.wire.segment_id``)."""
-    from fleet.address import format_address
-    from fleet.record.wire import decode_envelope
+    from fleet_ledger.fleet.address import format_address
+    from fleet_ledger.fleet.record.wire import decode_envelope
 
     db = _ro(host_dir / "outbox.db")
     try:

@@ -5,9 +5,9 @@ from __future__ import annotations
 from hypothesis import strategies as st
 from nacl.signing import SigningKey
 
-from fleet.address import digest
-from fleet.record.builder import RecordBuilder
-from fleet.record.segment import CallAccount, make_snapshot
+from fleet_ledger.fleet.address import digest
+from fleet_ledger.fleet.record.builder import RecordBuilder
+from fleet_ledger.fleet.record.segment import CallAccount, make_snapshot
 
 KEY = SigningKey(bytes([1]) * 32)
 MANIFEST = digest(b"manifest")

@@ -7,10 +7,10 @@ import sqlite3
 from pathlib import Path
 from typing import Any
 
-from fleet.log.checkpoint import parse_checkpoint
-from fleet.log.merkle import verify_consistency
-from fleet.log.note import parse_note
-from fleet.record.seal import encode_key
+from fleet_ledger.fleet.log.checkpoint import parse_checkpoint
+from fleet_ledger.fleet.log.merkle import verify_consistency
+from fleet_ledger.fleet.log.note import parse_note
+from fleet_ledger.fleet.record.seal import encode_key
 
 from fault_helpers import LedgerProc, fleet, host_key, store_summary
 
@@ -66,7 +66,7 @@ def check_all_consistent(datas: list[Path], tree_of: Path) -> int:
     """Every checkpoint any replica signed is consistent with every other (consistency
     proofs from ``tree_of``'s tree, which holds the largest); same size, same note. Returns
     how many distinct checkpoints there were."""
-    from ledger.tree_store import TreeStore
+    from fleet_ledger.ledger.tree_store import TreeStore
 
     notes: dict[int, str] = {}
     for data in datas:

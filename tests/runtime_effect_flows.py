@@ -14,7 +14,14 @@ from typing import Any
 
 from runtime_flows import _db, crash_once
 
-from agents.runtime import Context, Invalid, OutcomeUnknown, Policy, StepFailed, StepTimeout
+from fleet_ledger.agents.runtime import (
+    Context,
+    Invalid,
+    OutcomeUnknown,
+    Policy,
+    StepFailed,
+    StepTimeout,
+)
 
 
 def charge(what: str) -> str:

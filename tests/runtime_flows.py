@@ -10,7 +10,7 @@ import os
 import sqlite3
 from typing import Any
 
-from agents.runtime import Context
+from fleet_ledger.agents.runtime import Context
 
 
 def _db() -> sqlite3.Connection:
@@ -51,6 +51,21 @@ async def chain(ctx: Context, inp: dict[str, Any]) -> dict[str, Any]:
     await ctx.sleep(0.01)
     tail = await ctx.step("effect", effect, "last")
     return {"out": out, "pair": pair, "tail": tail, "t_ok": t > 0, "r_ok": 0 <= r < 1}
+
+
+async def epochs(ctx: Context, inp: dict[str, Any]) -> dict[str, Any]:
+    """``n`` effects in epochs of two (the results so far carried by
+    ``ctx.continue_as_new``); the second epoch opens with a durable sleep of ``park``
+    seconds (a park, when longer than the inline wait)."""
+    done = list(inp.get("done", []))
+    n = int(inp.get("n", 6))
+    if len(done) == 2:
+        await ctx.sleep(float(inp.get("park", 0)))
+    for i in range(len(done), n):
+        done.append(await ctx.step("effect", effect, f"e{i}"))
+        if len(done) % 2 == 0 and len(done) < n:
+            await ctx.continue_as_new({**inp, "done": done})
+    return {"done": done}
 
 
 async def approval(ctx: Context, inp: dict[str, Any]) -> dict[str, Any]:
@@ -119,7 +134,7 @@ def summarize(view: Any) -> str:
 
 async def agent_loop(ctx: Context, inp: dict[str, Any]) -> Any:
     """Three tool calls, then a model call that sees the last two results (tail/2)."""
-    from agents.runtime.projection import tail
+    from fleet_ledger.agents.runtime.projection import tail
 
     for i in range(3):
         await ctx.step("tool", effect, f"t{i}")
@@ -128,7 +143,7 @@ async def agent_loop(ctx: Context, inp: dict[str, Any]) -> Any:
 
 async def agent_loop_wider(ctx: Context, inp: dict[str, Any]) -> Any:
     """`agent_loop` with a wider projection: the model would see something else."""
-    from agents.runtime.projection import tail
+    from fleet_ledger.agents.runtime.projection import tail
 
     for i in range(3):
         await ctx.step("tool", effect, f"t{i}")

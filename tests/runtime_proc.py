@@ -22,9 +22,9 @@ from typing import Any
 
 import runtime_flows
 
-from agents.host import Host
-from agents.runtime import Runtime
-from agents.runtime.journal import Journal
+from fleet_ledger.agents.host import Host
+from fleet_ledger.agents.runtime import Runtime
+from fleet_ledger.agents.runtime.journal import Journal
 
 
 def kill_at(when: str, n: int) -> None:

@@ -11,9 +11,9 @@ from typing import Any
 
 from nacl.secret import SecretBox
 
-from agents.runtime.journal import DB_NAME, Journal
-from fleet.address import parse_address
-from fleet.runtime.runtime_journal import canon, chain_hashes
+from fleet_ledger.agents.runtime.journal import DB_NAME, Journal
+from fleet_ledger.fleet.address import parse_address
+from fleet_ledger.fleet.runtime.runtime_journal import canon, chain_hashes
 
 
 def _db(host_dir: Path) -> sqlite3.Connection:

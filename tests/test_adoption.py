@@ -13,15 +13,15 @@ from typing import Any
 import msgspec
 import pytest
 
-from agents.adoption import HeadNotLogged, NotParked, RecordInvalid, StateMismatch
-from agents.host import Host
-from fleet.address import digest, format_address
-from fleet.errors import ManifestMismatch, SnapshotMismatch
-from fleet.record.segment import make_snapshot
-from fleet.record.verify import verify_record
-from fleet.record.wire import decode_record
-from ledger import views
-from ledger.service import Ledger, LedgerConfig
+from fleet_ledger.agents.adoption import HeadNotLogged, NotParked, RecordInvalid, StateMismatch
+from fleet_ledger.agents.host import Host
+from fleet_ledger.fleet.address import digest, format_address
+from fleet_ledger.fleet.errors import ManifestMismatch, SnapshotMismatch
+from fleet_ledger.fleet.record.segment import make_snapshot
+from fleet_ledger.fleet.record.verify import verify_record
+from fleet_ledger.fleet.record.wire import decode_record
+from fleet_ledger.ledger import views
+from fleet_ledger.ledger.service import Ledger, LedgerConfig
 
 UNIT, GRANTS = digest(b"unit-moving"), digest(b"grants")
 PARK = make_snapshot(transcript=digest(b"transcript"))
@@ -218,8 +218,8 @@ def test_the_record_in_pages_joins_to_the_whole_export(fleet: Fleet):
     """A record fetched in pages (each naming every segment's host) joins to exactly the
     ledger's whole export: the single-host form for a run that never moved, the multi-host
     form for one that did."""
-    from fleet.record.record_file import join_pages
-    from fleet.record.wire import encode_record
+    from fleet_ledger.fleet.record.record_file import join_pages
+    from fleet_ledger.fleet.record.wire import encode_record
 
     a = _parked_on_a(fleet)
     still = fleet.hosts["C"].open_run(digest(b"unit-stays"), GRANTS)
@@ -243,7 +243,7 @@ def test_a_host_whose_outbox_was_pruned_verifies_its_run_from_the_ledger(fleet: 
     """With its early segments pruned, a restarted host verifies its parked run from the
     ledger's record and proof (when it has a ledger) before resuming it, and refuses with
     RecordUnavailable when it has none."""
-    from agents.adoption import RecordUnavailable
+    from fleet_ledger.agents.adoption import RecordUnavailable
 
     run = fleet.hosts["A"].open_run(UNIT, GRANTS)
     for n in range(3):

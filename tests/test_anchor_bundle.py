@@ -9,11 +9,11 @@ import nats
 from anchor_helpers import anchored, fleet, publish_run, running_ledger, wait_for
 from tsa_helpers import OpenSslTsa, make_ca
 
-from anchors.base import AnchorConfig
-from anchors.runner import COSIGNED_SUBJECT
-from anchors.witness_server import RunningWitness, Witness
-from fleet.log.cosignature import cosignatures, generate_witness_signer
-from fleet.log.note import generate_signer
+from fleet_ledger.anchors.base import AnchorConfig
+from fleet_ledger.anchors.runner import COSIGNED_SUBJECT
+from fleet_ledger.anchors.witness_server import RunningWitness, Witness
+from fleet_ledger.fleet.log.cosignature import cosignatures, generate_witness_signer
+from fleet_ledger.fleet.log.note import generate_signer
 
 ORIGIN = "fleet-ledger.local/anchored"
 
@@ -26,7 +26,7 @@ def test_prove_carries_cosignatures_and_require_witnesses_counts_them(nats_serve
     data = tmp_path / "ledger"
     data.mkdir()
     # The ledger's key must exist before the witnesses learn it: create it as the ledger will.
-    from ledger.keys import load_or_create_signer
+    from fleet_ledger.ledger.keys import load_or_create_signer
 
     log_vkey = load_or_create_signer(data, ORIGIN).verifier()
     signers = [generate_witness_signer(f"witness.test/w{i}") for i in (1, 2)]
@@ -100,7 +100,7 @@ def test_prove_carries_cosignatures_and_require_witnesses_counts_them(nats_serve
 
 def _later_bundle(log, fork=None):
     """A bundle (anchor keys only) on size 5 whose witness receipt covers size 9."""
-    from fleet.log.cosignature import parse_witness_key
+    from fleet_ledger.fleet.log.cosignature import parse_witness_key
 
     witness = generate_witness_signer("witness.test/w1")
     later = fork or log
@@ -121,9 +121,9 @@ def test_a_later_anchored_checkpoint_counts_only_through_its_consistency_proof()
     import pytest
     from witness_helpers import MemLog
 
-    from fleet.log.anchor_bundle import verify_anchors
-    from fleet.log.checkpoint import open_checkpoint
-    from fleet.log.log_errors import RootMismatch
+    from fleet_ledger.fleet.log.anchor_bundle import verify_anchors
+    from fleet_ledger.fleet.log.checkpoint import open_checkpoint
+    from fleet_ledger.fleet.log.log_errors import RootMismatch
 
     signer = generate_signer(ORIGIN)
     log = MemLog(signer, 9)

@@ -10,13 +10,13 @@ from anchor_helpers import anchored, publish_run, running_ledger, wait_for
 from rfc3161_client._rust import parse_timestamp_request
 from tsa_helpers import OpenSslTsa
 
-from anchors.base import AnchorConfig
-from anchors.witness_server import RunningWitness, Witness
-from fleet.address import parse_address
-from fleet.log.cosignature import generate_witness_signer
-from fleet.log.witness import format_request, parse_request
-from ledger.keys import load_or_create_signer
-from plumbing.testing import running_server
+from fleet_ledger.anchors.base import AnchorConfig
+from fleet_ledger.anchors.witness_server import RunningWitness, Witness
+from fleet_ledger.fleet.address import parse_address
+from fleet_ledger.fleet.log.cosignature import generate_witness_signer
+from fleet_ledger.fleet.log.witness import format_request, parse_request
+from fleet_ledger.ledger.keys import load_or_create_signer
+from fleet_ledger.plumbing.testing import running_server
 
 ORIGIN = "fleet-ledger.local/anchored"
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from anchors.base import load_anchor_config
-from anchors.factory import build_anchor
-from fleet.log.cosignature import generate_witness_signer
+from fleet_ledger.anchors.base import load_anchor_config
+from fleet_ledger.anchors.factory import build_anchor
+from fleet_ledger.fleet.log.cosignature import generate_witness_signer
 
 
 def test_config_resolves_relative_paths_and_builds_anchors(tmp_path):
@@ -42,7 +42,7 @@ def test_ledger_serve_refuses_a_bad_anchors_file_before_starting(tmp_path):
     path = tmp_path / "anchors.toml"
     path.write_text('[[blockchain]]\nname = "x"\nurl = "http://x"\n')
     result = subprocess.run(
-        [sys.executable, "-m", "cli", "ledger", "serve", "--nats", "nats://127.0.0.1:9",
+        [sys.executable, "-m", "fleet_ledger.cli", "ledger", "serve", "--nats", "nats://127.0.0.1:9",
          "--data", str(tmp_path / "d"), "--anchors", str(path)],
         capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL, check=False)
     assert result.returncode == 2 and "unknown anchor kinds" in result.stderr, result.stderr

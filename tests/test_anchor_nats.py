@@ -9,10 +9,10 @@ import json
 import nats
 from anchor_helpers import anchored, publish_run, running_ledger, wait_for
 
-from anchors.base import AnchorConfig
-from fleet.log.checkpoint import open_checkpoint
-from ledger import views
-from plumbing.testing import running_server
+from fleet_ledger.anchors.base import AnchorConfig
+from fleet_ledger.fleet.log.checkpoint import open_checkpoint
+from fleet_ledger.ledger import views
+from fleet_ledger.plumbing.testing import running_server
 
 SUBJECT = "audit.fleet.checkpoint"
 

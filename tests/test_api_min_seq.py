@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from anchor_helpers import publish_run, running_ledger, wait_for
 
-from ledger.client import ApiError, call
-from plumbing.natsd import NatsServer
+from fleet_ledger.ledger.client import ApiError, call
+from fleet_ledger.plumbing.natsd import NatsServer
 
 
 def test_min_seq_waits_for_the_committed_position(nats_server: NatsServer,

@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 from anchor_helpers import publish_run, wait_for
 
-from fleet.record.seal import encode_key
-from ledger.client import ApiError, call
-from ledger.service import Ledger, LedgerConfig
-from plumbing.natsd import NatsServer
+from fleet_ledger.fleet.record.seal import encode_key
+from fleet_ledger.ledger.client import ApiError, call
+from fleet_ledger.ledger.service import Ledger, LedgerConfig
+from fleet_ledger.plumbing.natsd import NatsServer
 
 from fault_helpers import host_key
 

@@ -9,9 +9,9 @@ import time
 
 from http_helpers import enroll_h1, publish, serving
 
-from fleet.address import format_address
-from fleet.audit import AuditPark, AuditRun, audit
-from fleet.record.segment import CallAccount
+from fleet_ledger.fleet.address import format_address
+from fleet_ledger.fleet.audit import AuditPark, AuditRun, audit
+from fleet_ledger.fleet.record.segment import CallAccount
 
 from fault_helpers import MANIFEST, SealedRun, sealed_run
 from pipeline_helpers import cli, wait_for
@@ -70,9 +70,14 @@ def test_audit_reports_exactly_the_known_runs_parks_and_hosts(nats_server, tmp_p
     runs, cut = fleet_runs(park_s)
     ids = {name: format_address(r.run) for name, r in runs.items()}
     with serving(nats_server.url, data, "--checkpoint-ms", "100") as served:
-        publish(nats_server.url, [m for name, r in runs.items()
-                                  for m in r.messages[:cut[name]]])
-        time.sleep(park_s)  # the parks last this long between their two folds
+        first = [m for name, r in runs.items() for m in r.messages[:cut[name]]]
+        publish(nats_server.url, first)
+        # The parks last at least this long between their two folds: the first halves are
+        # folded before the wait starts (on a loaded machine they could otherwise fold in
+        # one batch with the second halves, and the parks would last no time at all).
+        wait_for(lambda: json.loads(cli("status", "--json", "--nats", nats_server.url).stdout)
+                 ["segments_folded"] == len(first), 30, "the first halves' fold")
+        time.sleep(park_s)
         publish(nats_server.url, [m for name, r in runs.items()
                                   for m in r.messages[cut[name]:]])
         total = sum(len(r.messages) for r in runs.values())

@@ -3,9 +3,9 @@ state and its folded messages, no store and no broker."""
 
 from __future__ import annotations
 
-from fleet.audit import SEGMENT_KINDS, audit_run
-from fleet.record.kernel import CLAIMED, CLOSED, EXECUTED, RESUMED, SUSPENDED
-from fleet.record.wire import ClaimedWire, envelope_wire
+from fleet_ledger.fleet.audit import SEGMENT_KINDS, audit_run
+from fleet_ledger.fleet.record.kernel import CLAIMED, CLOSED, EXECUTED, RESUMED, SUSPENDED
+from fleet_ledger.fleet.record.wire import ClaimedWire, envelope_wire
 
 from fault_helpers import sealed_run
 

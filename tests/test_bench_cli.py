@@ -11,9 +11,9 @@ import pytest
 from click.testing import CliRunner
 from nacl.signing import SigningKey
 
-from cli import _bench_ingest_run as bench_ingest
-from cli import cli as fleet_cli
-from ledger.service import LedgerConfig
+from fleet_ledger.cli import _bench_ingest_run as bench_ingest
+from fleet_ledger.cli import cli as fleet_cli
+from fleet_ledger.ledger.service import LedgerConfig
 
 from pipeline_helpers import cli
 
@@ -62,8 +62,8 @@ def test_bench_ingest_grants_compares_folds_with_and_without_grants():
 def test_the_grant_mode_holds_every_run_to_its_grant(monkeypatch):
     """Grants of a 1 µJ budget: every run's first segment is refused OverBudget, so the
     grant mode's fold fails the bench (its runs are really held to their grants)."""
-    from fleet.fold.grant_events import issue_event
-    from fleet.grants.grant import make_terms, sign_grant
+    from fleet_ledger.fleet.fold.grant_events import issue_event
+    from fleet_ledger.fleet.grants.grant import make_terms, sign_grant
 
     def tiny(run_no: int, hosts: list[str], manifest: bytes, now_ms: int) -> bytes:
         terms = make_terms([f"/bench/{run_no}"], 1, now_ms - 60_000, now_ms + 600_000)
@@ -112,7 +112,7 @@ def test_a_fold_that_refuses_segments_fails_the_bench(monkeypatch):
 
 def test_check_all_folded_names_the_shortfall(tmp_path):
     """The check itself: an empty store against 5 expected segments fails, naming both."""
-    from ledger.store import LedgerStore
+    from fleet_ledger.ledger.store import LedgerStore
 
     store = LedgerStore(tmp_path)
     try:

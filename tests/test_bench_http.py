@@ -7,7 +7,7 @@ import asyncio
 import json
 import time
 
-from ledger.http import Throttle
+from fleet_ledger.ledger.http import Throttle
 
 from pipeline_helpers import cli
 

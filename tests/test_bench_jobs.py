@@ -6,7 +6,7 @@ import json
 
 from click.testing import CliRunner
 
-from cli import cli
+from fleet_ledger.cli import cli
 
 
 def test_bench_jobs_json_has_the_seal_and_proof_figures():

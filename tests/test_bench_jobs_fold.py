@@ -7,7 +7,7 @@ import json
 
 from click.testing import CliRunner
 
-from cli import cli
+from fleet_ledger.cli import cli
 
 
 def test_bench_jobs_fold_compares_items_with_plain_runs():

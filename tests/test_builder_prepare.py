@@ -6,11 +6,11 @@ from __future__ import annotations
 import pytest
 from nacl.signing import SigningKey
 
-from fleet.address import digest
-from fleet.errors import FleetError
-from fleet.record.builder import RecordBuilder, StalePrepared, execute_segment
-from fleet.record.run_codec import state_to_json
-from fleet.record.segment import Closed, make_snapshot, resumed
+from fleet_ledger.fleet.address import digest
+from fleet_ledger.fleet.errors import FleetError
+from fleet_ledger.fleet.record.builder import RecordBuilder, StalePrepared, execute_segment
+from fleet_ledger.fleet.record.run_codec import state_to_json
+from fleet_ledger.fleet.record.segment import Closed, make_snapshot, resumed
 
 
 def _builder() -> RecordBuilder:

@@ -5,16 +5,20 @@ from __future__ import annotations
 import pytest
 from merkle_helpers import consistency, node_map
 
-from fleet.log.checkpoint import (
+from fleet_ledger.fleet.log.checkpoint import (
     Checkpoint,
     check_consistent_then_sign,
     make_checkpoint,
     open_checkpoint,
     parse_checkpoint,
 )
-from fleet.log.log_errors import InconsistentCheckpoint, MalformedCheckpoint, ShrinkingCheckpoint
-from fleet.log.merkle import fold, leaf_hashes, root_plan
-from fleet.log.note import generate_signer
+from fleet_ledger.fleet.log.log_errors import (
+    InconsistentCheckpoint,
+    MalformedCheckpoint,
+    ShrinkingCheckpoint,
+)
+from fleet_ledger.fleet.log.merkle import fold, leaf_hashes, root_plan
+from fleet_ledger.fleet.log.note import generate_signer
 
 ROOT = bytes(range(32))
 HASHES = leaf_hashes(i.to_bytes(2, "big") for i in range(50))

@@ -11,7 +11,7 @@ import pytest
 from http_helpers import publish
 from replica_helpers import checkpoints, enroll, operator, start_replicas
 
-from plumbing.natsd import NatsServer
+from fleet_ledger.plumbing.natsd import NatsServer
 
 from fault_helpers import fleet, sealed_run, store_summary, wait_until
 

@@ -23,12 +23,12 @@ import nats
 import pytest
 from test_nats_config import running
 
-from agents.simulate import plan
-from fleet.log.merkle import verify_consistency
-from ledger.nats_config import write_config
-from ledger.stream import ensure_stream
-from plumbing.natsd import NatsServer
-from plumbing.testing import running_server
+from fleet_ledger.agents.simulate import plan
+from fleet_ledger.fleet.log.merkle import verify_consistency
+from fleet_ledger.ledger.nats_config import write_config
+from fleet_ledger.ledger.stream import ensure_stream
+from fleet_ledger.plumbing.natsd import NatsServer
+from fleet_ledger.plumbing.testing import running_server
 
 from fault_helpers import store_summary, stream_state
 from pipeline_helpers import (

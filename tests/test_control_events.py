@@ -10,7 +10,7 @@ import pytest
 from control_helpers import fold_stream, lifecycle_stream, operator_key, table
 from nacl.signing import SigningKey
 
-from fleet.fold.control import (
+from fleet_ledger.fleet.fold.control import (
     ENROLL,
     REVOKE,
     BatchControl,
@@ -19,7 +19,7 @@ from fleet.fold.control import (
     encode_event,
     sign_event,
 )
-from fleet.fold.control_errors import MalformedControl
+from fleet_ledger.fleet.fold.control_errors import MalformedControl
 
 from fault_helpers import store_summary
 
@@ -100,10 +100,10 @@ def test_records_of_a_rekeyed_host_export_under_the_key_they_were_sealed_with(
         tmp_path: Path) -> None:
     """A run sealed before its host's re-key exports with the old key, one after it with
     the new key, and both record files verify with every seal checked."""
-    from fleet.record.verify import verify_record
-    from fleet.record.wire import decode_record
-    from ledger import views
-    from ledger.store import LedgerStore
+    from fleet_ledger.fleet.record.verify import verify_record
+    from fleet_ledger.fleet.record.wire import decode_record
+    from fleet_ledger.ledger import views
+    from fleet_ledger.ledger.store import LedgerStore
 
     stream, info = lifecycle_stream()
     fold_stream(stream, tmp_path / "s", seed=5, largest=5, operator=info["operator"])

@@ -8,8 +8,8 @@ from pathlib import Path
 
 from http_helpers import publish
 
-from fleet.record.seal import encode_key
-from plumbing.natsd import NatsServer
+from fleet_ledger.fleet.record.seal import encode_key
+from fleet_ledger.plumbing.natsd import NatsServer
 
 from fault_helpers import LedgerProc, fleet, host_key, sealed_run, store_summary, wait_until
 

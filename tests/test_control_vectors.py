@@ -11,9 +11,15 @@ import pytest
 from gen_vectors_control import OUT, render
 from nacl.signing import SigningKey, VerifyKey
 
-from fleet.address import digest
-from fleet.fold.control import ControlAccepted, ControlState, apply, decide_control, decode_event
-from fleet.fold.control_errors import MalformedControl
+from fleet_ledger.fleet.address import digest
+from fleet_ledger.fleet.fold.control import (
+    ControlAccepted,
+    ControlState,
+    apply,
+    decide_control,
+    decode_event,
+)
+from fleet_ledger.fleet.fold.control_errors import MalformedControl
 
 VECTORS = json.loads(Path(OUT).read_text())
 

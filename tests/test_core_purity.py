@@ -7,7 +7,7 @@ import pkgutil
 import subprocess
 import sys
 
-import fleet
+from fleet_ledger import fleet
 
 FORBIDDEN = ["asyncio", "nats", "sqlite3", "socket", "subprocess", "http", "urllib.request"]
 
@@ -15,16 +15,16 @@ FORBIDDEN = ["asyncio", "nats", "sqlite3", "socket", "subprocess", "http", "urll
 def core_modules() -> list[str]:
     """Every module of the core, those of its subpackages (``fleet.fold``) included."""
     return sorted(
-        m.name for m in pkgutil.walk_packages(fleet.__path__, "fleet.")
-        if m.name != "fleet.cli"
+        m.name for m in pkgutil.walk_packages(fleet.__path__, "fleet_ledger.fleet.")
     )
 
 
 def test_core_modules_import_no_io():
     """Importing every fleet core module in a fresh interpreter loads none of the I/O modules."""
     modules = core_modules()
-    assert "fleet.record.record" in modules and "fleet.record.verify" in modules
-    assert {"fleet.fold", "fleet.fold.reference", "fleet.fold.fast"} <= set(modules)
+    assert {"fleet_ledger.fleet.record.record", "fleet_ledger.fleet.record.verify",
+            "fleet_ledger.fleet.fold", "fleet_ledger.fleet.fold.reference",
+            "fleet_ledger.fleet.fold.fast"} <= set(modules)
     code = (
         "import importlib, json, sys\n"
         f"for m in {modules!r}: importlib.import_module(m)\n"

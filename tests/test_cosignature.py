@@ -12,15 +12,15 @@ import pytest
 from nacl.exceptions import BadSignatureError
 from nacl.signing import VerifyKey
 
-from fleet.log.cosignature import (
+from fleet_ledger.fleet.log.cosignature import (
     cosignatures,
     parse_witness_key,
     parse_witness_signer,
     verify_cosignature_lines,
 )
-from fleet.log.log_errors import BadSignature, MalformedKey
-from fleet.log.note import parse_note, parse_verifier_key
-from fleet.log.witness import WitnessState, decide
+from fleet_ledger.fleet.log.log_errors import BadSignature, MalformedKey
+from fleet_ledger.fleet.log.note import parse_note, parse_verifier_key
+from fleet_ledger.fleet.log.witness import WitnessState, decide
 
 VECTORS = Path(__file__).parent.parent / "docs" / "spec" / "vectors" / "cosignature.json"
 DATA = json.loads(VECTORS.read_text(encoding="utf-8"))

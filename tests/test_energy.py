@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from agents.energy import (
+from fleet_ledger.agents.energy import (
     IntervalMeter,
     Reading,
     cpu_estimate,
@@ -18,8 +18,8 @@ from agents.energy import (
     reading,
     transcript_park_idle,
 )
-from fleet.errors import ValueOutOfRange
-from fleet.record.kernel import encode_text
+from fleet_ledger.fleet.errors import ValueOutOfRange
+from fleet_ledger.fleet.record.kernel import encode_text
 
 
 def _zone(root: Path, name: str, label: str, value: int, max_range: int = 1000) -> Path:

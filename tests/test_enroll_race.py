@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from fleet.record.seal import encode_key
-from ledger.service import Ledger, LedgerConfig
-from ledger.store import HostsChanged, LedgerStore
+from fleet_ledger.fleet.record.seal import encode_key
+from fleet_ledger.ledger.service import Ledger, LedgerConfig
+from fleet_ledger.ledger.store import HostsChanged, LedgerStore
 
 from fault_helpers import host_key, reference_fold, sealed_run, store_summary
 

@@ -9,13 +9,14 @@ import pytest
 from control_helpers import operator_key
 from nacl.signing import SigningKey
 
-from fleet.errors import ValueOutOfRange
-from fleet.fold import HostEntry, Refused
-from fleet.fold.control import (
+from fleet_ledger.fleet.errors import ValueOutOfRange
+from fleet_ledger.fleet.fold import BatchRuns, HostEntry, Refused
+from fleet_ledger.fleet.fold.control import (
     CONTROL_DOMAIN,
     ENROLL,
     REKEY,
     REVOKE,
+    BatchControl,
     ControlAccepted,
     ControlState,
     decide_bootstrap,
@@ -24,7 +25,8 @@ from fleet.fold.control import (
     keys_at,
     sign_event,
 )
-from fleet.fold.grant_events import (
+from fleet_ledger.fleet.fold.event_overlay import EventOverlay
+from fleet_ledger.fleet.fold.grant_events import (
     EVENT_DOMAIN,
     GrantBook,
     Trigger,
@@ -32,12 +34,13 @@ from fleet.fold.grant_events import (
     decode_event,
     trigger_event,
 )
-from fleet.grants import signed_event
-from fleet.grants.grant_errors import MalformedGrant
-from fleet.record import kernel
-from fleet.record.seal import encode_key
-from fleet.text import encode_text
-from ledger.store import LedgerStore, StoreError
+from fleet_ledger.fleet.fold.grant_fold import BatchGrants
+from fleet_ledger.fleet.grants import signed_event
+from fleet_ledger.fleet.grants.grant_errors import MalformedGrant
+from fleet_ledger.fleet.record import kernel
+from fleet_ledger.fleet.record.seal import encode_key
+from fleet_ledger.fleet.text import encode_text
+from fleet_ledger.ledger.store import LedgerStore, StoreError
 
 
 def _key(n: int) -> bytes:
@@ -154,3 +157,23 @@ def test_keys_at_reads_the_key_history() -> None:
     assert keys_at(now, history, 3) == {"h": b"k1", "g": b"g1"}
     assert keys_at(now, history, 6) == {"h": b"k2", "g": b"g1"}
     assert keys_at(now, history, 9) == {"h": b"k2", "g": b"g1"}
+
+
+def test_runs_control_and_grant_events_share_one_batch_overlay() -> None:
+    """A batch's runs, control events and grant events are one overlay: a refusal taken
+    changes nothing and is not kept, whatever the family."""
+    refused = Refused("Fork", "", None, None, None)
+    for overlay in (BatchRuns(lambda _run: None), BatchControl({}, {}),
+                    BatchGrants(GrantBook())):
+        assert isinstance(overlay, EventOverlay)
+        assert overlay.take(refused) is refused
+        assert not overlay.changed and overlay.accepted == []
+
+
+def test_the_kernels_text_codec_is_the_one_codec_with_the_records_limit() -> None:
+    """The kernel's ``encode_text`` is :func:`fleet.text.encode_text` with the record's
+    limit and refusal, not a copy of it (one cache, one set of checks)."""
+    from fleet_ledger.fleet import text
+
+    assert kernel.encode_text.func is text.encode_text
+    assert kernel.encode_text.keywords == {"error": ValueOutOfRange, "limit": kernel.MAX_TEXT}

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from fleet.address import digest, format_address
-from fleet.env.exec_decision import (
+from fleet_ledger.fleet.address import digest, format_address
+from fleet_ledger.fleet.env.exec_decision import (
     JOURNAL_ALWAYS,
     JOURNAL_FIRST,
     JOURNAL_NEVER,
@@ -20,16 +20,16 @@ from fleet.env.exec_decision import (
     is_exec_syscall,
     judge,
 )
-from fleet.env.exec_errors import JournalEntryMismatch
-from fleet.env.exec_journal import (
+from fleet_ledger.fleet.env.exec_errors import JournalEntryMismatch
+from fleet_ledger.fleet.env.exec_journal import (
     MAX_PATH,
     check_body,
     entry_bytes,
     interval_report,
     journal_root,
 )
-from fleet.env.exec_policy import ExecPolicy, build_policy
-from fleet.errors import ValueOutOfRange
+from fleet_ledger.fleet.env.exec_policy import ExecPolicy, build_policy
+from fleet_ledger.fleet.errors import ValueOutOfRange
 
 EVIL, TOOL, OTHER = digest(b"evil"), digest(b"tool"), digest(b"other")
 DENYLIST = build_policy("allow", [(EVIL, "deny", "evil")])

@@ -8,12 +8,12 @@ import asyncio
 import json
 from pathlib import Path
 
-from agents.exec_journal_store import ExecJournal
-from agents.host import Host
-from agents.publisher import Publisher
-from fleet.address import digest
-from plumbing.nats_connect import connect
-from plumbing.natsd import NatsServer
+from fleet_ledger.agents.exec_journal_store import ExecJournal
+from fleet_ledger.agents.host import Host
+from fleet_ledger.agents.publisher import Publisher
+from fleet_ledger.fleet.address import digest
+from fleet_ledger.plumbing.nats_connect import connect
+from fleet_ledger.plumbing.natsd import NatsServer
 
 from fault_helpers import LedgerProc
 from pipeline_helpers import cli, cli_json, wait_folded

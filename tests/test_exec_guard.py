@@ -26,11 +26,11 @@ from typing import Any
 
 import pytest
 
-from agents.exec_guard import ExecGuard
-from agents.exec_journal_store import ExecJournal, read_journal
-from fleet.address import digest, format_address
-from fleet.env.exec_errors import ExecGuardUnavailable
-from fleet.env.exec_policy import ExecPolicy, build_policy, policy_to_json
+from fleet_ledger.agents.exec_guard import ExecGuard
+from fleet_ledger.agents.exec_journal_store import ExecJournal, read_journal
+from fleet_ledger.fleet.address import digest, format_address
+from fleet_ledger.fleet.env.exec_errors import ExecGuardUnavailable
+from fleet_ledger.fleet.env.exec_policy import ExecPolicy, build_policy, policy_to_json
 
 from exec_helpers import build_programs, drive, install, require_guard, run_in_unit, tmpfs
 
@@ -362,7 +362,7 @@ def test_killing_the_supervisor_leaves_no_unit_running(programs, unitfs, tmp_pat
     pids = unitfs / "pids"
     script = (f"sleep 300 & echo $! >> {pids}; (sleep 300 & echo $! >> {pids}; wait) & "
               f"echo $$ >> {pids}; wait")
-    sup = subprocess.Popen([sys.executable, "-m", "cli", "exec", "run", "--policy",
+    sup = subprocess.Popen([sys.executable, "-m", "fleet_ledger.cli", "exec", "run", "--policy",
                             str(policy), "--journal", str(tmp_path / "exec.db"), "--mark",
                             str(unitfs), "--", "sh", "-c", script], cwd=ROOT,
                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
@@ -454,13 +454,15 @@ def test_the_cli_refuses_a_system_program_on_the_root_filesystem(unitfs, tmp_pat
     policy = _write_policy(denylist(env, label="env"), tmp_path / "policy.json")
     journal = tmp_path / "exec.db"
     script = f"{env} echo RAN-env; echo rc=$?; echo RAN-bash; exit 3"
-    done = subprocess.run([sys.executable, "-m", "cli", "exec", "run", "--policy", str(policy),
+    done = subprocess.run([sys.executable, "-m", "fleet_ledger.cli", "exec", "run",
+                           "--policy", str(policy),
                            "--journal", str(journal), "--mark", "/", "--mark", str(unitfs),
                            "--report", str(tmp_path / "report.json"), "--", "bash", "-c",
                            script], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert done.returncode == 3, done.stderr
     assert done.stdout == "rc=126\nRAN-bash\n"
-    shown = subprocess.run([sys.executable, "-m", "cli", "exec", "journal", str(journal),
+    shown = subprocess.run([sys.executable, "-m", "fleet_ledger.cli", "exec", "journal",
+                            str(journal),
                             "--json"], cwd=ROOT, capture_output=True, text=True, check=True)
     import json
 
@@ -483,7 +485,8 @@ def test_bench_exec_compares_guarded_execs_with_a_baseline_of_the_same_run(progr
     and cold) and for an outsider on the guarded filesystem, with ratios to the baseline."""
     import json
 
-    done = subprocess.run([sys.executable, "-m", "cli", "bench", "exec", "--execs", "10",
+    done = subprocess.run([sys.executable, "-m", "fleet_ledger.cli", "bench", "exec",
+                           "--execs", "10",
                            "--rounds", "1", "--binary", str(programs["benign"]), "--json"],
                           cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr

@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from agents.exec_journal_store import ExecJournal
-from cli import cli as fleet_cli
-from fleet.address import digest, format_address
+from fleet_ledger.agents.exec_journal_store import ExecJournal
+from fleet_ledger.cli import cli as fleet_cli
+from fleet_ledger.fleet.address import digest, format_address
 
 # (column, SQL expression giving an edited value of one stored byte or field)
 ENTRY_EDITS = [

@@ -13,11 +13,11 @@ import os
 import subprocess
 import sys
 
-from agents.exec_guard import ExecGuard
-from agents.host_linux import Mount
-from agents.unit_caps import CapabilityDrop
-from agents.unit_ns import kernel_files_plan
-from fleet.env.exec_policy import build_policy
+from fleet_ledger.agents.exec_guard import ExecGuard
+from fleet_ledger.agents.host_linux import Mount
+from fleet_ledger.agents.unit_caps import CapabilityDrop
+from fleet_ledger.agents.unit_ns import kernel_files_plan
+from fleet_ledger.fleet.env.exec_policy import build_policy
 
 from exec_helpers import require_guard
 

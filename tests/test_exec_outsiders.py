@@ -19,9 +19,9 @@ import sys
 import time
 from pathlib import Path
 
-from agents.exec_guard import ExecGuard
-from fleet.address import digest
-from fleet.env.exec_policy import ExecPolicy, build_policy
+from fleet_ledger.agents.exec_guard import ExecGuard
+from fleet_ledger.fleet.address import digest
+from fleet_ledger.fleet.env.exec_policy import ExecPolicy, build_policy
 
 from exec_helpers import build_programs, install, require_guard, tmpfs
 

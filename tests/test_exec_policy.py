@@ -15,16 +15,21 @@ from click.testing import CliRunner
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agents.exec_guard import ExecGuard, reachable_filesystems
-from agents.exec_journal_store import ExecJournal, read_journal
-from agents.seccomp_filter import ARCHES, RET_ALLOW, RET_KILL_PROCESS, program
-from agents.unit_cgroup import cgroup2_mount
-from cli import cli as fleet_cli
-from fleet.address import digest, format_address, parse_address
-from fleet.env.exec_decision import LEASE_HELD, judge
-from fleet.env.exec_journal import JournalEntry, entry_bytes, fold_roots, journal_root
-from fleet.env.exec_policy import build_policy, decode_policy, policy_from_json, policy_to_json
-from fleet.errors import FleetError
+from fleet_ledger.agents.exec_guard import ExecGuard, reachable_filesystems
+from fleet_ledger.agents.exec_journal_store import ExecJournal, read_journal
+from fleet_ledger.agents.seccomp_filter import ARCHES, RET_ALLOW, RET_KILL_PROCESS, program
+from fleet_ledger.agents.unit_cgroup import cgroup2_mount
+from fleet_ledger.cli import cli as fleet_cli
+from fleet_ledger.fleet.address import digest, format_address, parse_address
+from fleet_ledger.fleet.env.exec_decision import LEASE_HELD, judge
+from fleet_ledger.fleet.env.exec_journal import JournalEntry, entry_bytes, fold_roots, journal_root
+from fleet_ledger.fleet.env.exec_policy import (
+    build_policy,
+    decode_policy,
+    policy_from_json,
+    policy_to_json,
+)
+from fleet_ledger.fleet.errors import FleetError
 
 FILE = json.loads(gv.PATH.read_text())
 
@@ -279,7 +284,7 @@ def test_journaled_paths_are_utf8_cut_at_a_character_boundary():
     bytes without splitting a character, so every entry encodes."""
     import os
 
-    from fleet.env.exec_journal import MAX_PATH, clip_path
+    from fleet_ledger.fleet.env.exec_journal import MAX_PATH, clip_path
 
     assert clip_path(os.fsdecode(b"/u/\xff\xfe/x")) == "/u/\\xff\\xfe/x"
     long = clip_path("/é" * 600)
@@ -295,8 +300,8 @@ def test_a_record_commits_to_its_exec_journal_intervals(tmp_path):
     refused (exit 1) before anything is matched."""
     from nacl.signing import SigningKey
 
-    from fleet.record.builder import RecordBuilder
-    from fleet.record.wire import encode_record
+    from fleet_ledger.fleet.record.builder import RecordBuilder
+    from fleet_ledger.fleet.record.wire import encode_record
 
     path = tmp_path / "exec.db"
     j = ExecJournal(path)

@@ -23,9 +23,9 @@ from typing import Any
 
 import pytest
 
-from agents.exec_guard import ExecGuard
-from fleet.address import digest
-from fleet.env.exec_policy import build_policy
+from fleet_ledger.agents.exec_guard import ExecGuard
+from fleet_ledger.fleet.address import digest
+from fleet_ledger.fleet.env.exec_policy import build_policy
 
 from exec_helpers import DRIVER, build_programs, install, require_guard, tmpfs
 

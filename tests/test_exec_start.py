@@ -11,11 +11,11 @@ import subprocess
 import sys
 from pathlib import Path
 
-from agents import fanotify
-from agents.exec_guard import file_mounts
-from agents.unit_ns import UnitNamespace
-from fleet.address import digest
-from fleet.env.exec_policy import build_policy, policy_to_json
+from fleet_ledger.agents import fanotify
+from fleet_ledger.agents.exec_guard import file_mounts
+from fleet_ledger.agents.unit_ns import UnitNamespace
+from fleet_ledger.fleet.address import digest
+from fleet_ledger.fleet.env.exec_policy import build_policy, policy_to_json
 
 from exec_helpers import build_programs, install, require_guard, tmpfs
 
@@ -55,7 +55,7 @@ def test_a_refused_first_program_exits_126_with_its_summary_and_report(tmp_path)
         policy.write_text(json.dumps(policy_to_json(build_policy(
             "allow", [(digest(prog.read_bytes()), "deny", "denied")]))))
         report, journal = tmp_path / "report.json", tmp_path / "exec.db"
-        done = subprocess.run([sys.executable, "-m", "cli", "exec", "run", "--policy",
+        done = subprocess.run([sys.executable, "-m", "fleet_ledger.cli", "exec", "run", "--policy",
                                str(policy), "--journal", str(journal), "--report",
                                str(report), "--", str(prog)],
                               cwd=ROOT, capture_output=True, text=True, timeout=120)
@@ -66,7 +66,8 @@ def test_a_refused_first_program_exits_126_with_its_summary_and_report(tmp_path)
     got = json.loads(report.read_text())
     assert got["exit"] == 126 and got["denied_first"] is True
     assert got["stats"]["denied"] == 1
-    shown = subprocess.run([sys.executable, "-m", "cli", "exec", "journal", str(journal),
+    shown = subprocess.run([sys.executable, "-m", "fleet_ledger.cli", "exec", "journal",
+                            str(journal),
                             "--json"], cwd=ROOT, capture_output=True, text=True, check=True)
     decisions = [d for i in json.loads(shown.stdout)["intervals"] for d in i["decisions"]]
     assert [(d["access"], d["verdict"], d["label"]) for d in decisions] == [

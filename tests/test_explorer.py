@@ -15,8 +15,8 @@ from urllib.parse import quote
 import pytest
 from http_helpers import enroll_h1, http_get, publish, serving
 
-from fleet.address import format_address
-from fleet.record.segment import CallAccount
+from fleet_ledger.fleet.address import format_address
+from fleet_ledger.fleet.record.segment import CallAccount
 
 from fault_helpers import sealed_run
 from pipeline_helpers import wait_for

@@ -11,11 +11,11 @@ from urllib.parse import quote
 from http_helpers import enroll_h1, http_get, publish, serving
 from test_explorer import Dom
 
-from fleet.address import digest, format_address, parse_address
-from fleet.jobs.job_id import item_unit
-from fleet.jobs.sum_tree import PROVENANCES, SOURCES
-from fleet.record.builder import RecordBuilder
-from fleet.record.segment import CallAccount
+from fleet_ledger.fleet.address import digest, format_address, parse_address
+from fleet_ledger.fleet.jobs.job_id import item_unit
+from fleet_ledger.fleet.jobs.sum_tree import PROVENANCES, SOURCES
+from fleet_ledger.fleet.record.builder import RecordBuilder
+from fleet_ledger.fleet.record.segment import CallAccount
 
 from fault_helpers import GRANTS, SealedRun, host_key
 from pipeline_helpers import cli, cli_json, wait_for

@@ -10,8 +10,8 @@ from urllib.parse import quote
 from http_helpers import enroll_h1, http_get, publish, serving
 from test_explorer import Dom
 
-from fleet.address import format_address
-from fleet.record.segment import CallAccount
+from fleet_ledger.fleet.address import format_address
+from fleet_ledger.fleet.record.segment import CallAccount
 
 from fault_helpers import sealed_run
 from pipeline_helpers import wait_for
@@ -108,7 +108,7 @@ async def _forge_journal(url: str, run: str) -> None:
 
     import nats
 
-    from fleet.subjects import fleet_names, run_token
+    from fleet_ledger.fleet.subjects import fleet_names, run_token
 
     names = fleet_names()
     nc = await nats.connect(url)

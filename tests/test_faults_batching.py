@@ -13,12 +13,12 @@ from pathlib import Path
 import pytest
 from test_fuzz_fold import mutate, reseal
 
-from fleet.record.seal import encode_key
-from fleet.subjects import SEGMENTS
-from ledger.pull import FetchPuller
-from ledger.puller import Puller
-from ledger.seal_worker import SealWorker
-from plumbing.natsd import NatsServer
+from fleet_ledger.fleet.record.seal import encode_key
+from fleet_ledger.fleet.subjects import SEGMENTS
+from fleet_ledger.ledger.pull import FetchPuller
+from fleet_ledger.ledger.puller import Puller
+from fleet_ledger.ledger.seal_worker import SealWorker
+from fleet_ledger.plumbing.natsd import NatsServer
 
 from fault_helpers import (
     fold_in_random_batches,
@@ -154,7 +154,7 @@ def test_a_checkpoint_asked_from_outside_the_fold_waits_for_the_commit(tmp_path:
     """A checkpoint signed by someone other than the fold loop (the demo, the bench, the API)
     while a batch's commit is in flight waits for it: it neither fails on the open
     transaction nor signs a tree that is not committed."""
-    from ledger.service import Ledger, LedgerConfig
+    from fleet_ledger.ledger.service import Ledger, LedgerConfig
 
     async def scenario(ledger: Ledger) -> tuple[bool, str | None]:
         await ledger.pipeline.lock.acquire()  # as the pipeline holds it from start to settle

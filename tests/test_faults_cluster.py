@@ -19,9 +19,9 @@ from pathlib import Path
 
 import pytest
 
-from fleet.subjects import STREAM
-from plumbing.natsd import NatsCluster
-from plumbing.testing import running_cluster
+from fleet_ledger.fleet.subjects import STREAM
+from fleet_ledger.plumbing.natsd import NatsCluster
+from fleet_ledger.plumbing.testing import running_cluster
 
 from fault_helpers import (
     HostTraffic,

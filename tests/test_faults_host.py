@@ -16,12 +16,12 @@ import nats
 import pytest
 from nats.js.api import Header
 
-from agents.host import Host, load_or_create_key
-from agents.publisher import Backoff, Publisher
-from fleet.address import digest
-from fleet.record.seal import encode_key
-from ledger.store import LedgerStore
-from plumbing.natsd import NatsServer
+from fleet_ledger.agents.host import Host, load_or_create_key
+from fleet_ledger.agents.publisher import Backoff, Publisher
+from fleet_ledger.fleet.address import digest
+from fleet_ledger.fleet.record.seal import encode_key
+from fleet_ledger.ledger.store import LedgerStore
+from fleet_ledger.plumbing.natsd import NatsServer
 
 from fault_helpers import LedgerProc, store_summary, stream_messages, wait_until
 
@@ -39,12 +39,12 @@ RUNS = 2
 HOST_PROGRAM = r'''
 import asyncio, os, signal, sys
 from pathlib import Path
-from agents.host import Host
-from agents.outbox import Outbox
-from agents.publisher import Backoff, Publisher
-from fleet.address import digest
-from fleet.record.segment import CallAccount, make_snapshot
-from plumbing.nats_connect import connect
+from fleet_ledger.agents.host import Host
+from fleet_ledger.agents.outbox import Outbox
+from fleet_ledger.agents.publisher import Backoff, Publisher
+from fleet_ledger.fleet.address import digest
+from fleet_ledger.fleet.record.segment import CallAccount, make_snapshot
+from fleet_ledger.plumbing.nats_connect import connect
 
 host_dir, url, point, nth = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
 count = [0]

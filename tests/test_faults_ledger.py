@@ -22,11 +22,11 @@ import nats
 import pytest
 from nats.js.api import Header
 
-from fleet.record.seal import encode_key
-from fleet.subjects import STREAM
-from ledger.store import LedgerStore
-from ledger.stream import consumer_name
-from plumbing.natsd import NatsServer
+from fleet_ledger.fleet.record.seal import encode_key
+from fleet_ledger.fleet.subjects import STREAM
+from fleet_ledger.ledger.store import LedgerStore
+from fleet_ledger.ledger.stream import consumer_name
+from fleet_ledger.plumbing.natsd import NatsServer
 
 from fault_helpers import (
     HostTraffic,
@@ -241,7 +241,7 @@ def test_consumer_that_delivered_past_the_store_restarts_at_the_watermark(
     fold past the lost batch and ack it unseen)."""
     from nats.js.api import AckPolicy, DeliverPolicy
 
-    from ledger.stream import ensure_consumer, ensure_stream
+    from fleet_ledger.ledger.stream import ensure_consumer, ensure_stream
 
     async def body() -> tuple[list[int], list[int]]:
         nc = await nats.connect(nats_server.url)

@@ -7,8 +7,8 @@ import stat
 
 import pytest
 
-import plumbing.files
-from plumbing.files import write_atomically, write_secret
+import fleet_ledger.plumbing.files
+from fleet_ledger.plumbing.files import write_atomically, write_secret
 
 
 def test_write_secret_is_owner_only_and_never_overwrites(tmp_path):
@@ -33,7 +33,7 @@ def test_write_atomically_replaces_whole_or_not_at_all(tmp_path, monkeypatch):
     def full_disk(src: object, dst: object) -> None:
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(plumbing.files.os, "replace", full_disk)
+    monkeypatch.setattr(fleet_ledger.plumbing.files.os, "replace", full_disk)
     with pytest.raises(OSError, match="No space"):
         write_atomically(path, b"three\n")
     monkeypatch.undo()

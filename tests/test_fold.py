@@ -8,8 +8,8 @@ import random
 
 from nacl.signing import SigningKey
 
-from cli._bench_ingest_run import make_segments
-from fleet.fold import (
+from fleet_ledger.cli._bench_ingest_run import make_segments
+from fleet_ledger.fleet.fold import (
     Accepted,
     Admission,
     BatchRuns,

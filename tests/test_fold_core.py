@@ -3,17 +3,39 @@ no NATS, no SQLite, no ledger."""
 
 from __future__ import annotations
 
-from fleet.fold import Accepted, Admission, BatchRuns, HostEntry, Message, Refused, RunSlot
-from fleet.fold import decide as decide_one
-from fleet.fold.batch import BatchHeads, Incoming, decide_batch, merge_seals, seal_items
-from fleet.fold.cache import RunCache
-from fleet.fold.fast import batch_addresses
-from fleet.fold.grant_events import GrantBook
-from fleet.fold.policy import checkpoint_due, leads_signing
-from fleet.fold.route import CONTROL, GRANT, SEGMENT, Router
-from fleet.record.record import RunState
-from fleet.record.wire import envelope_wire
-from fleet.subjects import DEFAULT_FLEET, fleet_names
+import pytest
+
+from fleet_ledger.fleet.errors import ForeignRun
+from fleet_ledger.fleet.fold import (
+    Accepted,
+    Admission,
+    BatchRuns,
+    HostEntry,
+    Message,
+    Refused,
+    RunSlot,
+)
+from fleet_ledger.fleet.fold import decide as decide_one
+from fleet_ledger.fleet.fold.batch import (
+    BatchHeads,
+    Decided,
+    Incoming,
+    decide_batch,
+    decide_written,
+    first_gap,
+    merge_seals,
+    refusal_notices,
+    seal_items,
+)
+from fleet_ledger.fleet.fold.cache import RunCache
+from fleet_ledger.fleet.fold.fast import batch_addresses
+from fleet_ledger.fleet.fold.grant_events import GrantBook
+from fleet_ledger.fleet.fold.policy import LeadState, checkpoint_due, leads_signing
+from fleet_ledger.fleet.fold.route import CONTROL, GRANT, SEGMENT, Router
+from fleet_ledger.fleet.record.phases import PARKED, RESUMED
+from fleet_ledger.fleet.record.record import RunState
+from fleet_ledger.fleet.record.wire import envelope_wire
+from fleet_ledger.fleet.subjects import DEFAULT_FLEET, fleet_names
 
 from fault_helpers import host_key, sealed_run
 
@@ -173,3 +195,95 @@ def test_batch_heads_gather_accepted_heads_only_and_fall_back_to_the_store():
     items.append(Incoming(9, "x", b"", Refused("Fork", "", None, r.run, 3)))
     assert heads(r.run, 2) == items[1].decision.head  # type: ignore[union-attr]
     assert heads(r.run, 3) == b"stored"
+
+
+def test_the_batch_moves_a_runs_holder_by_the_kernels_rule_only():
+    """Taking a step moves the holder as the kernel says: a parked run's resume by another
+    host hands it over, and a step the kernel would refuse (ForeignRun) is refused at the
+    take too, never written into the batch's copy."""
+    state = RunState.open(bytes(32), bytes(32))
+    state.index, state.phase = 2, PARKED
+    committed = RunSlot("h1", state)
+    runs = BatchRuns(lambda run: committed if run == state.run else None)
+
+    def step(host: str, kind: str, index: int) -> Accepted:
+        st = (b"", RESUMED, None, None, None, False, None, None)
+        return Accepted(host, state.run, index, bytes(32), kind, b"", st)
+
+    runs.take(step("h2", "resumed", 3))
+    assert runs.changed[state.run].host == "h2" and committed.host == "h1"
+    with pytest.raises(ForeignRun):
+        runs.take(step("h3", "executed", 4))
+    held = runs.changed[state.run]
+    assert held.host == "h2" and held.state.index == 3
+
+
+def test_the_lead_state_signs_always_alone_and_as_a_replica_from_its_floor_while_it_holds():
+    """A single ledger leads and signs from the start; a replica only while its lease holds,
+    once committed up to the stream's end it read at takeover, and never after a drop."""
+    alone = LeadState(replicated=False)
+    assert alone.leading and alone.signs(0)
+    replica = LeadState(replicated=True)
+    assert not replica.leading and not replica.signs(10**6)  # no lease task yet
+    held = [True]
+    replica.holds = lambda: held[0]
+    replica.took(None)  # the stream's end not read
+    assert replica.leading and not replica.signs(10**6)
+    replica.took(100)
+    assert not replica.signs(99) and replica.signs(100)
+    held[0] = False
+    assert not replica.leading and not replica.signs(100)
+    held[0] = True
+    replica.dropped()
+    assert replica.floor is None and not replica.signs(100)
+
+
+def test_a_batch_refused_at_its_write_is_prepared_and_decided_again_until_written():
+    """The write says the table the batch was decided against changed: the core prepares
+    it again and decides again; an empty decision is never written."""
+    _r, msgs, hosts = _batch()
+    calls: list[str] = []
+
+    def decide(prepared: int) -> Decided:
+        calls.append(f"decide {prepared}")
+        return _decide_alone(msgs, hosts, 0)
+
+    def write(decided: Decided, prepared: int) -> bool:
+        calls.append(f"write {prepared}")
+        return prepared >= 2
+
+    def again(prepared: int) -> int:
+        calls.append(f"again {prepared}")
+        return prepared + 1
+
+    decided = decide_written(1, decide, write, again)
+    assert len(decided.items) == 4
+    assert calls == ["decide 1", "write 1", "again 1", "decide 2", "write 2"]
+    calls.clear()
+    empty = decide_written(1, lambda _p: _decide_alone(msgs, hosts, 4), write, again)
+    assert empty.items == [] and calls == []
+
+
+def test_each_refusal_naming_its_host_becomes_one_notice_for_that_host():
+    """A refused message that names its host is told to it as the JSON the host reads;
+    accepted messages and refusals of no host make none."""
+    refused = Refused("Fork", "the run already holds a different segment 3", "h1", b"r", 3)
+    items = [Incoming(7, "s.h1", b"", refused),
+             Incoming(8, "s.x", b"", Refused("MalformedSegment", "bad", None, None, None))]
+    _r, msgs, hosts = _batch()
+    items += _decide_alone(msgs[:1], hosts, 0).items
+    assert refusal_notices(items) == [(
+        "h1", b'{"stream_seq":7,"subject":"s.h1","rule":"Fork","detail":'
+              b'"the run already holds a different segment 3","index":3}')]
+
+
+def test_the_first_hole_in_a_delivery_is_found_and_redeliveries_are_none():
+    """A delivery going on from the one due (redeliveries of earlier ones allowed) has no
+    hole; the first sequence beyond the one due is reported with the one it skipped to,
+    and scanning again past it finds the next."""
+    assert first_gap(5, [5, 6, 7]) is None
+    assert first_gap(5, [3, 5, 4, 6]) is None  # redeliveries
+    assert first_gap(5, []) is None
+    assert first_gap(5, [5, 6, 9, 10, 12]) == (9, 7)
+    assert first_gap(10, [5, 6, 9, 10, 12]) == (12, 11)  # past the first hole
+    assert first_gap(13, [5, 6, 9, 10, 12]) is None

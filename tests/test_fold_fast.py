@@ -17,8 +17,8 @@ import msgspec
 import pytest
 from test_fuzz_fold import GENUINE, mutate, reseal
 
-import fleet.fold.fast as fold_fast
-from fleet.record.seal import encode_key
+import fleet_ledger.fleet.fold.fast as fold_fast
+from fleet_ledger.fleet.record.seal import encode_key
 
 from fault_helpers import fold_in_random_batches, host_key, sealed_run, seed_hosts
 
@@ -106,9 +106,9 @@ def test_fast_and_reference_paths_build_the_same_store(tmp_path: Path,
 def test_batch_addresses_equal_one_parse_per_message(seed: int) -> None:
     """The batch's single parse gives each message exactly its own addresses, and a
     malformed address anywhere costs only its own message (None), not its neighbours."""
-    from fleet.address import parse_addresses
-    from fleet.record.verify_fast import segment_addresses
-    from fleet.record.wire import envelope_wire
+    from fleet_ledger.fleet.address import parse_addresses
+    from fleet_ledger.fleet.record.verify_fast import segment_addresses
+    from fleet_ledger.fleet.record.wire import envelope_wire
 
     stream = _stream(seed, 200)
     wires = [envelope_wire(data) for _seq, _subject, data in stream]
@@ -133,8 +133,8 @@ def test_seal_text_is_canonical_exactly_when_it_re_encodes_to_itself() -> None:
     extended, or a different last character."""
     import binascii
 
-    from fleet.errors import FleetError
-    from fleet.record.wire import seal_bytes
+    from fleet_ledger.fleet.errors import FleetError
+    from fleet_ledger.fleet.record.wire import seal_bytes
 
     def by_re_encoding(text: str) -> bytes | str:
         try:

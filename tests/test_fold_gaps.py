@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from fleet.record.seal import encode_key
-from ledger.stream import consumer_name
-from plumbing.natsd import NatsServer
+from fleet_ledger.fleet.record.seal import encode_key
+from fleet_ledger.ledger.stream import consumer_name
+from fleet_ledger.plumbing.natsd import NatsServer
 
 from fault_helpers import host_key, running_ledger, sealed_run, store_summary
 

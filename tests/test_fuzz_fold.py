@@ -37,13 +37,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from fleet.address import format_address
-from fleet.errors import FleetError
-from fleet.fold import Accepted, Message, Refused, decide
-from fleet.record.record import chain
-from fleet.record.seal import encode_key, seal
-from fleet.record.verify import verify_record
-from fleet.record.wire import decode_envelope, decode_record
+from fleet_ledger.fleet.address import format_address
+from fleet_ledger.fleet.errors import FleetError
+from fleet_ledger.fleet.fold import Accepted, Message, Refused, decide
+from fleet_ledger.fleet.record.record import chain
+from fleet_ledger.fleet.record.seal import encode_key, seal
+from fleet_ledger.fleet.record.verify import verify_record
+from fleet_ledger.fleet.record.wire import decode_envelope, decode_record
 
 from fault_helpers import RULES, PureFold, SealedRun, entry, host_key, sealed_run
 

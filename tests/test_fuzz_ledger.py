@@ -14,11 +14,11 @@ import nats
 import pytest
 from test_fuzz_fold import mutate, reseal
 
-from fleet.record.seal import encode_key
-from fleet.subjects import REJECTIONS
-from ledger.store import LedgerStore
-from ledger.stream import ensure_stream
-from plumbing.natsd import NatsServer
+from fleet_ledger.fleet.record.seal import encode_key
+from fleet_ledger.fleet.subjects import REJECTIONS
+from fleet_ledger.ledger.store import LedgerStore
+from fleet_ledger.ledger.stream import ensure_stream
+from fleet_ledger.plumbing.natsd import NatsServer
 
 from fault_helpers import (
     RULES,
@@ -190,9 +190,9 @@ def test_mutants_through_the_ledgers_fold_and_store(tmp_path: Path) -> None:
     summary.check_leaves()
     # Every run the ledger holds verifies offline from genesis under its host's key: only
     # segments a host sealed, obeying every rule, became leaves.
-    from fleet.record.verify import verify_record
-    from fleet.record.wire import decode_record
-    from ledger.views import export_record
+    from fleet_ledger.fleet.record.verify import verify_record
+    from fleet_ledger.fleet.record.wire import decode_record
+    from fleet_ledger.ledger.views import export_record
 
     store = LedgerStore(data)
     try:
@@ -205,7 +205,7 @@ def test_mutants_through_the_ledgers_fold_and_store(tmp_path: Path) -> None:
     # ... and every genuine run of an enrolled host is there (the fold was not stopped).
     from test_fuzz_fold import RUNS
 
-    from fleet.address import format_address
+    from fleet_ledger.fleet.address import format_address
 
     assert {r[0] for r in summary.runs} >= {format_address(r.run) for r in RUNS
                                             if r.host in ("h1", "h2")}

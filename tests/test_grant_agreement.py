@@ -12,11 +12,11 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
-from fleet.address import digest, format_address
-from fleet.fold.grant_events import event_id
-from fleet.grants.grant import grant_address, nothing, sign_grant
-from fleet.record.seal import encode_key
-from plumbing.natsd import NatsServer
+from fleet_ledger.fleet.address import digest, format_address
+from fleet_ledger.fleet.fold.grant_events import event_id
+from fleet_ledger.fleet.grants.grant import grant_address, nothing, sign_grant
+from fleet_ledger.fleet.record.seal import encode_key
+from fleet_ledger.plumbing.natsd import NatsServer
 
 import grant_helpers as gh
 from fault_helpers import host_key, seed_hosts, store_summary
@@ -28,7 +28,7 @@ HOSTS = [(n, encode_key(bytes(host_key(n).verify_key)), 0, None) for n in ("h1",
 @asynccontextmanager
 async def _ledger(url: str, data: Path, **config: Any) -> AsyncIterator[Any]:
     """A ledger requiring grants, folding in a task of this loop; stopped on exit."""
-    from ledger.service import Ledger, LedgerConfig
+    from fleet_ledger.ledger.service import Ledger, LedgerConfig
 
     seed_hosts(data, HOSTS)
     ledger = Ledger(LedgerConfig(data_dir=data, servers=[url], name=data.name,
@@ -54,8 +54,8 @@ def _grant_rows(data: Path) -> list[tuple[Any, ...]]:
 async def _scenario(url: str, base: Path) -> tuple[int, dict[str, int]]:
     """Publish the stream (ledger ``a`` folding as it arrives, ``b`` only once it is all
     there) and wait for both; the stream's length and the segments each run should keep."""
-    from ledger.stream import ensure_stream
-    from plumbing.nats_connect import connect
+    from fleet_ledger.ledger.stream import ensure_stream
+    from fleet_ledger.plumbing.nats_connect import connect
 
     nc = await connect([url], name="grant-agreement")
     js = nc.jetstream(timeout=10.0)

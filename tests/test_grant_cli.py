@@ -6,17 +6,18 @@ from __future__ import annotations
 
 import copy
 import json
+import subprocess
 from pathlib import Path
 from typing import Any
 
 from http_helpers import enroll_h1, publish
 
-from cli.grant_cmds import load_key
-from fleet.address import digest, format_address
-from fleet.grants.grant import decode_grant, make_terms, sign_grant
-from plumbing.natsd import NatsServer
+from fleet_ledger.cli.grant_cmds import load_key
+from fleet_ledger.fleet.address import digest, format_address
+from fleet_ledger.fleet.grants.grant import decode_grant, make_terms, sign_grant
+from fleet_ledger.plumbing.natsd import NatsServer
 
-from fault_helpers import LedgerProc, fleet, store_summary, wait_until
+from fault_helpers import FLEET, LedgerProc, fleet, store_summary, wait_until
 from grant_helpers import run_under
 
 
@@ -221,6 +222,20 @@ def test_user_mistakes_are_one_line_and_exit_2(tmp_path: Path) -> None:
     assert "GrantWidens: scopes" in _fails(2, "grant", "amend", str(gfile), *offline,
                                            "--scope", "/fsx")
     assert not (tmp_path / "x").exists()
+
+
+def test_terms_are_read_from_stdin(tmp_path: Path) -> None:
+    """``--terms -`` reads the terms document from stdin: the grant carries them."""
+    keys = _keys(tmp_path)
+    out = tmp_path / "g.grant"
+    r = subprocess.run([*FLEET, "grant", "issue", "--key", str(keys / "issuer.key"),
+                        "--subject", str(keys / "agent.vkey"), "--terms", "-",
+                        "--out", str(out)], capture_output=True, text=True, timeout=60,
+                       check=False, input=json.dumps({"scopes": ["/from/stdin"],
+                                                      "budget_uj": 7, "expires_ms": 10**13}))
+    assert r.returncode == 0, r.stderr
+    terms = decode_grant(out.read_bytes()).terms
+    assert (terms.scopes, terms.budget_uj) == (("/from/stdin",), 7)
 
 
 def test_verify_exit_codes(tmp_path: Path) -> None:

@@ -11,7 +11,7 @@ from typing import Any
 
 from http_helpers import enroll_h1
 
-from plumbing.natsd import NatsServer
+from fleet_ledger.plumbing.natsd import NatsServer
 
 from fault_helpers import LedgerProc, fleet, store_summary, wait_until
 

@@ -13,8 +13,8 @@ import pytest
 from blake3 import blake3
 from nacl.signing import VerifyKey
 
-from fleet.address import digest, format_address, parse_address
-from fleet.fold.grant_events import (
+from fleet_ledger.fleet.address import digest, format_address, parse_address
+from fleet_ledger.fleet.fold.grant_events import (
     amend_event,
     checkpoint_event,
     decode_event,
@@ -24,7 +24,7 @@ from fleet.fold.grant_events import (
     mint_event,
     trigger_event,
 )
-from fleet.grants.grant import (
+from fleet_ledger.fleet.grants.grant import (
     check_narrows,
     decode_grant,
     grant_json,
@@ -36,7 +36,7 @@ from fleet.grants.grant import (
     terms_from_json,
     terms_json,
 )
-from fleet.record.segment import Claimed, ImageSnapshot
+from fleet_ledger.fleet.record.segment import Claimed, ImageSnapshot
 
 import grant_vectors as gv
 from fault_helpers import host_key
@@ -271,7 +271,7 @@ def decode_event_kind(data: bytes) -> str | None:
 
 def test_the_streams_cover_every_rule_of_an_event_and_a_segment() -> None:
     """Every grant refusal has a vector (in the streams or the byte cases)."""
-    from fleet.grants import grant_errors
+    from fleet_ledger.fleet.grants import grant_errors
 
     named = {n for n in grant_errors.__all__
              if n not in ("GrantError", "GrantEventError", "GrantRefusal")}

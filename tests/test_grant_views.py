@@ -8,12 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from fleet.address import digest, format_address
-from fleet.audit import grant_refusals
-from fleet.grants.grant import grant_address
-from ledger import views
-from ledger.audit_rows import audit_store
-from ledger.grant_views import GrantNotFound, grant_status
+from fleet_ledger.fleet.address import digest, format_address
+from fleet_ledger.fleet.audit import grant_refusals
+from fleet_ledger.fleet.grants.grant import grant_address
+from fleet_ledger.ledger import views
+from fleet_ledger.ledger.audit_rows import audit_store
+from fleet_ledger.ledger.grant_views import GrantNotFound, grant_status
 
 from grant_helpers import (
     AGENT,

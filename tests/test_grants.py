@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from fleet.address import digest
-from fleet.fold.grant_events import decode_event
-from fleet.grants.grant import (
+from fleet_ledger.fleet.address import digest
+from fleet_ledger.fleet.fold.grant_events import decode_event
+from fleet_ledger.fleet.grants.grant import (
     GRANT_DOMAIN,
     check_narrows,
     covers,
@@ -20,8 +20,8 @@ from fleet.grants.grant import (
     nothing,
     sign_grant,
 )
-from fleet.grants.grant_errors import GrantWidens, MissingExpiry, NonCanonicalGrant
-from fleet.record.wire import RecordWire
+from fleet_ledger.fleet.grants.grant_errors import GrantWidens, MissingExpiry, NonCanonicalGrant
+from fleet_ledger.fleet.record.wire import RecordWire
 
 from fault_helpers import MANIFEST, SealedRun, host_key
 from grant_helpers import (
@@ -404,8 +404,8 @@ def test_a_restarted_ledger_rebuilds_the_same_book_and_decides_alike(tmp_path: P
 
 
 def _evidence(w: World, run: bytes) -> dict:
-    from fleet.fold.grant_events import chain_of
-    from fleet.fold.grant_verify import evidence_events, evidence_json
+    from fleet_ledger.fleet.fold.grant_events import chain_of
+    from fleet_ledger.fleet.fold.grant_verify import evidence_events, evidence_json
 
     grants_id = w.ledger.store.load_run(run).state.grants_id
     chain = chain_of(w.ledger.grants, grants_id)
@@ -418,8 +418,8 @@ def test_an_auditor_recomputes_the_grant_decisions_offline(tmp_path: Path) -> No
     again under the minted child's grant, its parent's amendment and ledger time; a record
     holding a segment the grant would not allow, or evidence with an event removed, is
     refused by name."""
-    from fleet.fold.grant_verify import verify_grant_evidence
-    from fleet.grants.grant_errors import OverBudget, UnknownTrigger
+    from fleet_ledger.fleet.fold.grant_verify import verify_grant_evidence
+    from fleet_ledger.fleet.grants.grant_errors import OverBudget, UnknownTrigger
 
     w = World(tmp_path / "l")
     try:
@@ -474,8 +474,8 @@ def test_signatures_checked_beside_the_fold_decide_as_in_line() -> None:
     from nacl.exceptions import BadSignatureError
     from nacl.signing import VerifyKey
 
-    from fleet.errors import FleetError
-    from fleet.fold.grant_events import GrantBook, apply, check_event, signature_items
+    from fleet_ledger.fleet.errors import FleetError
+    from fleet_ledger.fleet.fold.grant_events import GrantBook, apply, check_event, signature_items
 
     def verdict(data: bytes) -> bool | None:
         items = signature_items(data)

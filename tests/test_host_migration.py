@@ -10,14 +10,14 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from agents.host import Host, load_or_create_key
-from agents.outbox import RunStopped
-from fleet.address import digest, format_address
-from fleet.record.builder import RecordBuilder
-from fleet.record.run_codec import state_to_json
-from fleet.record.segment import make_snapshot
-from fleet.record.wire import encode_envelope
-from fleet.subjects import fleet_names
+from fleet_ledger.agents.host import Host, load_or_create_key
+from fleet_ledger.agents.outbox import RunStopped
+from fleet_ledger.fleet.address import digest, format_address
+from fleet_ledger.fleet.record.builder import RecordBuilder
+from fleet_ledger.fleet.record.run_codec import state_to_json
+from fleet_ledger.fleet.record.segment import make_snapshot
+from fleet_ledger.fleet.record.wire import encode_envelope
+from fleet_ledger.fleet.subjects import fleet_names
 
 GRANTS = digest(b"migration/grants")
 MANIFEST = digest(b"migration/manifest")

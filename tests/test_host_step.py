@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from agents.host import Host
-from agents.outbox import OutboxFull
-from fleet.address import digest
-from fleet.record.run_codec import state_to_json
-from fleet.record.segment import make_snapshot
+from fleet_ledger.agents.host import Host
+from fleet_ledger.agents.outbox import OutboxFull
+from fleet_ledger.fleet.address import digest
+from fleet_ledger.fleet.record.run_codec import state_to_json
+from fleet_ledger.fleet.record.segment import make_snapshot
 
 GRANTS = digest(b"host-step/grants")
 MANIFEST = digest(b"host-step/manifest")

@@ -99,8 +99,8 @@ def test_json_logs(nats_server, tmp_path):
 def test_standby_keeps_no_unsigned_leaves_and_is_ready():
     """A replica that does not sign keeps nothing per batch (it would never drop it) and
     its readiness reports it a standby instead of an ever older unsigned leaf."""
-    from ledger.http import Readiness, ready_checks
-    from ledger.metrics import FoldMetrics, new_registry
+    from fleet_ledger.ledger.http import Readiness, ready_checks
+    from fleet_ledger.ledger.metrics import FoldMetrics, new_registry
 
     metrics = FoldMetrics(new_registry())
     for size in range(1, 1001):

@@ -12,15 +12,15 @@ import pytest
 from http_helpers import build_store, enroll_h1, http_get, publish_runs, serving
 from tlog_client import WIDTH, TileClient, add_checkpoint_body, leaf_hash
 
-from anchors.witness_server import RunningWitness, Witness
-from fleet.log.cosignature import (
+from fleet_ledger.anchors.witness_server import RunningWitness, Witness
+from fleet_ledger.fleet.log.cosignature import (
     WitnessKey,
     generate_witness_signer,
     verify_cosignature_lines,
 )
-from fleet.log.cosignature import parse_signature_lines as cosig_lines
-from fleet.log.note import parse_note, parse_verifier_key
-from ledger.keys import load_or_create_signer
+from fleet_ledger.fleet.log.cosignature import parse_signature_lines as cosig_lines
+from fleet_ledger.fleet.log.note import parse_note, parse_verifier_key
+from fleet_ledger.ledger.keys import load_or_create_signer
 
 from pipeline_helpers import api, wait_for
 

@@ -12,10 +12,10 @@ import pytest
 from gen_vectors_job_events import OUT, render
 from nacl.signing import SigningKey
 
-from fleet.address import digest
-from fleet.errors import FleetError
-from fleet.fold.job_events import decode_job_event
-from fleet.fold.job_fold import BatchJobs, JobBook
+from fleet_ledger.fleet.address import digest
+from fleet_ledger.fleet.errors import FleetError
+from fleet_ledger.fleet.fold.job_events import decode_job_event
+from fleet_ledger.fleet.fold.job_fold import BatchJobs, JobBook
 
 VECTORS = json.loads(Path(OUT).read_text())
 

@@ -11,17 +11,17 @@ from pathlib import Path
 from merkle_reference import mth
 from nacl.signing import SigningKey
 
-from fleet.address import digest
-from fleet.fold.job_events import open_event, seal_event
-from fleet.fold.job_fold import JobBook
-from fleet.jobs.job_id import JobTerms, encode_terms, item_unit, job_id
-from fleet.jobs.receipt import decode_receipt, receipt_leaf, seal_leaves
-from fleet.log.leaf import leaf_kind
-from fleet.log.tiles import Tile, decode_entry_bundle
-from fleet.record.builder import RecordBuilder
-from fleet.subjects import DEFAULT_FLEET
-from ledger import job_store, job_views
-from ledger.log_reader import LogReader
+from fleet_ledger.fleet.address import digest
+from fleet_ledger.fleet.fold.job_events import open_event, seal_event
+from fleet_ledger.fleet.fold.job_fold import JobBook
+from fleet_ledger.fleet.jobs.job_id import JobTerms, encode_terms, item_unit, job_id
+from fleet_ledger.fleet.jobs.receipt import decode_receipt, receipt_leaf, seal_leaves
+from fleet_ledger.fleet.log.leaf import leaf_kind
+from fleet_ledger.fleet.log.tiles import Tile, decode_entry_bundle
+from fleet_ledger.fleet.record.builder import RecordBuilder
+from fleet_ledger.fleet.subjects import DEFAULT_FLEET
+from fleet_ledger.ledger import job_store, job_views
+from fleet_ledger.ledger.log_reader import LogReader
 
 from fault_helpers import SealedRun, fold_in_random_batches, host_key, store_summary
 from grant_helpers import World, key
@@ -192,7 +192,7 @@ def test_the_receipt_is_the_same_whatever_the_batches(tmp_path: Path):
 
 
 def _text(job: bytes) -> str:
-    from fleet.address import format_address
+    from fleet_ledger.fleet.address import format_address
 
     return format_address(job)
 
@@ -223,8 +223,8 @@ def test_a_twin_item_run_is_counted_without_the_gate_and_refused_with_it(tmp_pat
 def test_job_events_route_to_the_job_fold_in_any_fleet():
     """``<fleet>.ctl.job`` is the job fold's subject in every fleet, never a control event
     nor a segment; another fleet's job subject is not this fleet's."""
-    from fleet.fold.route import CONTROL, JOB, SEGMENT, Router
-    from fleet.subjects import fleet_names
+    from fleet_ledger.fleet.fold.route import CONTROL, JOB, SEGMENT, Router
+    from fleet_ledger.fleet.subjects import fleet_names
 
     for names in (DEFAULT_FLEET, fleet_names("blue")):
         route = Router(names)

@@ -13,7 +13,7 @@ from blake3 import blake3
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fleet.jobs.item_proof import (
+from fleet_ledger.fleet.jobs.item_proof import (
     ItemProof,
     check_against_record,
     decode_item_proof,
@@ -22,7 +22,7 @@ from fleet.jobs.item_proof import (
     tree_item_proof,
     verify_item_proof,
 )
-from fleet.jobs.job_errors import (
+from fleet_ledger.fleet.jobs.job_errors import (
     ItemCountMismatch,
     ItemIndexMismatch,
     ItemMismatch,
@@ -38,7 +38,7 @@ from fleet.jobs.job_errors import (
     SumOverflow,
     VerdictCountsMismatch,
 )
-from fleet.jobs.job_id import (
+from fleet_ledger.fleet.jobs.job_id import (
     ITEM_MARK,
     JobTerms,
     decode_terms,
@@ -49,7 +49,7 @@ from fleet.jobs.job_id import (
     job_tag,
     parse_item_unit,
 )
-from fleet.jobs.receipt import (
+from fleet_ledger.fleet.jobs.receipt import (
     Receipt,
     decode_receipt,
     encode_receipt,
@@ -60,7 +60,7 @@ from fleet.jobs.receipt import (
     seal_leaves,
     verify_receipt,
 )
-from fleet.jobs.sum_tree import (
+from fleet_ledger.fleet.jobs.sum_tree import (
     Item,
     SumTree,
     decode_item_leaf,
@@ -74,16 +74,22 @@ from fleet.jobs.sum_tree import (
     verdict_code,
     verdict_of,
 )
-from fleet.log.leaf import (
+from fleet_ledger.fleet.log.leaf import (
     decode_job_leaf,
     decode_leaf,
     encode_job_leaf,
     encode_leaf,
     leaf_kind,
 )
-from fleet.log.log_errors import MalformedLeaf
-from fleet.record.kernel import Energy, RunState, genesis
-from fleet.record.wait_proof import Blocked, Malformed, NonBlocking, Unproved, WaitTracker
+from fleet_ledger.fleet.log.log_errors import MalformedLeaf
+from fleet_ledger.fleet.record.kernel import Energy, RunState, genesis
+from fleet_ledger.fleet.record.wait_proof import (
+    Blocked,
+    Malformed,
+    NonBlocking,
+    Unproved,
+    WaitTracker,
+)
 
 from job_helpers import item, items, seed, terms
 

@@ -22,14 +22,14 @@ from pathlib import Path
 import pytest
 from blake3 import blake3
 
-from agents.host import Host
-from agents.publisher import Publisher
-from fleet.address import digest, parse_address
-from fleet.jobs.receipt import decode_receipt, encode_receipt
-from fleet.record.segment import CallAccount
-from plumbing.nats_connect import connect
-from plumbing.natsd import NatsServer
-from plumbing.testing import running_server
+from fleet_ledger.agents.host import Host
+from fleet_ledger.agents.publisher import Publisher
+from fleet_ledger.fleet.address import digest, parse_address
+from fleet_ledger.fleet.jobs.receipt import decode_receipt, encode_receipt
+from fleet_ledger.fleet.record.segment import CallAccount
+from fleet_ledger.plumbing.nats_connect import connect
+from fleet_ledger.plumbing.natsd import NatsServer
+from fleet_ledger.plumbing.testing import running_server
 
 from fault_helpers import LedgerProc, store_summary
 from pipeline_helpers import api, cli, cli_json, wait_folded, wait_for, watermark
@@ -332,8 +332,8 @@ def test_a_ledger_killed_while_sealing_ends_with_a_fault_free_receipt(
 
 
 async def _make_stream(url: str) -> None:
-    from fleet.subjects import DEFAULT_FLEET
-    from ledger.stream import ensure_stream
+    from fleet_ledger.fleet.subjects import DEFAULT_FLEET
+    from fleet_ledger.ledger.stream import ensure_stream
 
     nc = await connect([url], None)
     try:

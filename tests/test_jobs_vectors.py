@@ -12,11 +12,11 @@ import pytest
 from blake3 import blake3
 from gen_vectors_jobs import OUT, render
 
-from fleet.jobs.item_proof import decode_item_proof, verify_item_proof
-from fleet.jobs.job_id import decode_terms
-from fleet.jobs.receipt import decode_receipt, verify_receipt
-from fleet.jobs.sum_tree import Item, decode_item_leaf
-from fleet.log.leaf import decode_job_leaf
+from fleet_ledger.fleet.jobs.item_proof import decode_item_proof, verify_item_proof
+from fleet_ledger.fleet.jobs.job_id import decode_terms
+from fleet_ledger.fleet.jobs.receipt import decode_receipt, verify_receipt
+from fleet_ledger.fleet.jobs.sum_tree import Item, decode_item_leaf
+from fleet_ledger.fleet.log.leaf import decode_job_leaf
 
 V = json.loads(Path(OUT).read_text())
 H = bytes.fromhex

@@ -12,8 +12,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from fleet.env.jsonc import MAX_BYTES, MAX_DEPTH, MAX_SAFE_INTEGER, blank, loads
-from fleet.env.manifest_errors import (
+from fleet_ledger.fleet.env.jsonc import MAX_BYTES, MAX_DEPTH, MAX_SAFE_INTEGER, blank, loads
+from fleet_ledger.fleet.env.manifest_errors import (
     ByteOrderMark,
     DuplicateKey,
     IntegerOutOfRange,

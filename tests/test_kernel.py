@@ -10,25 +10,33 @@ import pytest
 from blake3 import blake3
 from nacl.signing import SigningKey
 
-import fleet.record.kernel
-from fleet.address import digest, format_address, parse_address
-from fleet.errors import FleetError, MalformedSnapshot, RecordError, RuleError
-from fleet.fold import Accepted, Admission, BatchRuns, HostEntry, Message, Refused, decide
-from fleet.fold.fast import decide_message, fast_decide
-from fleet.record import kernel
-from fleet.record.builder import RecordBuilder
-from fleet.record.record import RunState
-from fleet.record.segment import ImageSnapshot, make_snapshot
-from fleet.record.verify import verify_record
-from fleet.record.verify_fast import fast_check, segment_addresses, step
-from fleet.record.wire import (
+import fleet_ledger.fleet.record.kernel
+from fleet_ledger.fleet.address import digest, format_address, parse_address
+from fleet_ledger.fleet.errors import FleetError, MalformedSnapshot, RecordError, RuleError
+from fleet_ledger.fleet.fold import (
+    Accepted,
+    Admission,
+    BatchRuns,
+    HostEntry,
+    Message,
+    Refused,
+    decide,
+)
+from fleet_ledger.fleet.fold.fast import decide_message, fast_decide
+from fleet_ledger.fleet.record import kernel
+from fleet_ledger.fleet.record.builder import RecordBuilder
+from fleet_ledger.fleet.record.record import RunState
+from fleet_ledger.fleet.record.segment import ImageSnapshot, make_snapshot
+from fleet_ledger.fleet.record.verify import verify_record
+from fleet_ledger.fleet.record.verify_fast import fast_check, segment_addresses, step
+from fleet_ledger.fleet.record.wire import (
     SegmentWire,
     decode_record,
     encode_envelope,
     encode_record,
     envelope_wire,
 )
-from fleet.subjects import segment_subject
+from fleet_ledger.fleet.subjects import segment_subject
 
 import durable_vectors as dv
 
@@ -47,7 +55,7 @@ class IdleOverCap(RuleError):
 def idle_cap(monkeypatch: pytest.MonkeyPatch):  # type: ignore[no-untyped-def]
     """A switch that adds the made-up rule to the kernel's resume rule, as a new rule
     would be added (records are built before it is switched on, so they are sealed)."""
-    real = fleet.record.kernel.resumed_step
+    real = fleet_ledger.fleet.record.kernel.resumed_step
 
     def capped(run, index, body, snapshot, manifest, idle_uj, provenance):  # type: ignore[no-untyped-def]
         step_ = real(run, index, body, snapshot, manifest, idle_uj, provenance)
@@ -55,7 +63,7 @@ def idle_cap(monkeypatch: pytest.MonkeyPatch):  # type: ignore[no-untyped-def]
             raise IdleOverCap("a park drew more than the cap", segment=index)
         return step_
 
-    return lambda: monkeypatch.setattr(fleet.record.kernel, "resumed_step", capped)
+    return lambda: monkeypatch.setattr(fleet_ledger.fleet.record.kernel, "resumed_step", capped)
 
 
 def _record_with_big_park() -> RecordBuilder:

@@ -1,22 +1,30 @@
-"""The kinds table (fleet.record.kinds) is what the wire structs and the fast path's address walk
-hold."""
+"""The kinds table (fleet.record.kinds) is what the wire structs, the segment objects, the
+kernel's bytes and the fast path's address walk hold."""
 
 from __future__ import annotations
 
 import contextlib
+import inspect
 import typing
 from typing import Any
 
 import pytest
 
-from fleet.address import format_address, parse_address
-from fleet.errors import FleetError
-from fleet.record import kernel
-from fleet.record.kinds import KINDS, MAX_INDEX, TABLE, index_in_range
-from fleet.record.phases import PARKED, RAN
-from fleet.record.segment import Segment
-from fleet.record.verify_fast import segment_addresses, step
-from fleet.record.wire import (
+from fleet_ledger.fleet.address import format_address, parse_address
+from fleet_ledger.fleet.errors import FleetError
+from fleet_ledger.fleet.record import kernel
+from fleet_ledger.fleet.record.kinds import (
+    FIELD_TYPES,
+    KINDS,
+    MAX_INDEX,
+    TABLE,
+    Kind,
+    index_in_range,
+)
+from fleet_ledger.fleet.record.phases import PARKED, RAN
+from fleet_ledger.fleet.record.segment import Segment
+from fleet_ledger.fleet.record.verify_fast import segment_addresses, step
+from fleet_ledger.fleet.record.wire import (
     WIRE_KIND,
     AttestationWire,
     CallsWire,
@@ -105,6 +113,11 @@ def test_segment_objects_hold_the_tables_fields_and_names():
         assert fields == tuple(f for f in TABLE[cls.kind].fields if f != "attestation_object")
 
 
+def test_kind_type_names_the_tables_kinds():
+    """The Kind type (what the segment objects and the outbox declare) is the table's names."""
+    assert typing.get_args(Kind) == KINDS
+
+
 @pytest.mark.parametrize("wire", _samples(), ids=lambda w: WIRE_KIND[type(w)])
 def test_segment_addresses_and_step_agree_with_the_table(wire):
     """segment_addresses lists, and step reads, exactly the table's addresses in its order."""
@@ -128,3 +141,12 @@ def test_index_bound_is_one_to_two_to_the_63_minus_one():
     assert MAX_INDEX == 2**63 - 1
     assert [index_in_range(i) for i in (1, MAX_INDEX)] == [True, True]
     assert not any(index_in_range(i) for i in (0, -1, 2**63, 1.0, "1", True))
+
+
+def test_the_kernels_bytes_take_each_kinds_fields_by_the_tables_names():
+    """The object API builds a kind's bytes by calling the kernel with the table's fields in
+    order (the attestation object aside), so each kind's bytes take exactly those."""
+    assert sorted(kernel.BODIES) == sorted(KINDS)
+    for kind, body in kernel.BODIES.items():
+        params = tuple(inspect.signature(body).parameters)
+        assert params == tuple(f for f in TABLE[kind].fields if not FIELD_TYPES[f].beside), kind

@@ -7,6 +7,10 @@ name. The shells never import one another; they meet through protocols in ``plum
 (docs/architecture.md). The core also imports no I/O, the same list as
 tests/test_core_purity.py, here statically so that an import inside a function counts.
 
+The packages install under one namespace (``fleet_ledger.fleet``, ``fleet_ledger.agents`` ...,
+issue 29): every first-party import names it, and the tables below speak of a module by its
+name inside the namespace (``fleet.record.kernel``).
+
 Inside the core, the subpackages keep an order of their own (CORE_ORDER: the root modules,
 record, log, env, runtime, grants, jobs, fold, then fleet.audit), and across all the packages no
 modules import one another round a circle at module level (TYPE_CHECKING imports included).
@@ -34,6 +38,12 @@ ALLOWED: dict[str, frozenset[str]] = {
 # Layer -> modules it may not import at all (third-party or standard): the core does no I/O.
 FORBIDDEN: dict[str, tuple[str, ...]] = {"fleet": tuple(CORE_IO)}
 FIRST_PARTY = frozenset(ALLOWED)
+NAMESPACE = "fleet_ledger"
+
+
+def short(name: str) -> str:
+    """``name`` inside the namespace: ``fleet_ledger.fleet.x`` -> ``fleet.x``."""
+    return name.removeprefix(NAMESPACE + ".")
 
 
 def _literal_import(node: ast.Call) -> str | None:
@@ -52,17 +62,17 @@ def imported_names(tree: ast.AST, module: str, is_package: bool) -> list[tuple[i
     found: list[tuple[int, str]] = []
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
-            found += [(node.lineno, alias.name) for alias in node.names]
+            found += [(node.lineno, short(alias.name)) for alias in node.names]
         elif isinstance(node, ast.ImportFrom):
             if node.level:  # relative: from the package, up level - 1
                 parts = package.split(".")
                 base = ".".join(parts[:len(parts) - (node.level - 1)])
                 name = f"{base}.{node.module}" if node.module else base
             else:
-                name = node.module or ""
+                name = short(node.module or "")
             found.append((node.lineno, name))
         elif isinstance(node, ast.Call) and (name := _literal_import(node)) is not None:
-            found.append((node.lineno, name))
+            found.append((node.lineno, short(name)))
     return sorted(found)
 
 
@@ -114,19 +124,19 @@ from typing import TYPE_CHECKING
 
 import msgspec
 
-from fleet.log.merkle import leaf_hash
-from ledger import views
-from plumbing.files import write_secret
-import anchors.store
+from fleet_ledger.fleet.log.merkle import leaf_hash
+from fleet_ledger.ledger import views
+from fleet_ledger.plumbing.files import write_secret
+import fleet_ledger.anchors.store
 
 if TYPE_CHECKING:
-    from agents.host import Host
+    from fleet_ledger.agents.host import Host
 
 
 def serve():
-    from cli import main
+    from fleet_ledger.cli import main
     from . import views
-    importlib.import_module("agents.outbox")
+    importlib.import_module("fleet_ledger.agents.outbox")
 """
 
 BAD_CORE = """\
@@ -135,7 +145,7 @@ import hashlib
 
 def save(path):
     import sqlite3
-    from plumbing.sqlite import connect
+    from fleet_ledger.plumbing.sqlite import connect
     from . import merkle
 """
 
@@ -222,7 +232,8 @@ def test_the_core_units_import_only_earlier_ones():
 
 def test_the_order_checker_flags_an_upward_import():
     """The order checker names an import of a later unit, even one inside a function."""
-    source = "from fleet.address import id_text\n\n\ndef f():\n    from fleet.fold import Refused\n"
+    source = ("from fleet_ledger.fleet.address import id_text\n\n\ndef f():\n"
+              "    from fleet_ledger.fleet.fold import Refused\n")
     assert order_violations("fleet.record.bad", source, "fleet/record/bad.py") == [
         "fleet/record/bad.py:5: fleet.record.bad imports fleet.fold: fleet.record comes "
         "before fleet.fold"]
@@ -244,14 +255,14 @@ def module_level_imports(source: str, module: str, is_package: bool,
             if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
                 continue
             if isinstance(node, ast.Import):
-                found.update(alias.name for alias in node.names)
+                found.update(short(alias.name) for alias in node.names)
             elif isinstance(node, ast.ImportFrom):
                 if node.level:
                     parts = package.split(".")
                     base = ".".join(parts[:len(parts) - (node.level - 1)])
                     name = f"{base}.{node.module}" if node.module else base
                 else:
-                    name = node.module or ""
+                    name = short(node.module or "")
                 subs = {f"{name}.{a.name}" for a in node.names} & known
                 found.update(subs)
                 if len(subs) < len(node.names):
@@ -327,3 +338,41 @@ def test_the_circle_checker_finds_a_type_checking_circle():
              "p.c": module_level_imports(c, "p.c", False, known)}
     assert graph == {"p.a": {"p.b"}, "p.b": {"p.a"}, "p.c": {"p.b"}}
     assert import_circles(graph) == [["p.a", "p.b"]]
+
+
+def bare_imports(source: str, path: str) -> list[str]:
+    """One line per import of a first-party package outside the namespace (``import
+    agents``): installed, that would be some other distribution's top-level module."""
+    bad = []
+    for node in ast.walk(ast.parse(source, path)):
+        names: list[str] = []
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and not node.level:
+            names = [node.module or ""]
+        elif isinstance(node, ast.Call) and (literal := _literal_import(node)) is not None:
+            names = [literal]
+        bad += [f"{path}:{node.lineno}: imports {name}" for name in names
+                if name.split(".")[0] in FIRST_PARTY]
+    return bad
+
+
+def test_every_first_party_import_names_the_namespace():
+    """No module of the packages, the tests or the examples imports ``fleet``, ``agents`` ...
+    at the top level: each goes through ``fleet_ledger.`` (the only name the wheel installs)."""
+    files = [path for layer in ALLOWED for _module, path in modules(layer)]
+    files += sorted((ROOT / "tests").rglob("*.py")) + sorted((ROOT / "examples").rglob("*.py"))
+    bad = [v for path in files if path.name != "test_layering.py"
+           for v in bare_imports(path.read_text(), str(path.relative_to(ROOT)))]
+    assert len(files) > 300 and not bad, "\n".join(bad)
+
+
+def test_the_namespace_checker_flags_a_bare_import():
+    """``import agents``, ``from ledger.x import y`` and a literal import_module("cli") are
+    flagged; the namespaced forms, relative imports and third-party names are not."""
+    source = ("import agents\nfrom ledger.store import S\nimportlib.import_module('cli')\n"
+              "import fleet_ledger.agents\nfrom fleet_ledger.ledger import store\n"
+              "from . import fleet\nimport nats\n")
+    assert bare_imports(source, "x.py") == ["x.py:1: imports agents",
+                                            "x.py:2: imports ledger.store",
+                                            "x.py:3: imports cli"]

@@ -12,12 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from agents.host import Host
-from agents.sim_grants import SimGrants
-from agents.simulate import host_manifests, plan, run_environment, salt
-from fleet.address import digest, format_address
-from fleet.record.record import genesis
-from plumbing.natsd import NatsServer
+from fleet_ledger.agents.host import Host
+from fleet_ledger.agents.sim_grants import SimGrants
+from fleet_ledger.agents.simulate import host_manifests, plan, run_environment, salt
+from fleet_ledger.fleet.address import digest, format_address
+from fleet_ledger.fleet.record.record import genesis
+from fleet_ledger.plumbing.natsd import NatsServer
 
 from fault_helpers import LedgerProc, Summary, store_summary
 from pipeline_helpers import (

@@ -96,7 +96,7 @@ def test_keygen_writes_private_key_0600_and_keys_work(tmp_path):
     vkey = tmp_path / "keys" / "fleet.example_log.vkey"
     assert os.stat(key).st_mode & 0o777 == 0o600
     assert key.read_text().startswith("PRIVATE+KEY+fleet.example/log+")
-    from fleet.log.note import parse_signer_key, sign_note
+    from fleet_ledger.fleet.log.note import parse_signer_key, sign_note
 
     note = sign_note("hello\n", [parse_signer_key(key.read_text())])
     (tmp_path / "n.note").write_text(note)

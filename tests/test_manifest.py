@@ -13,8 +13,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from fleet.env import jsonc
-from fleet.env.manifest import (
+from fleet_ledger.fleet.env import jsonc
+from fleet_ledger.fleet.env.manifest import (
     ALLOWED,
     is_manifest_file,
     manifest_of,
@@ -23,13 +23,13 @@ from fleet.env.manifest import (
     read_manifest_file,
     sign,
 )
-from fleet.env.manifest_errors import (
+from fleet_ledger.fleet.env.manifest_errors import (
     BadManifestSignature,
     ManifestAddressMismatch,
     ManifestError,
     UntrustedManifestKey,
 )
-from fleet.log.note import signer_from_seed
+from fleet_ledger.fleet.log.note import signer_from_seed
 
 from jsonc_helpers import render
 

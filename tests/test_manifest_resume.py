@@ -12,20 +12,20 @@ import msgspec
 import nats
 import pytest
 
-from agents.environment import environment_manifest
-from agents.host import Host, HostRun
-from agents.simulate import host_environments, record_runs
-from fleet.address import digest, format_address
-from fleet.env import jsonc
-from fleet.env.manifest import manifest_of_text, read_manifest_file, sign
-from fleet.env.manifest_errors import EnvironmentMismatch, Widening
-from fleet.errors import ManifestMismatch, SnapshotMismatch
-from fleet.log.note import signer_from_seed
-from fleet.record.run_codec import state_to_json
-from fleet.record.segment import make_snapshot, resumed
-from fleet.record.wire import decode_envelope, encode_envelope
-from ledger.stream import ensure_stream
-from plumbing.natsd import NatsServer
+from fleet_ledger.agents.environment import environment_manifest
+from fleet_ledger.agents.host import Host, HostRun
+from fleet_ledger.agents.simulate import host_environments, record_runs
+from fleet_ledger.fleet.address import digest, format_address
+from fleet_ledger.fleet.env import jsonc
+from fleet_ledger.fleet.env.manifest import manifest_of_text, read_manifest_file, sign
+from fleet_ledger.fleet.env.manifest_errors import EnvironmentMismatch, Widening
+from fleet_ledger.fleet.errors import ManifestMismatch, SnapshotMismatch
+from fleet_ledger.fleet.log.note import signer_from_seed
+from fleet_ledger.fleet.record.run_codec import state_to_json
+from fleet_ledger.fleet.record.segment import make_snapshot, resumed
+from fleet_ledger.fleet.record.wire import decode_envelope, encode_envelope
+from fleet_ledger.ledger.stream import ensure_stream
+from fleet_ledger.plumbing.natsd import NatsServer
 
 from fault_helpers import LedgerProc, forge
 from pipeline_helpers import cli, cli_json, outbox_rows, wait_folded

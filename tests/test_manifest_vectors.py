@@ -10,8 +10,12 @@ import pytest
 from blake3 import blake3
 from nacl.signing import VerifyKey
 
-from fleet.env import manifest_errors
-from fleet.env.manifest_errors import DevcontainerRefused, JsoncError, ManifestFileError
+from fleet_ledger.fleet.env import manifest_errors
+from fleet_ledger.fleet.env.manifest_errors import (
+    DevcontainerRefused,
+    JsoncError,
+    ManifestFileError,
+)
 
 import manifest_vectors as mv
 

@@ -6,13 +6,13 @@ import merkle_reference as ref
 import pytest
 from merkle_helpers import consistency, inclusion, node_map
 
-from fleet.log.log_errors import (
+from fleet_ledger.fleet.log.log_errors import (
     InvalidProofRequest,
     MalformedProof,
     ProofLengthMismatch,
     RootMismatch,
 )
-from fleet.log.merkle import (
+from fleet_ledger.fleet.log.merkle import (
     EMPTY_ROOT,
     fold,
     leaf_hash,
@@ -23,7 +23,7 @@ from fleet.log.merkle import (
     verify_consistency,
     verify_inclusion,
 )
-from fleet.log.merkle_append import compact_root, extend
+from fleet_ledger.fleet.log.merkle_append import compact_root, extend
 
 # RFC 6962 test leaves and roots (as used by every CT implementation's tests).
 RFC_LEAVES = [

@@ -7,8 +7,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from merkle_helpers import consistency, inclusion, node_map
 
-from fleet.log.log_errors import ProofError
-from fleet.log.merkle import fold, leaf_hashes, root_plan, verify_consistency, verify_inclusion
+from fleet_ledger.fleet.log.log_errors import ProofError
+from fleet_ledger.fleet.log.merkle import (
+    fold,
+    leaf_hashes,
+    root_plan,
+    verify_consistency,
+    verify_inclusion,
+)
 
 MAX = 3000
 HASHES = leaf_hashes(i.to_bytes(4, "big") for i in range(MAX))

@@ -13,8 +13,13 @@ from merkle_helpers import (
     to_pymerkle_inclusion,
 )
 
-from fleet.log.merkle import EMPTY_ROOT, leaf_hashes, verify_consistency, verify_inclusion
-from ledger.tree_store import TreeStore
+from fleet_ledger.fleet.log.merkle import (
+    EMPTY_ROOT,
+    leaf_hashes,
+    verify_consistency,
+    verify_inclusion,
+)
+from fleet_ledger.ledger.tree_store import TreeStore
 
 pymerkle = pytest.importorskip("pymerkle")
 

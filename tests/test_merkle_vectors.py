@@ -9,8 +9,14 @@ import gen_vectors_log
 import pytest
 from merkle_helpers import consistency, inclusion, node_map
 
-from fleet.log.log_errors import LogError
-from fleet.log.merkle import fold, leaf_hashes, root_plan, verify_consistency, verify_inclusion
+from fleet_ledger.fleet.log.log_errors import LogError
+from fleet_ledger.fleet.log.merkle import (
+    fold,
+    leaf_hashes,
+    root_plan,
+    verify_consistency,
+    verify_inclusion,
+)
 
 VECTORS = Path(__file__).parent.parent / "docs" / "spec" / "vectors"
 MERKLE = json.loads((VECTORS / "merkle.json").read_text())

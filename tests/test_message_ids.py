@@ -15,17 +15,17 @@ import pytest
 from blake3 import blake3
 from gen_vectors_ids import OUT, render
 
-from fleet.address import digest, format_address
-from fleet.fold.control import event_id as control_event_id
-from fleet.fold.grant_events import event_id as grant_event_id
-from fleet.grants.grant import grant_address, sign_grant
-from fleet.record.builder import RecordBuilder
-from fleet.record.run_codec import state_from_json, state_to_json
-from fleet.record.seal import encode_key
-from fleet.record.segment import make_snapshot
-from fleet.record.wire import decode_envelope, segment_id
-from plumbing.files import write_key_file
-from plumbing.natsd import NatsServer
+from fleet_ledger.fleet.address import digest, format_address
+from fleet_ledger.fleet.fold.control import event_id as control_event_id
+from fleet_ledger.fleet.fold.grant_events import event_id as grant_event_id
+from fleet_ledger.fleet.grants.grant import grant_address, sign_grant
+from fleet_ledger.fleet.record.builder import RecordBuilder
+from fleet_ledger.fleet.record.run_codec import state_from_json, state_to_json
+from fleet_ledger.fleet.record.seal import encode_key
+from fleet_ledger.fleet.record.segment import make_snapshot
+from fleet_ledger.fleet.record.wire import decode_envelope, segment_id
+from fleet_ledger.plumbing.files import write_key_file
+from fleet_ledger.plumbing.natsd import NatsServer
 
 import grant_helpers as gh
 from fault_helpers import MANIFEST, fleet, host_key, running_ledger, store_summary
@@ -39,7 +39,7 @@ def _hosts() -> list[tuple[str, str, int, None]]:
 
 def _host(name: str, base: Path) -> Any:
     """A real host (outbox, runs) sealing with the key the ledger enrolled for ``name``."""
-    from agents.host import Host
+    from fleet_ledger.agents.host import Host
 
     (base / name).mkdir(parents=True)
     write_key_file(base / name / "host.key", host_key(name))
@@ -59,9 +59,9 @@ def test_a_resume_byte_identical_to_a_refused_one_from_another_host_is_folded(
     """Host h2 (not granted) resumes h1's park first and is refused HostNotGranted; h1's own
     resume of that park, identical in every field of its segment, is then folded, not
     dropped by the broker as a duplicate and counted as acked."""
-    from agents.host import HostRun
-    from agents.publisher import Publisher
-    from agents.refusals import RefusalWatcher
+    from fleet_ledger.agents.host import HostRun
+    from fleet_ledger.agents.publisher import Publisher
+    from fleet_ledger.agents.refusals import RefusalWatcher
 
     async def scenario() -> tuple[Any, Any, Any]:
         async with running_ledger(nats_server.url, tmp_path / "ledger", _hosts(), name="ids",

@@ -14,10 +14,10 @@ from typing import Any
 
 import pytest
 
-from fleet.log.note import parse_verifier_key
-from fleet.record.verify import verify_record
-from fleet.record.wire import decode_record
-from plumbing.natsd import NatsServer
+from fleet_ledger.fleet.log.note import parse_verifier_key
+from fleet_ledger.fleet.record.verify import verify_record
+from fleet_ledger.fleet.record.wire import decode_record
+from fleet_ledger.plumbing.natsd import NatsServer
 
 from fault_helpers import LedgerProc
 from pipeline_helpers import api, cli, cli_json, host_keys, prove_all, stop, wait_folded

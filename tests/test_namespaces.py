@@ -9,9 +9,9 @@ from pathlib import Path
 from http_helpers import publish
 from replica_helpers import enroll, operator
 
-from fleet.record.seal import encode_key
-from fleet.subjects import DEFAULT_FLEET, fleet_names
-from plumbing.natsd import NatsServer
+from fleet_ledger.fleet.record.seal import encode_key
+from fleet_ledger.fleet.subjects import DEFAULT_FLEET, fleet_names
+from fleet_ledger.plumbing.natsd import NatsServer
 
 from fault_helpers import LedgerProc, fleet, sealed_run, store_summary, wait_until
 
@@ -72,7 +72,7 @@ def test_two_fleets_on_one_server_do_not_see_each_other(nats_server: NatsServer,
         none = fleet("--fleet", "green", "status", "--nats", url, check=False)
         assert none.returncode == 2 and "no ledger" in none.stderr
         # A simulated host of fleet blue publishes on blue's subjects, into blue's stream.
-        from agents.host import load_or_create_key
+        from fleet_ledger.agents.host import load_or_create_key
 
         sim = tmp_path / "sim"
         sim.mkdir()

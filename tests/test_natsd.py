@@ -10,8 +10,8 @@ import time
 import nats
 import pytest
 
-from fleet.subjects import STREAM
-from plumbing.natsd import SERVER_ENV, NatsCluster, NatsServer, NatsServerError
+from fleet_ledger.fleet.subjects import STREAM
+from fleet_ledger.plumbing.natsd import SERVER_ENV, NatsCluster, NatsServer, NatsServerError
 
 
 def _port_open(port: int) -> bool:

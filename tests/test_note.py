@@ -7,8 +7,14 @@ from pathlib import Path
 
 import pytest
 
-from fleet.log.log_errors import AmbiguousKey, BadSignature, MalformedKey, MalformedNote, UnknownKey
-from fleet.log.note import (
+from fleet_ledger.fleet.log.log_errors import (
+    AmbiguousKey,
+    BadSignature,
+    MalformedKey,
+    MalformedNote,
+    UnknownKey,
+)
+from fleet_ledger.fleet.log.note import (
     generate_signer,
     key_id,
     open_note,

@@ -11,7 +11,7 @@ import textwrap
 
 import pytest
 
-from agents.outbox import Outbox, OutboxConflict, OutboxFull, RunStopped
+from fleet_ledger.agents.outbox import Outbox, OutboxConflict, OutboxFull, RunStopped
 
 RUN = "b3:" + "A" * 43
 SUBJECT = "fleet.seg.host1." + "A" * 43
@@ -150,9 +150,9 @@ def test_prune_keeps_each_runs_newest_row_and_deletes_oldest_first(tmp_path):
 
 def test_acked_rows_are_bounded_automatically(tmp_path, monkeypatch):
     """Every PRUNE_EVERY acks the outbox prunes its acked rows down to keep_acked_bytes."""
-    import agents.outbox
+    import fleet_ledger.agents.outbox
 
-    monkeypatch.setattr(agents.outbox, "PRUNE_EVERY", 4)
+    monkeypatch.setattr(fleet_ledger.agents.outbox, "PRUNE_EVERY", 4)
     with Outbox(tmp_path / "o.db", keep_acked_bytes=250) as box:
         rows = [_put(box, i, size=100) for i in range(12)]
         for n, row in enumerate(rows):
@@ -186,8 +186,8 @@ def test_the_acked_bytes_kept_in_memory_match_the_file(tmp_path):
 def test_a_host_resumes_its_runs_after_its_outbox_is_pruned(tmp_path):
     """Pruning leaves the host what it needs: reopened, it continues each run where it
     was (its state is kept beside its newest row, which pruning never deletes)."""
-    from agents.host import Host
-    from fleet.address import digest
+    from fleet_ledger.agents.host import Host
+    from fleet_ledger.fleet.address import digest
 
     host = Host("pruned", tmp_path / "h")
     runs = [host.open_run(digest(b"unit%d" % n), digest(b"grants")) for n in range(2)]
@@ -227,7 +227,7 @@ def test_segment_put_before_sigkill_is_still_there(tmp_path):
     script = textwrap.dedent(
         f"""
         import sys, time
-        from agents.outbox import Outbox
+        from fleet_ledger.agents.outbox import Outbox
         box = Outbox({str(tmp_path / "o.db")!r})
         box.put({RUN!r}, 0, "executed", {SUBJECT!r}, "b3:seg0", b"sealed")
         print("put", flush=True)
@@ -251,10 +251,10 @@ def test_a_refused_segment_changes_nothing_on_the_host(tmp_path):
     """A suspend the record refuses (a hand-built image park with an empty filesystem root)
     raises its named rule and leaves the host's state, its saved state and its outbox as
     they were: nothing is sealed or queued."""
-    from agents.host import Host
-    from fleet.address import digest
-    from fleet.errors import MalformedSnapshot
-    from fleet.record.segment import ImageSnapshot
+    from fleet_ledger.agents.host import Host
+    from fleet_ledger.fleet.address import digest
+    from fleet_ledger.fleet.errors import MalformedSnapshot
+    from fleet_ledger.fleet.record.segment import ImageSnapshot
 
     host = Host("strict", tmp_path / "h")
     run = host.open_run(digest(b"unit"), digest(b"grants"))

@@ -8,12 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from fleet.address import format_address
-from fleet.log.note import parse_verifier_key
-from fleet.record.verify import verify_record
-from fleet.record.wait_proof import verdict_json
-from fleet.record.wire import decode_record
-from plumbing.natsd import NatsServer
+from fleet_ledger.fleet.address import format_address
+from fleet_ledger.fleet.log.note import parse_verifier_key
+from fleet_ledger.fleet.record.verify import verify_record
+from fleet_ledger.fleet.record.wait_proof import verdict_json
+from fleet_ledger.fleet.record.wire import decode_record
+from fleet_ledger.plumbing.natsd import NatsServer
 
 from fault_helpers import LedgerProc, store_summary
 from pipeline_helpers import api, cli, cli_json, host_keys, outbox_rows, prove_all, wait_folded

@@ -11,19 +11,19 @@ from pathlib import Path
 
 import pytest
 
-from agents.host import Host
-from agents.pool_records import claimed_segment
-from agents.publisher import Publisher
-from agents.warm_pool import WarmPool
-from fleet.address import digest, format_address
-from fleet.log.note import parse_verifier_key
-from fleet.record.builder import RecordBuilder
-from fleet.record.kernel import NO_GRANTS, genesis, pool_unit
-from fleet.record.segment import Claimed, ImageSnapshot
-from fleet.record.wire import encode_envelope
-from fleet.subjects import segment_subject
-from plumbing.nats_connect import connect
-from plumbing.natsd import NatsServer
+from fleet_ledger.agents.host import Host
+from fleet_ledger.agents.pool_records import claimed_segment
+from fleet_ledger.agents.publisher import Publisher
+from fleet_ledger.agents.warm_pool import WarmPool
+from fleet_ledger.fleet.address import digest, format_address
+from fleet_ledger.fleet.log.note import parse_verifier_key
+from fleet_ledger.fleet.record.builder import RecordBuilder
+from fleet_ledger.fleet.record.kernel import NO_GRANTS, genesis, pool_unit
+from fleet_ledger.fleet.record.segment import Claimed, ImageSnapshot
+from fleet_ledger.fleet.record.wire import encode_envelope
+from fleet_ledger.fleet.subjects import segment_subject
+from fleet_ledger.plumbing.nats_connect import connect
+from fleet_ledger.plumbing.natsd import NatsServer
 
 from fault_helpers import LedgerProc, forge
 from pipeline_helpers import api, cli, cli_json, host_keys, prove_all, wait_folded

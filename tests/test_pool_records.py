@@ -12,23 +12,28 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from agents.energy import IntervalMeter
-from agents.host import Host
-from agents.outbox import Outbox
-from agents.pool_records import (
+from fleet_ledger.agents.energy import IntervalMeter
+from fleet_ledger.agents.host import Host
+from fleet_ledger.agents.outbox import Outbox
+from fleet_ledger.agents.pool_records import (
     evict_to_record,
     pool_run,
     record_evictions,
     start_from_slot,
 )
-from agents.warm_pool import WarmPool
-from cli import cli as fleet_cli
-from fleet.address import digest, format_address
-from fleet.env.pool_errors import SlotClaimed, SlotEvicted
-from fleet.errors import PhaseViolation
-from fleet.record.kernel import NO_GRANTS, genesis, pool_unit
-from fleet.record.record import RunState
-from fleet.record.wire import RecordWire, decode_envelope, encode_record, segment_to_wire
+from fleet_ledger.agents.warm_pool import WarmPool
+from fleet_ledger.cli import cli as fleet_cli
+from fleet_ledger.fleet.address import digest, format_address
+from fleet_ledger.fleet.env.pool_errors import SlotClaimed, SlotEvicted
+from fleet_ledger.fleet.errors import PhaseViolation
+from fleet_ledger.fleet.record.kernel import NO_GRANTS, genesis, pool_unit
+from fleet_ledger.fleet.record.record import RunState
+from fleet_ledger.fleet.record.wire import (
+    RecordWire,
+    decode_envelope,
+    encode_record,
+    segment_to_wire,
+)
 
 MANIFEST = digest(b"pool-records/manifest")
 ROOT = digest(b"pool-records/fs-root")
@@ -324,7 +329,7 @@ def test_cli_claim_and_evict_with_host_seal_the_record_and_mistakes_exit_2(tmp_p
 def test_a_run_state_stored_before_warm_pools_reads_with_no_claim_or_overhead(site):
     """A run state saved without claim/overhead keys (a host's old runs.db or a ledger's store
     from before) reads back with both at zero and the same total."""
-    from fleet.record.run_codec import state_from_json, state_to_json
+    from fleet_ledger.fleet.record.run_codec import state_from_json, state_to_json
 
     host, _pool, _clock = site
     run = host.open_run(digest(b"u-old"), GRANTS)

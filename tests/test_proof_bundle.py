@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from fleet.address import format_address
-from fleet.log.leaf import decode_leaf, encode_leaf
-from fleet.log.log_errors import (
+from fleet_ledger.fleet.address import format_address
+from fleet_ledger.fleet.log.leaf import decode_leaf, encode_leaf
+from fleet_ledger.fleet.log.log_errors import (
     BadSignature,
     InvalidProofRequest,
     LeafMismatch,
@@ -22,8 +22,8 @@ from fleet.log.log_errors import (
     SizeMismatch,
     UnknownKey,
 )
-from fleet.log.note import generate_signer, parse_verifier_key
-from fleet.log.proof_bundle import verify_bundle
+from fleet_ledger.fleet.log.note import generate_signer, parse_verifier_key
+from fleet_ledger.fleet.log.proof_bundle import verify_bundle
 
 VECTOR = json.loads(
     (Path(__file__).parent.parent / "docs" / "spec" / "vectors" / "bundle.json").read_text()

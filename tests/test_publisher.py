@@ -14,11 +14,11 @@ import nkeys
 import pytest
 from nats.js.errors import APIError
 
-from agents.outbox import Outbox
-from agents.publisher import Backoff, Publisher, Stopped
-from fleet.subjects import STREAM, segment_subject
-from plumbing.nats_connect import connect
-from plumbing.natsd import NatsCluster, NatsServer
+from fleet_ledger.agents.outbox import Outbox
+from fleet_ledger.agents.publisher import Backoff, Publisher, Stopped
+from fleet_ledger.fleet.subjects import STREAM, segment_subject
+from fleet_ledger.plumbing.nats_connect import connect
+from fleet_ledger.plumbing.natsd import NatsCluster, NatsServer
 
 HOST = "host1"
 RUN_A = "b3:" + "A" * 43

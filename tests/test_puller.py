@@ -15,9 +15,9 @@ from nats.aio.client import Client
 from nats.protocol import parser as nats_parser
 from nats.protocol.parser import Parser
 
-from fleet.subjects import STREAM
-from ledger import pull
-from ledger.pull import (
+from fleet_ledger.fleet.subjects import STREAM
+from fleet_ledger.ledger import pull
+from fleet_ledger.ledger.pull import (
     BadDelivery,
     FetchPuller,
     PullerState,
@@ -27,11 +27,11 @@ from ledger.pull import (
     open_puller,
     stream_seq,
 )
-from ledger.puller import Puller, _parse_fast
-from ledger.service import Ledger, LedgerConfig
-from ledger.stream import ensure_consumer, ensure_stream
-from plumbing.nats_connect import connect
-from plumbing.natsd import NatsServer
+from fleet_ledger.ledger.puller import Puller, _parse_fast
+from fleet_ledger.ledger.service import Ledger, LedgerConfig
+from fleet_ledger.ledger.stream import ensure_consumer, ensure_stream
+from fleet_ledger.plumbing.nats_connect import connect
+from fleet_ledger.plumbing.natsd import NatsServer
 
 
 def test_stream_seq_reads_both_ack_subject_layouts():
@@ -41,8 +41,8 @@ def test_stream_seq_reads_both_ack_subject_layouts():
 
 
 def test_ack_fields_and_publish_time_read_one_layout():
-    from ledger.metrics import publish_time_ns
-    from ledger.pull import ack_fields
+    from fleet_ledger.ledger.metrics import publish_time_ns
+    from fleet_ledger.ledger.pull import ack_fields
 
     common = "$JS.ACK.FLEET.ledger.1.42.40.1700000000000000001.7"
     domain = "$JS.ACK.hub.ACCHASH.FLEET.ledger.1.43.41.1700000000000000002.6.tok"
@@ -339,7 +339,7 @@ def _changed_process_msg(mp: pytest.MonkeyPatch) -> None:
     (lambda mp: mp.setattr(pull, "nats_py_version", lambda: "2.99.0"),
      "nats-py 2.99.0 is not a version the lean puller is tested against"),
     (_changed_process_msg, "lacks nats.aio.client.Client._process_msg(sid, subject, reply"),
-    (lambda mp: mp.setitem(sys.modules, "ledger.puller", None),
+    (lambda mp: mp.setitem(sys.modules, "fleet_ledger.ledger.puller", None),
      "the lean puller does not import"),
 ], ids=["version", "_process_msg", "lean module"])
 def test_auto_falls_back_to_fetch_and_warns_once(
@@ -349,7 +349,7 @@ def test_auto_falls_back_to_fetch_and_warns_once(
     warning naming the version and the reason is logged once."""
     monkeypatch.setattr(pull, "_logged", set())
     change(monkeypatch)
-    with caplog.at_level(logging.INFO, logger="ledger.pull"):
+    with caplog.at_level(logging.INFO, logger=pull.__name__):
         got = asyncio.run(_choices(nats_server.url))
     delivered = [(1, b"c0"), (2, b"c1"), (3, b"c2")]
     [(kind1, reason1, first), (kind2, reason2, second)], fallbacks = got
@@ -357,7 +357,7 @@ def test_auto_falls_back_to_fetch_and_warns_once(
     assert reason1 == reason2 and reason1 is not None and named in reason1
     # Not acked by the first puller, the three come back only after the ack wait.
     assert first == delivered and second == []
-    warnings = [r for r in caplog.records if r.name == "ledger.pull"]
+    warnings = [r for r in caplog.records if r.name == pull.__name__]
     assert len(warnings) == 1 and warnings[0].levelno == logging.WARNING
     assert reason1 in warnings[0].getMessage()
     assert f"nats-py {pull.nats_py_version()}" in warnings[0].getMessage()
@@ -365,12 +365,12 @@ def test_auto_falls_back_to_fetch_and_warns_once(
 
 def test_auto_runs_the_lean_puller_on_the_tested_version(nats_server: NatsServer,
                                                         caplog: pytest.LogCaptureFixture):
-    with caplog.at_level(logging.INFO, logger="ledger.pull"):
+    with caplog.at_level(logging.INFO, logger=pull.__name__):
         got = asyncio.run(_choices(nats_server.url))
     choices, fallbacks = got
     assert [(k, r) for k, r, _ in choices] == [("lean", None), ("lean", None)]
     assert fallbacks == 0
-    assert not [r for r in caplog.records if r.name == "ledger.pull"]
+    assert not [r for r in caplog.records if r.name == pull.__name__]
 
 
 def test_forcing_a_puller_by_config_or_environment(monkeypatch: pytest.MonkeyPatch):
@@ -423,12 +423,12 @@ def test_forced_pullers(nats_server: NatsServer, monkeypatch: pytest.MonkeyPatch
     monkeypatch.setattr(pull, "_logged", set())
     monkeypatch.setenv(pull.PULLER_ENV, "fetch")
     version = pull.nats_py_version()
-    with caplog.at_level(logging.INFO, logger="ledger.pull"):
+    with caplog.at_level(logging.INFO, logger=pull.__name__):
         first = asyncio.run(_forced(nats_server.url))[:2]
     assert first == [FetchPuller, {"kind": "fetch", "mode": "fetch", "fallbacks": 1,
                                    "reason": "forced by FLEET_PULLER=fetch",
                                    "nats_py": version}]
-    assert [r.levelno for r in caplog.records if r.name == "ledger.pull"] == [logging.INFO]
+    assert [r.levelno for r in caplog.records if r.name == pull.__name__] == [logging.INFO]
     monkeypatch.setattr(pull, "nats_py_version", lambda: "9.9.9")
     assert asyncio.run(_forced(nats_server.url))[2] is Puller
     _changed_process_msg(monkeypatch)
@@ -443,9 +443,10 @@ def test_the_ledger_imports_and_chooses_without_the_lean_pullers_names():
         "import sys\n"
         "import nats.protocol.parser as p\n"
         "del p.AWAITING_CONTROL_LINE, p.MAX_CONTROL_LINE_SIZE\n"
-        "import ledger.service, ledger.pull\n"
-        "assert 'ledger.puller' not in sys.modules, 'the service imported the lean puller'\n"
-        "print(ledger.pull.lean_check())\n"
+        "import fleet_ledger.ledger.service, fleet_ledger.ledger.pull\n"
+        "assert 'fleet_ledger.ledger.puller' not in sys.modules,"
+        " 'the service imported the lean puller'\n"
+        "print(fleet_ledger.ledger.pull.lean_check())\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          timeout=60, check=True).stdout.strip()

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from blake3 import blake3
 
-from fleet.address import digest, format_address, parse_address
-from fleet.errors import (
+from fleet_ledger.fleet.address import digest, format_address, parse_address
+from fleet_ledger.fleet.errors import (
     AttestationMismatch,
     MalformedAddress,
     MalformedCallAccount,
@@ -18,10 +18,10 @@ from fleet.errors import (
     ValueOutOfRange,
     ZeroIdleEnergy,
 )
-from fleet.record.attestation import make_attestation
-from fleet.record.phases import TRANSITIONS
-from fleet.record.record import RunState, genesis
-from fleet.record.segment import (
+from fleet_ledger.fleet.record.attestation import make_attestation
+from fleet_ledger.fleet.record.phases import TRANSITIONS
+from fleet_ledger.fleet.record.record import RunState, genesis
+from fleet_ledger.fleet.record.segment import (
     CallAccount,
     Closed,
     ImageSnapshot,
@@ -244,7 +244,7 @@ def test_batch_address_parse_agrees_with_single_parse():
     """parse_addresses accepts exactly what parse_address accepts, to the same bytes."""
     import random
 
-    from fleet.address import parse_addresses
+    from fleet_ledger.fleet.address import parse_addresses
 
     rng = random.Random(1)
     good = [format_address(rng.randbytes(32)) for _ in range(20)]

@@ -18,14 +18,14 @@ import nats
 import pytest
 from nats.js.errors import APIError
 
-from fleet.address import digest, format_address, parse_address
-from fleet.fold import Accepted, Refused
-from fleet.record.attestation import make_attestation
-from fleet.record.builder import RecordBuilder
-from fleet.record.kernel import NO_GRANTS, pool_unit
-from fleet.record.record import RunState
-from fleet.record.seal import seal
-from fleet.record.segment import (
+from fleet_ledger.fleet.address import digest, format_address, parse_address
+from fleet_ledger.fleet.fold import Accepted, Refused
+from fleet_ledger.fleet.record.attestation import make_attestation
+from fleet_ledger.fleet.record.builder import RecordBuilder
+from fleet_ledger.fleet.record.kernel import NO_GRANTS, pool_unit
+from fleet_ledger.fleet.record.record import RunState
+from fleet_ledger.fleet.record.seal import seal
+from fleet_ledger.fleet.record.segment import (
     Claimed,
     Evicted,
     Executed,
@@ -35,10 +35,10 @@ from fleet.record.segment import (
     make_snapshot,
     suspended,
 )
-from fleet.record.wire import MAX_MESSAGE, SealedSegment
-from fleet.subjects import STREAM, segment_subject
-from ledger.stream import ensure_stream
-from plumbing.natsd import NatsServer
+from fleet_ledger.fleet.record.wire import MAX_MESSAGE, SealedSegment
+from fleet_ledger.fleet.subjects import STREAM, segment_subject
+from fleet_ledger.ledger.stream import ensure_stream
+from fleet_ledger.plumbing.natsd import NatsServer
 
 from fault_helpers import (
     GRANTS,
@@ -373,7 +373,7 @@ def test_broker_refuses_an_oversized_message(nats_server: NatsServer) -> None:
 def test_a_hostile_index_is_stored_as_no_position(tmp_path, index: int) -> None:
     """A refusal whose wire index no store can hold (2**70) or no segment has (0) names no
     position, and the ledger's store commits it (it once failed every batch holding one)."""
-    from ledger.service import Ledger, LedgerConfig
+    from fleet_ledger.ledger.service import Ledger, LedgerConfig
 
     a = _run_a()
     data = _edit(a.messages[0][1], _set("segment.index", index))
@@ -391,9 +391,9 @@ def test_a_hostile_index_is_stored_as_no_position(tmp_path, index: int) -> None:
 def test_an_envelope_whose_segment_names_a_host_is_malformed_on_both_paths() -> None:
     """A segment on the wire names no host (its envelope does): one naming a host is
     MalformedSegment, the wire decoder yields nothing to the fast path, and no state moves."""
-    from fleet.fold import Message
-    from fleet.fold.fast import decide_message
-    from fleet.record.wire import envelope_wire
+    from fleet_ledger.fleet.fold import Message
+    from fleet_ledger.fleet.fold.fast import decide_message
+    from fleet_ledger.fleet.record.wire import envelope_wire
 
     fold = PureFold(HOSTS)
     run = sealed_run("h1", "envelope-host", "e")

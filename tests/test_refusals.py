@@ -12,13 +12,13 @@ from pathlib import Path
 import nats
 import pytest
 
-from fleet.address import format_address
-from fleet.log.note import parse_verifier_key
-from fleet.log.proof_bundle import verify_bundle
-from fleet.record.seal import encode_key
-from fleet.subjects import REJECTIONS, segment_subject
-from ledger.stream import ensure_stream
-from plumbing.natsd import NatsServer
+from fleet_ledger.fleet.address import format_address
+from fleet_ledger.fleet.log.note import parse_verifier_key
+from fleet_ledger.fleet.log.proof_bundle import verify_bundle
+from fleet_ledger.fleet.record.seal import encode_key
+from fleet_ledger.fleet.subjects import REJECTIONS, segment_subject
+from fleet_ledger.ledger.stream import ensure_stream
+from fleet_ledger.plumbing.natsd import NatsServer
 
 from fault_helpers import LedgerProc, host_key, sealed_run, store_summary
 from pipeline_helpers import api, cli, cli_json, wait_folded

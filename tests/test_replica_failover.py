@@ -14,15 +14,15 @@ import pytest
 from http_helpers import publish
 from replica_helpers import check_all_consistent, enroll, operator, same_log
 
-from anchors.witness_server import RunningWitness, Witness
-from cli._failover import ReplicaProcs, kill_holders
-from fleet.address import format_address
-from fleet.log.checkpoint import parse_checkpoint
-from fleet.log.cosignature import generate_witness_signer
-from fleet.log.note import parse_note
-from fleet.log.witness import parse_request
-from ledger.keys import load_or_create_signer
-from plumbing.natsd import NatsCluster
+from fleet_ledger.anchors.witness_server import RunningWitness, Witness
+from fleet_ledger.cli._failover import ReplicaProcs, kill_holders
+from fleet_ledger.fleet.address import format_address
+from fleet_ledger.fleet.log.checkpoint import parse_checkpoint
+from fleet_ledger.fleet.log.cosignature import generate_witness_signer
+from fleet_ledger.fleet.log.note import parse_note
+from fleet_ledger.fleet.log.witness import parse_request
+from fleet_ledger.ledger.keys import load_or_create_signer
+from fleet_ledger.plumbing.natsd import NatsCluster
 
 from fault_helpers import fleet, sealed_run, store_summary, wait_until
 

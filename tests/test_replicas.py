@@ -21,7 +21,7 @@ from replica_helpers import (
     start_replicas,
 )
 
-from plumbing.natsd import NatsCluster
+from fleet_ledger.plumbing.natsd import NatsCluster
 
 from fault_helpers import LedgerProc, fleet, sealed_run, store_summary, wait_until
 
@@ -92,7 +92,7 @@ def test_three_replicas_at_different_speeds_reach_one_log(nats_cluster: NatsClus
 def test_a_replica_refuses_hosts_enrolled_offline(tmp_path: Path) -> None:
     """A replica over a store with a host enrolled offline (in its store only) would fork
     from the others: it refuses to start, in one line, before connecting."""
-    from fleet.record.seal import encode_key
+    from fleet_ledger.fleet.record.seal import encode_key
 
     from fault_helpers import host_key
 

@@ -18,14 +18,14 @@ import runtime_flows as flows
 from test_moving_runs import fleet as fleet  # three enrolled hosts and a ledger
 from test_runtime_kill import proc, segments
 
-from agents.host import Host
-from agents.runtime import Runtime
-from agents.runtime.runtime import run_ids, workflow_name
-from cli.runtime_verify_cmds import journal_file
-from fleet.address import format_address
-from fleet.record.wire import RecordWire, decode_envelope, segment_to_wire
-from fleet.runtime.runtime_journal import ATTEMPT, account_marks, interval_account
-from fleet.runtime.runtime_verify import parse_journal, verify_runtime
+from fleet_ledger.agents.host import Host
+from fleet_ledger.agents.runtime import Runtime
+from fleet_ledger.agents.runtime.runtime import run_ids, workflow_name
+from fleet_ledger.cli.runtime_verify_cmds import journal_file
+from fleet_ledger.fleet.address import format_address
+from fleet_ledger.fleet.record.wire import RecordWire, decode_envelope, segment_to_wire
+from fleet_ledger.fleet.runtime.runtime_journal import ATTEMPT, account_marks, interval_account
+from fleet_ledger.fleet.runtime.runtime_verify import parse_journal, verify_runtime
 
 
 @pytest.fixture
@@ -198,7 +198,7 @@ def test_audit_and_run_show_report_a_possible_duplicate_effect(
     without a key, `fleet run show` names both; a keyed run is in neither list."""
     from test_runtime_evidence import TESTS, fleet_json, worker
 
-    from agents.runtime import run_address
+    from fleet_ledger.agents.runtime import run_address
 
     from pipeline_helpers import api, cli, wait_folded
 

@@ -115,8 +115,8 @@ def check_offline(url: str, base: Path, run: str, record: Path, tmp_path: Path) 
 # The claim of the killed worker is 60 s old for every reader: the lease ran out.
 EXPIRE_CLAIM = """
 import asyncio, sys
-from agents.runtime.fleet_store import CLAIM_LEASE_S, FleetStore
-from plumbing.nats_connect import connect
+from fleet_ledger.agents.runtime.fleet_store import CLAIM_LEASE_S, FleetStore
+from fleet_ledger.plumbing.nats_connect import connect
 async def main(url, run):
     nc = await connect([url])
     store = await FleetStore(nc.jetstream()).open()
@@ -206,7 +206,7 @@ def test_cancel_of_a_crashed_running_run_needs_its_process_gone(
                   '{"n": 1}', "--path", TESTS, "--data", str(base / "A"), "--name", "A",
                   "--nats", url, env=env, check=False)
     assert started.returncode == -signal.SIGKILL, started.stderr[-2000:]
-    from agents.runtime import run_address, workflow_name
+    from fleet_ledger.agents.runtime import run_address, workflow_name
 
     run = run_address("c-3", workflow_name(flows.crash_first))
     refused = cli("runtime", "cancel", run, "--data", str(base / "A"), "--name", "A",
@@ -232,14 +232,14 @@ def test_cancel_of_a_run_killed_inside_an_interval_seals_it_lost_then_closes(
     advances again."""
     from test_runtime_kill import proc
 
-    from agents.host import Host
-    from agents.runtime import Runtime, run_address, workflow_name
-    from cli.runtime_verify_cmds import journal_file
-    from fleet.address import format_address
-    from fleet.record.verify import verify_record
-    from fleet.record.wire import RecordWire, decode_envelope, segment_to_wire
-    from fleet.runtime.runtime_journal import run_ids
-    from fleet.runtime.runtime_verify import parse_journal, verify_runtime
+    from fleet_ledger.agents.host import Host
+    from fleet_ledger.agents.runtime import Runtime, run_address, workflow_name
+    from fleet_ledger.cli.runtime_verify_cmds import journal_file
+    from fleet_ledger.fleet.address import format_address
+    from fleet_ledger.fleet.record.verify import verify_record
+    from fleet_ledger.fleet.record.wire import RecordWire, decode_envelope, segment_to_wire
+    from fleet_ledger.fleet.runtime.runtime_journal import run_ids
+    from fleet_ledger.fleet.runtime.runtime_verify import parse_journal, verify_runtime
 
     data, effects = tmp_path / "h", tmp_path / "effects.db"
     monkeypatch.setenv("RUNTIME_EFFECTS", str(effects))

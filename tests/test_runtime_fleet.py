@@ -17,9 +17,9 @@ from typing import Any
 import pytest
 from test_moving_runs import fleet as fleet  # the same three enrolled hosts and a ledger
 
-from fleet.log.note import parse_verifier_key
-from fleet.record.verify import verify_record
-from fleet.record.wire import decode_record
+from fleet_ledger.fleet.log.note import parse_verifier_key
+from fleet_ledger.fleet.record.verify import verify_record
+from fleet_ledger.fleet.record.wire import decode_record
 
 from fault_helpers import LedgerProc
 from pipeline_helpers import FLEET_BIN, api, cli, host_keys, prove_all, wait_folded
@@ -123,8 +123,8 @@ def test_a_tampered_journal_is_refused_on_resume(fleet, env):  # type: ignore[no
 
 SIGNALS_LEFT = """
 import asyncio, json, sys
-from agents.runtime.fleet_store import FleetStore
-from plumbing.nats_connect import connect
+from fleet_ledger.agents.runtime.fleet_store import FleetStore
+from fleet_ledger.plumbing.nats_connect import connect
 async def main(url, run):
     nc = await connect([url])
     store = await FleetStore(nc.jetstream()).open()
@@ -135,8 +135,8 @@ asyncio.run(main(*sys.argv[1:]))
 
 TAMPER = """
 import asyncio, json, sys
-from agents.runtime.fleet_store import FleetStore
-from plumbing.nats_connect import connect
+from fleet_ledger.agents.runtime.fleet_store import FleetStore
+from fleet_ledger.plumbing.nats_connect import connect
 async def main(url, run):
     nc = await connect([url])
     store = await FleetStore(nc.jetstream()).open()

@@ -10,8 +10,8 @@ from typing import Any
 from blake3 import blake3
 from gen_vectors_runtime_ids import PATH, build
 
-from fleet.address import format_address
-from fleet.env.manifest import manifest_of
+from fleet_ledger.fleet.address import format_address
+from fleet_ledger.fleet.env.manifest import manifest_of
 
 
 def _text(s: str) -> bytes:

@@ -13,9 +13,14 @@ from typing import Any
 import pytest
 from test_moving_runs import fleet as fleet  # the same three enrolled hosts and a ledger
 
-from fleet.env.manifest import manifest_of
-from fleet.runtime.runtime_identity import CODE_VERSION_ENV, code_version, run_manifest, stamped
-from fleet.runtime.runtime_journal import runtime_manifest
+from fleet_ledger.fleet.env.manifest import manifest_of
+from fleet_ledger.fleet.runtime.runtime_identity import (
+    CODE_VERSION_ENV,
+    code_version,
+    run_manifest,
+    stamped,
+)
+from fleet_ledger.fleet.runtime.runtime_journal import runtime_manifest
 
 from fault_helpers import LedgerProc
 from pipeline_helpers import api, cli, host_keys, wait_folded
@@ -25,7 +30,7 @@ pytestmark = pytest.mark.timeout(240)
 IMAGE = "ghcr.io/example/agent@sha256:" + "1" * 64
 
 V1 = '''
-from agents.runtime import Context
+from fleet_ledger.agents.runtime import Context
 
 def effect(what: str) -> str:
     return "done:" + what

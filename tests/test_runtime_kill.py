@@ -17,12 +17,12 @@ import runtime_flows as flows
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from agents.host import Host
-from agents.runtime.runtime import run_ids, workflow_name
-from cli.runtime_verify_cmds import journal_file
-from fleet.address import format_address
-from fleet.record.wire import RecordWire, decode_envelope, segment_to_wire
-from fleet.runtime.runtime_verify import parse_journal, verify_runtime
+from fleet_ledger.agents.host import Host
+from fleet_ledger.agents.runtime.runtime import run_ids, workflow_name
+from fleet_ledger.cli.runtime_verify_cmds import journal_file
+from fleet_ledger.fleet.address import format_address
+from fleet_ledger.fleet.record.wire import RecordWire, decode_envelope, segment_to_wire
+from fleet_ledger.fleet.runtime.runtime_verify import parse_journal, verify_runtime
 
 PROC = str(Path(__file__).with_name("runtime_proc.py"))
 TESTS = str(Path(__file__).parent)

@@ -16,11 +16,11 @@ from typing import Any
 import pytest
 from test_moving_runs import fleet as fleet  # three enrolled hosts and a ledger
 
-from agents.runtime import Runtime, workflow_name
-from agents.runtime.context import Context, Inbox
-from agents.runtime.projection import summarized_view
-from fleet.address import format_address
-from fleet.runtime.runtime_journal import projection_hash
+from fleet_ledger.agents.runtime import Runtime, workflow_name
+from fleet_ledger.agents.runtime.context import Context, Inbox
+from fleet_ledger.agents.runtime.projection import summarized_view
+from fleet_ledger.fleet.address import format_address
+from fleet_ledger.fleet.runtime.runtime_journal import projection_hash
 
 EXAMPLES = str(Path(__file__).resolve().parent.parent / "examples")
 sys.path.insert(0, EXAMPLES)
@@ -96,7 +96,7 @@ def test_a_replay_whose_projection_differs_diverges_by_name(tmp_path: Path):
     """The attack the argument hash closes: replaying the parked run with a wider tail
     would show the model something else; the replay stops with ReplayDiverged at the
     first model call, and nothing is appended."""
-    from agents.runtime import ReplayDiverged
+    from fleet_ledger.agents.runtime import ReplayDiverged
 
     rt = Runtime(tmp_path / "A")
     run = rt.start(support_agent.support, "order-9", {"order": 7})

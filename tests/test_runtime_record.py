@@ -11,11 +11,11 @@ from pathlib import Path
 import pytest
 import runtime_flows as flows
 
-from agents.host import Host
-from agents.runtime import ReplayDiverged, Runtime, workflow_name
-from fleet.record.segment import Executed, Resumed, Suspended
-from fleet.record.wire import decode_envelope
-from fleet.runtime.runtime_journal import interval_root
+from fleet_ledger.agents.host import Host
+from fleet_ledger.agents.runtime import ReplayDiverged, Runtime, workflow_name
+from fleet_ledger.fleet.record.segment import Executed, Resumed, Suspended
+from fleet_ledger.fleet.record.wire import decode_envelope
+from fleet_ledger.fleet.runtime.runtime_journal import interval_root
 
 
 @pytest.fixture(autouse=True)

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import runtime_flows as flows
 
-from agents.runtime import (
+from fleet_ledger.agents.runtime import (
     JournalTampered,
     ReplayDiverged,
     Runtime,
@@ -18,8 +18,8 @@ from agents.runtime import (
     ValueShredded,
     workflow_name,
 )
-from fleet.address import format_address
-from fleet.runtime.runtime_journal import projection_hash
+from fleet_ledger.fleet.address import format_address
+from fleet_ledger.fleet.runtime.runtime_journal import projection_hash
 
 APPROVAL = workflow_name(flows.approval)
 
@@ -133,7 +133,7 @@ def test_a_shredded_value_fails_a_replay_by_name_and_the_chain_still_verifies(
     advance(rt, run)
     resolved = next(e for e in rt.journal.entries(run) if e.kind == "resolve")
     assert rt.journal.shred(resolved.data()["value"])
-    from agents.runtime.journal import verify_chain
+    from fleet_ledger.agents.runtime.journal import verify_chain
 
     verify_chain(run, APPROVAL, rt.journal.entries(run))
     rt.send(run, "approve", True, "s")

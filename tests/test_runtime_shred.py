@@ -17,14 +17,14 @@ import runtime_flows as flows
 from runtime_helpers import EXAMPLES, no_adopt, no_drain
 from test_moving_runs import fleet as fleet  # the same three enrolled hosts and a ledger
 
-from agents.host import Host
-from agents.runtime import Runtime
-from agents.runtime.fleet_store import FleetStore
-from agents.runtime.journal import Journal
-from agents.runtime.worker import Worker
-from fleet.runtime.runtime_errors import ValueShredded
-from plumbing.nats_connect import connect
-from plumbing.natsd import NatsServer
+from fleet_ledger.agents.host import Host
+from fleet_ledger.agents.runtime import Runtime
+from fleet_ledger.agents.runtime.fleet_store import FleetStore
+from fleet_ledger.agents.runtime.journal import Journal
+from fleet_ledger.agents.runtime.worker import Worker
+from fleet_ledger.fleet.runtime.runtime_errors import ValueShredded
+from fleet_ledger.plumbing.nats_connect import connect
+from fleet_ledger.plumbing.natsd import NatsServer
 
 from pipeline_helpers import cli, wait_folded
 

@@ -13,13 +13,13 @@ from typing import Any
 import runtime_flows as flows
 from runtime_helpers import no_adopt, no_drain
 
-from agents.host import Host
-from agents.runtime import Runtime
-from agents.runtime.fleet_store import FleetStore
-from agents.runtime.worker import Worker
-from fleet.subjects import run_token
-from plumbing.nats_connect import connect
-from plumbing.natsd import NatsServer
+from fleet_ledger.agents.host import Host
+from fleet_ledger.agents.runtime import Runtime
+from fleet_ledger.agents.runtime.fleet_store import FleetStore
+from fleet_ledger.agents.runtime.worker import Worker
+from fleet_ledger.fleet.subjects import run_token
+from fleet_ledger.plumbing.nats_connect import connect
+from fleet_ledger.plumbing.natsd import NatsServer
 
 from pipeline_helpers import cli
 

@@ -7,10 +7,10 @@ import json
 
 from gen_vectors_runtime import PATH, build
 
-from fleet.address import format_address, parse_address
-from fleet.record.segment import CallAccount
-from fleet.record.wait_proof import WaitTracker, verdict_json
-from fleet.runtime.runtime_journal import (
+from fleet_ledger.fleet.address import format_address, parse_address
+from fleet_ledger.fleet.record.segment import CallAccount
+from fleet_ledger.fleet.record.wait_proof import WaitTracker, verdict_json
+from fleet_ledger.fleet.runtime.runtime_journal import (
     account_marks,
     blob_address,
     entry_hash,

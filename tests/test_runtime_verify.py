@@ -17,7 +17,7 @@ from gen_vectors_runtime_verify import PATH, build
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fleet.address import format_address, parse_address
+from fleet_ledger.fleet.address import format_address, parse_address
 
 from pipeline_helpers import FLEET_BIN
 
@@ -128,10 +128,10 @@ def test_without_the_journal_check_every_tampered_journal_passes():
     record alone still verifies, and a journal edited and re-hashed still passes the
     chain-only check `fleet runtime journal` makes; only the check against the record
     refuses them."""
-    from agents.runtime.journal import Entry, verify_chain
-    from fleet.record.verify import verify_record
-    from fleet.record.wire import decode_record
-    from fleet.runtime.runtime_verify import parse_journal, verify_runtime
+    from fleet_ledger.agents.runtime.journal import Entry, verify_chain
+    from fleet_ledger.fleet.record.verify import verify_record
+    from fleet_ledger.fleet.record.wire import decode_record
+    from fleet_ledger.fleet.runtime.runtime_verify import parse_journal, verify_runtime
 
     record = decode_record(json.dumps(VECTORS["record"]).encode())
     assert verify_record(record).sealed
@@ -156,10 +156,10 @@ def test_any_one_character_changed_and_rehashed_is_refused(entry: int, at: int, 
     """Changing one character of any entry's kind, call or body and re-hashing the whole
     chain (a forger with the chain's rules but not the host's key) never verifies against
     the record: the first interval holding the entry no longer has its root."""
-    from fleet.record.wire import decode_record
-    from fleet.runtime.runtime_journal import chain_hashes
-    from fleet.runtime.runtime_verify import JournalFile, parse_journal, verify_runtime
-    from fleet.runtime.runtime_verify_errors import JournalRootMismatch
+    from fleet_ledger.fleet.record.wire import decode_record
+    from fleet_ledger.fleet.runtime.runtime_journal import chain_hashes
+    from fleet_ledger.fleet.runtime.runtime_verify import JournalFile, parse_journal, verify_runtime
+    from fleet_ledger.fleet.runtime.runtime_verify_errors import JournalRootMismatch
 
     clean = parse_journal(json.dumps(VECTORS["journal"]).encode())
     rows = [list(e[:4]) for e in clean.entries]

@@ -14,8 +14,8 @@ import pytest
 from nacl import bindings as sodium
 from nacl.signing import SigningKey
 
-from ledger import seal_verifiers
-from ledger.seal_verifiers import Item, canonical_point, verify_many_libsodium
+from fleet_ledger.ledger import seal_verifiers
+from fleet_ledger.ledger.seal_verifiers import Item, canonical_point, verify_many_libsodium
 
 L = 2**252 + 27742317777372353535851937790883648493
 P = 2**255 - 19

@@ -9,7 +9,7 @@ import struct
 import pytest
 from nacl.signing import SigningKey
 
-from ledger.seal_worker import SealWorker, decode_request, encode_request, verify_many
+from fleet_ledger.ledger.seal_worker import SealWorker, decode_request, encode_request, verify_many
 
 
 def items(count: int = 300):

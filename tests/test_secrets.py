@@ -19,10 +19,10 @@ from pathlib import Path
 import pytest
 from test_nats_config import running
 
-from agents.host import KEY_FILE as HOST_KEY_FILE
-from agents.host import load_or_create_key
-from ledger.keys import KEY_FILE, load_or_create_signer
-from ledger.nats_config import new_seed, write_config
+from fleet_ledger.agents.host import KEY_FILE as HOST_KEY_FILE
+from fleet_ledger.agents.host import load_or_create_key
+from fleet_ledger.ledger.keys import KEY_FILE, load_or_create_signer
+from fleet_ledger.ledger.nats_config import new_seed, write_config
 
 from fault_helpers import FLEET, LedgerProc, fleet, store_summary, wait_until
 

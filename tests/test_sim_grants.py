@@ -9,13 +9,13 @@ import subprocess
 import time
 from pathlib import Path
 
-from agents.sim_grants import SIM_BUDGET_UJ, sim_keys
-from fleet.address import format_address
-from fleet.fold.grant_events import decode_event
-from fleet.grants.grant import decode_grant, grant_address
-from fleet.record.seal import decode_key
-from fleet.subjects import DEFAULT_FLEET
-from plumbing.natsd import NatsServer
+from fleet_ledger.agents.sim_grants import SIM_BUDGET_UJ, sim_keys
+from fleet_ledger.fleet.address import format_address
+from fleet_ledger.fleet.fold.grant_events import decode_event
+from fleet_ledger.fleet.grants.grant import decode_grant, grant_address
+from fleet_ledger.fleet.record.seal import decode_key
+from fleet_ledger.fleet.subjects import DEFAULT_FLEET
+from fleet_ledger.plumbing.natsd import NatsServer
 
 from pipeline_helpers import FLEET_BIN
 
@@ -32,7 +32,7 @@ def _simulate(url: str, hosts: Path, ledger: Path) -> list[dict]:
 async def _fold_simulation(url: str, tmp: Path) -> tuple[list[dict], list[dict], dict]:
     """Simulate twice (the second picks up the same runs) into a ledger that requires
     grants; both simulators' summaries and what the ledger holds."""
-    from ledger.service import Ledger, LedgerConfig
+    from fleet_ledger.ledger.service import Ledger, LedgerConfig
 
     ledger = Ledger(LedgerConfig(data_dir=tmp / "ledger", servers=[url], grants="require"))
     stop = asyncio.Event()

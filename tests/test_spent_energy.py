@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from fleet.record.record import Energy
-from fleet.record.run_codec import state_from_json, state_to_json
+from fleet_ledger.fleet.record.record import Energy
+from fleet_ledger.fleet.record.run_codec import state_from_json, state_to_json
 
 from fault_helpers import sealed_run
 

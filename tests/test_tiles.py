@@ -11,8 +11,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from fleet.log.log_errors import MalformedProof, MalformedTilePath
-from fleet.log.tiles import (
+from fleet_ledger.fleet.log.log_errors import MalformedProof, MalformedTilePath
+from fleet_ledger.fleet.log.tiles import (
     Tile,
     decode_entry_bundle,
     encode_entry_bundle,
@@ -21,7 +21,7 @@ from fleet.log.tiles import (
     partial_sizes,
     tiles_at_size,
 )
-from fleet.log.tlog_proof import format_tlog_proof, parse_tlog_proof
+from fleet_ledger.fleet.log.tlog_proof import format_tlog_proof, parse_tlog_proof
 
 VECTORS = json.loads((Path(__file__).parent.parent / "docs" / "spec" / "vectors"
                       / "tiles.json").read_text())

@@ -6,7 +6,7 @@ import sqlite3
 
 import pytest
 
-from plumbing.transactions import immediate
+from fleet_ledger.plumbing.transactions import immediate
 
 
 def _db(tmp_path) -> sqlite3.Connection:  # type: ignore[no-untyped-def]

@@ -7,9 +7,14 @@ import sqlite3
 import merkle_reference as ref
 import pytest
 
-from fleet.log.log_errors import InvalidProofRequest
-from fleet.log.merkle import EMPTY_ROOT, leaf_hashes, verify_consistency, verify_inclusion
-from ledger.tree_store import STRIP, TreeStore, connect, open_tree_store
+from fleet_ledger.fleet.log.log_errors import InvalidProofRequest
+from fleet_ledger.fleet.log.merkle import (
+    EMPTY_ROOT,
+    leaf_hashes,
+    verify_consistency,
+    verify_inclusion,
+)
+from fleet_ledger.ledger.tree_store import STRIP, TreeStore, connect, open_tree_store
 
 DATA = [i.to_bytes(3, "big") for i in range(700)]
 HASHES = leaf_hashes(DATA)

@@ -9,11 +9,11 @@ import pytest
 from tsa_helpers import OpenSslTsa, make_ca
 from witness_helpers import MemLog
 
-from anchors.tsa import TsaAnchor, load_trust_anchors, verify_receipt
-from fleet.log.anchor_bundle import verify_anchors
-from fleet.log.checkpoint import open_checkpoint
-from fleet.log.log_errors import BadTimestamp
-from fleet.log.note import generate_signer, parse_note
+from fleet_ledger.anchors.tsa import TsaAnchor, load_trust_anchors, verify_receipt
+from fleet_ledger.fleet.log.anchor_bundle import verify_anchors
+from fleet_ledger.fleet.log.checkpoint import open_checkpoint
+from fleet_ledger.fleet.log.log_errors import BadTimestamp
+from fleet_ledger.fleet.log.note import generate_signer, parse_note
 
 
 @pytest.fixture

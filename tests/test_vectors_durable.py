@@ -7,7 +7,7 @@ import json
 import pytest
 from blake3 import blake3
 
-from fleet.address import format_address, parse_address
+from fleet_ledger.fleet.address import format_address, parse_address
 
 import durable_vectors as dv
 
@@ -85,7 +85,7 @@ def test_accounted_case_is_the_transcript_case_plus_accounts():
 def test_pool_cases_are_a_pools_run_and_others_claim_energy():
     """The pool cases' genesis is the pool unit of host-1/py311 with no grants and their
     energy is overhead only; claim-then-execute's total is its claim plus its receipt."""
-    from fleet.record.kernel import NO_GRANTS, genesis, pool_unit
+    from fleet_ledger.fleet.record.kernel import NO_GRANTS, genesis, pool_unit
 
     cases = {c["name"]: c for c in FILE["cases"]}
     pool = cases["pool-evictions"]

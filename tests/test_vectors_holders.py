@@ -10,9 +10,9 @@ import holder_vectors as hv
 import pytest
 from nacl.signing import SigningKey
 
-from fleet.record.seal import encode_key
-from fleet.record.verify import verify_record
-from fleet.record.wire import decode_record
+from fleet_ledger.fleet.record.seal import encode_key
+from fleet_ledger.fleet.record.verify import verify_record
+from fleet_ledger.fleet.record.wire import decode_record
 
 FILE = json.loads(hv.PATH.read_text())
 CASES = FILE["cases"]

@@ -9,10 +9,10 @@ from pathlib import Path
 
 from nacl.signing import SigningKey
 
-from fleet.address import digest
-from fleet.record.builder import RecordBuilder
-from fleet.record.segment import CallAccount, make_snapshot
-from fleet.record.wire import encode_record
+from fleet_ledger.fleet.address import digest
+from fleet_ledger.fleet.record.builder import RecordBuilder
+from fleet_ledger.fleet.record.segment import CallAccount, make_snapshot
+from fleet_ledger.fleet.record.wire import encode_record
 
 FLEET = str(Path(sys.executable).with_name("fleet"))
 

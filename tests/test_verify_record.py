@@ -10,11 +10,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from nacl.signing import SigningKey
 
-from fleet.errors import FleetError, RecordError
-from fleet.record.seal import encode_key
-from fleet.record.verify import verify_record
-from fleet.record.verify_fast import fast_check
-from fleet.record.wire import decode_record, encode_record
+from fleet_ledger.fleet.errors import FleetError, RecordError
+from fleet_ledger.fleet.record.seal import encode_key
+from fleet_ledger.fleet.record.verify import verify_record
+from fleet_ledger.fleet.record.verify_fast import fast_check
+from fleet_ledger.fleet.record.wire import decode_record, encode_record
 
 from recgen import records
 
@@ -71,9 +71,9 @@ def test_any_single_byte_change_is_caught(builder, data):
 
 def test_modified_recorded_snapshot_fails_and_names_its_segment():
     """Editing the snapshot of a suspended segment fails at that segment (C6)."""
-    from fleet.address import digest
-    from fleet.record.builder import RecordBuilder
-    from fleet.record.segment import make_snapshot
+    from fleet_ledger.fleet.address import digest
+    from fleet_ledger.fleet.record.builder import RecordBuilder
+    from fleet_ledger.fleet.record.segment import make_snapshot
 
     b = RecordBuilder(SigningKey(bytes(32)), digest(b"u"), digest(b"g"))
     b.execute(uj=1, provenance="measured", meter="m", journal_root=digest(b"j"))
@@ -89,8 +89,8 @@ def test_modified_recorded_snapshot_fails_and_names_its_segment():
 
 def test_pinned_host_key_must_match_the_seals():
     """A record verified against another pinned key is refused; its own key passes."""
-    from fleet.address import digest
-    from fleet.record.builder import RecordBuilder
+    from fleet_ledger.fleet.address import digest
+    from fleet_ledger.fleet.record.builder import RecordBuilder
 
     b = RecordBuilder(SigningKey(bytes(32)), digest(b"u"), digest(b"g"))
     b.execute(uj=1, provenance="measured", meter="m", journal_root=digest(b"j"))
@@ -107,8 +107,8 @@ def test_pinned_host_key_must_match_the_seals():
 
 def test_seal_moved_to_another_index_or_run_fails():
     """A seal valid for segment 1 does not verify as segment 2's seal, nor in another run."""
-    from fleet.address import digest
-    from fleet.record.builder import RecordBuilder
+    from fleet_ledger.fleet.address import digest
+    from fleet_ledger.fleet.record.builder import RecordBuilder
 
     key = SigningKey(bytes(32))
     b = RecordBuilder(key, digest(b"u"), digest(b"g"))

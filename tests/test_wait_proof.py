@@ -2,8 +2,14 @@
 
 from __future__ import annotations
 
-from fleet.record.segment import CallAccount
-from fleet.record.wait_proof import Blocked, Malformed, NonBlocking, Unproved, WaitTracker
+from fleet_ledger.fleet.record.segment import CallAccount
+from fleet_ledger.fleet.record.wait_proof import (
+    Blocked,
+    Malformed,
+    NonBlocking,
+    Unproved,
+    WaitTracker,
+)
 
 
 def verdict(*accounts):

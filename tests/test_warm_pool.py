@@ -9,11 +9,11 @@ import threading
 import pytest
 from click.testing import CliRunner
 
-from agents.energy import IntervalMeter
-from agents.warm_pool import WarmPool
-from cli import cli as fleet_cli
-from fleet.address import digest, format_address
-from fleet.env.pool_errors import SlotClaimed, SlotEvicted, UnknownSlot
+from fleet_ledger.agents.energy import IntervalMeter
+from fleet_ledger.agents.warm_pool import WarmPool
+from fleet_ledger.cli import cli as fleet_cli
+from fleet_ledger.fleet.address import digest, format_address
+from fleet_ledger.fleet.env.pool_errors import SlotClaimed, SlotEvicted, UnknownSlot
 
 MANIFEST = digest(b"manifest: python 3.11 toolchain")
 ROOT = digest(b"fs root of the warmed image")

@@ -1,6 +1,8 @@
 """The wheel is the product: what ``python -m build`` makes is the same bytes twice, and the
 wheel and the sdist, installed into fresh venvs outside the checkout, run ``fleet demo`` and
-``fleet demo --runtime`` from an empty folder (the examples travel inside the package).
+``fleet demo --runtime`` from an empty folder (the examples travel inside the package), and
+everything installs under one name, ``fleet_ledger``, beside other distributions' ``agents``,
+``ledger`` or ``fleet``.
 
 The build and install tests are ``slow`` (about two minutes in all: two isolated builds,
 two venvs with the dependencies installed from the package index, four demos).
@@ -111,7 +113,7 @@ def test_the_build_is_the_same_bytes_twice(dist: Path, tmp_path: Path):
     """A second build, from a copy of the checkout whose files all have new times, gives the
     same sdist and wheel bytes; and the wheel carries the examples and the license."""
     copy = tmp_path / "copy"
-    shutil.copytree(ROOT, copy, ignore=LOCAL)
+    shutil.copytree(ROOT, copy, ignore=LOCAL, symlinks=True)
     again = _build(copy, tmp_path / "again")
     first = {p.name: p.read_bytes() for p in sorted(dist.iterdir())}
     assert sorted(first) == sorted(again) and len(first) == 2
@@ -120,34 +122,92 @@ def test_the_build_is_the_same_bytes_twice(dist: Path, tmp_path: Path):
 
     (wheel,) = dist.glob("*.whl")
     names = set(zipfile.ZipFile(wheel).namelist())
-    assert {"cli/_examples/triage.py",
-            "cli/_examples/devcontainers/python/devcontainer.json"} <= names
+    assert {"fleet_ledger/cli/_examples/triage.py",
+            "fleet_ledger/cli/_examples/devcontainers/python/devcontainer.json"} <= names
     assert any(n.endswith(".dist-info/licenses/LICENSE") for n in names)
-    assert not any(n.startswith(("examples/", "tests/")) for n in names)
-    # Every package of the checkout is in it (a new one must be added to only-include).
+    # One name at the top of site-packages: the namespace (and the metadata).
+    assert {n.split("/")[0] for n in names} == {"fleet_ledger", "fleet_ledger-0.1.0.dist-info"}
+    # Every package of the checkout is in it (a new one must be added to only-include and
+    # to the wheel's sources), under the namespace.
     packages = {d.name for d in ROOT.iterdir() if (d / "__init__.py").is_file()}
-    assert {n.split("/")[0] for n in names if n.endswith("/__init__.py")} == packages
+    assert {n.split("/")[1] for n in names if n.count("/") == 2
+            and n.startswith("fleet_ledger/") and n.endswith("/__init__.py")} == packages
+
+
+FOREIGN = ("agents", "ledger", "fleet", "plumbing", "anchors", "cli")
+
+
+def _foreign_wheel(out: Path) -> Path:
+    """A wheel of another distribution owning the generic top-level names this project's
+    folders have (an agents SDK's ``agents``, a ``ledger`` ...)."""
+    import base64
+    import hashlib
+    import zipfile
+
+    files = {f"{name}/__init__.py": f"OWNER = 'other-dist'\nNAME = {name!r}\n"
+             for name in FOREIGN}
+    info = "other_dist-1.0.dist-info"
+    files[f"{info}/METADATA"] = "Metadata-Version: 2.1\nName: other-dist\nVersion: 1.0\n"
+    files[f"{info}/WHEEL"] = ("Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\n"
+                              "Tag: py3-none-any\n")
+    record = []
+    for name, text in files.items():
+        digest = base64.urlsafe_b64encode(hashlib.sha256(text.encode()).digest()).rstrip(b"=")
+        record.append(f"{name},sha256={digest.decode()},{len(text.encode())}")
+    files[f"{info}/RECORD"] = "\n".join([*record, f"{info}/RECORD,,"]) + "\n"
+    wheel = out / "other_dist-1.0-py3-none-any.whl"
+    with zipfile.ZipFile(wheel, "w") as archive:
+        for name, text in files.items():
+            archive.writestr(name, text)
+    return wheel
+
+
+def _beside_foreign_top_level_packages(env_dir: Path, tmp: Path) -> None:
+    """Installing another distribution that owns ``agents``, ``ledger``, ``fleet`` ... next
+    to the installed wheel leaves both importable: neither overwrote a file of the other."""
+    python = str(env_dir / "bin" / "python")
+    pip = [python, "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
+           str(_foreign_wheel(tmp))]
+    done = subprocess.run(pip, capture_output=True, text=True, timeout=300, cwd=tmp,
+                          env=_clean_env(), stdin=subprocess.DEVNULL, check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    probe = ("import importlib, json\n"
+             f"theirs = {{n: importlib.import_module(n).OWNER for n in {FOREIGN!r}}}\n"
+             "from fleet_ledger.agents.host import Host\n"
+             "from fleet_ledger.ledger.service import Ledger\n"
+             "from fleet_ledger.fleet.record.kernel import apply\n"
+             "print(json.dumps(theirs))\n")
+    out = subprocess.run([python, "-c", probe], capture_output=True, text=True, timeout=120,
+                         cwd=tmp, env=_clean_env(), stdin=subprocess.DEVNULL, check=False)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert json.loads(out.stdout) == dict.fromkeys(FOREIGN, "other-dist")
+    version = subprocess.run([str(env_dir / "bin" / "fleet"), "--version"], capture_output=True,
+                             text=True, timeout=120, cwd=tmp, env=_clean_env(), check=False)
+    assert version.returncode == 0 and version.stdout.startswith("fleet, version "), version
 
 
 @pytest.mark.slow
 @pytest.mark.timeout(1200)
 def test_the_wheel_installed_elsewhere_runs_both_demos(dist: Path, tmp_path: Path):
     """The wheel in a fresh venv outside the checkout: ``fleet demo`` and ``fleet demo
-    --runtime`` pass from an empty folder, with no FLEET_DEVCONTAINERS; with the packaged
+    --runtime`` pass from an empty folder, with no FLEET_DEVCONTAINERS; another
+    distribution owning top-level ``agents``, ``ledger``, ``fleet`` ... installs beside it and
+    both stay importable; with the packaged
     examples then removed, each exits 2 naming the missing folder (not an unreachable NATS,
     as before the wheel carried them)."""
     (wheel,) = dist.glob("*.whl")
     fleet = _install(wheel, tmp_path)
     _demos_from_elsewhere(fleet, tmp_path)
     site = next((tmp_path / "venv" / "lib").glob("python*/site-packages"))
-    shutil.rmtree(site / "cli" / "_examples")
+    _beside_foreign_top_level_packages(tmp_path / "venv", tmp_path)
+    shutil.rmtree(site / "fleet_ledger" / "cli" / "_examples")
     for args in (["demo"], ["demo", "--runtime"]):
         gone = subprocess.run([str(fleet), *args], capture_output=True, text=True,
                               timeout=120, cwd=tmp_path, env=_clean_env(),
                               stdin=subprocess.DEVNULL, check=False)
         assert gone.returncode == 2, gone.stderr
         assert gone.stderr.startswith("Error: the examples are not installed with this fleet")
-        assert str(site / "cli" / "_examples") in gone.stderr
+        assert str(site / "fleet_ledger" / "cli" / "_examples") in gone.stderr
         assert "NATS" not in gone.stderr and "Traceback" not in gone.stderr
 
 

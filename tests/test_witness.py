@@ -12,17 +12,17 @@ import time
 import pytest
 from witness_helpers import MemLog
 
-import plumbing.files
-from anchors.witness_client import post_add_checkpoint, submit
-from anchors.witness_server import RunningWitness, Witness
-from fleet.log.cosignature import (
+import fleet_ledger.plumbing.files
+from fleet_ledger.anchors.witness_client import post_add_checkpoint, submit
+from fleet_ledger.anchors.witness_server import RunningWitness, Witness
+from fleet_ledger.fleet.log.cosignature import (
     add_signatures,
     cosignatures,
     generate_witness_signer,
     parse_signature_lines,
 )
-from fleet.log.note import generate_signer, open_note
-from fleet.log.witness import format_request
+from fleet_ledger.fleet.log.note import generate_signer, open_note
+from fleet_ledger.fleet.log.witness import format_request
 
 ORIGIN = "fleet-ledger.local/test"
 
@@ -146,7 +146,7 @@ def test_state_survives_restart_and_a_failed_write_answers_nothing(tmp_path, log
     def broken_replace(src, dst):
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(plumbing.files.os, "replace", broken_replace)
+    monkeypatch.setattr(fleet_ledger.plumbing.files.os, "replace", broken_replace)
     with pytest.raises(OSError):
         again.add_checkpoint(format_request(4, log.consistency_proof(4, 7), log.note(7)))
     monkeypatch.undo()
@@ -159,12 +159,12 @@ def test_state_survives_restart_and_a_failed_write_answers_nothing(tmp_path, log
 def test_fleet_witness_serve_subprocess(tmp_path, log_signer):
     """`fleet witness serve` cosigns over HTTP, keeps its state on disk and stops on SIGTERM."""
     keys = tmp_path / "keys"
-    subprocess.run([sys.executable, "-m", "cli", "witness", "keygen", "w.test/one",
+    subprocess.run([sys.executable, "-m", "fleet_ledger.cli", "witness", "keygen", "w.test/one",
                     "--out", str(keys)], check=True, capture_output=True)
     vkey_file = keys / "fleet-ledger.vkey"
     vkey_file.write_text(log_signer.verifier().text() + "\n")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "cli", "witness", "serve", "--key",
+        [sys.executable, "-m", "fleet_ledger.cli", "witness", "serve", "--key",
          str(keys / "w.test_one.key"), "--log-vkey", str(vkey_file), "--state",
          str(tmp_path / "state"), "--listen", "127.0.0.1:0"],
         stderr=subprocess.PIPE, text=True)
@@ -175,7 +175,7 @@ def test_fleet_witness_serve_subprocess(tmp_path, log_signer):
         log = MemLog(log_signer, 6)
         reply = _post(url, 0, [], log.note(6))
         assert reply.status == 200
-        from fleet.log.cosignature import parse_witness_key
+        from fleet_ledger.fleet.log.cosignature import parse_witness_key
         wkey = parse_witness_key((keys / "w.test_one.vkey").read_text())
         assert cosignatures(add_signatures(log.note(6), parse_signature_lines(
             reply.body.decode())), [wkey])

@@ -6,9 +6,9 @@ from hashlib import sha256
 
 from merkle_helpers import consistency, node_map
 
-from fleet.log.checkpoint import make_checkpoint, sign_checkpoint
-from fleet.log.merkle import fold, leaf_hash, root_plan
-from fleet.log.note import Signer
+from fleet_ledger.fleet.log.checkpoint import make_checkpoint, sign_checkpoint
+from fleet_ledger.fleet.log.merkle import fold, leaf_hash, root_plan
+from fleet_ledger.fleet.log.note import Signer
 
 
 class MemLog:

@@ -1,6 +1,6 @@
 """A durable agent runtime whose journal is the run record (docs/runtime.md).
 
-    from agents.runtime import Context, Runtime
+    from fleet_ledger.agents.runtime import Context, Runtime
 
     async def triage(ctx: Context, ticket: dict) -> dict:
         label = await ctx.step("classify", classify, ticket["text"])
@@ -9,12 +9,18 @@
         return {"label": label, "approved": approved}
 """
 
-from agents.runtime.context import Context
-from agents.runtime.effects import Invalid, OutcomeUnknown, Policy, StepFailed, StepTimeout
-from agents.runtime.journal import Journal
-from agents.runtime.projection import Projected, Projection, head_tail, tail
-from agents.runtime.runtime import Outcome, Runtime, run_address, workflow_name
-from fleet.runtime.runtime_errors import (
+from fleet_ledger.agents.runtime.context import Context
+from fleet_ledger.agents.runtime.effects import (
+    Invalid,
+    OutcomeUnknown,
+    Policy,
+    StepFailed,
+    StepTimeout,
+)
+from fleet_ledger.agents.runtime.journal import Journal
+from fleet_ledger.agents.runtime.projection import Projected, Projection, head_tail, tail
+from fleet_ledger.agents.runtime.runtime import Outcome, Runtime, run_address, workflow_name
+from fleet_ledger.fleet.runtime.runtime_errors import (
     CodeChanged,
     EnvironmentChanged,
     JournalTampered,

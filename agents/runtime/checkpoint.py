@@ -1,21 +1,30 @@
-"""Replay checkpoints: a resume that neither re-reads nor re-verifies the journal's prefix.
+"""Replay checkpoints: a resume that reads, verifies and replays only the run's last epoch.
 
-A checkpoint of run R at entry k holds the journal's entries 0 .. k-1 as one blob (the
-replay's state as of k: every command and resolution the workflow code is matched
-against, and their chain hashes) and the head hash at k, bound by a keyed BLAKE3 MAC (the
-key derived from the host's sealing key, else from a per-folder key file) over R, k, the
-head and the blob (docs/spec/runtime.md §6). A resume with a valid checkpoint reads that
-blob (one MAC check, one JSON parse: C speed, no per-entry hashing), reads only entries k
-and after from the table and recomputes the chain from k. A checkpoint that does not
-verify is rejected (``CheckpointRejected``, logged and counted) and treated as absent: the
-resume reads and verifies every entry from genesis, so a tampered checkpoint costs time,
-never correctness.
+A workflow is a Python coroutine: its state cannot be saved, so a resume re-runs the
+workflow code against the journal. What bounds that work is the workflow's own state held
+as data: ``ctx.continue_as_new(value)`` journals a ``continue`` entry carrying ``value``
+and enters the workflow function again with it, starting an *epoch*. Nothing after a
+``continue`` depends on the entries before it (steps still running finish first), so a
+replay may start at the last ``continue``, entering the function with its value.
 
-A workflow is a Python coroutine: its state cannot be saved, so a resume still re-runs the
-workflow code against the journal (each replayed command a dict lookup and a compare).
-What a checkpoint saves is the journal's per-entry reading and verification. Checkpoints
-stay on their host: a verifier (``fleet runtime verify``) never sees them and checks every
-entry from genesis; an export or a move to another host reads the entries table.
+A checkpoint of run R at entry k records where that epoch starts and the little the
+replay needs from before it (docs/spec/runtime.md §6): the seq of the last ``continue``
+below k (0: the ``start`` entry), the count of commands before it (call ids number every
+command), the stored bytes before it (the park's idle energy) and the signal ids delivered
+before it (one id is delivered once), bound to R, k and the head hash at k by a keyed
+BLAKE3 MAC (the key derived from the host's sealing key, else from a per-folder key
+file). A resume with a valid checkpoint reads the entries from the epoch's ``continue``
+on, recomputes their chain from the stored hash of the entry before it, and requires it
+to reach the checkpoint's head at k: the entries it replays are the ones the checkpoint
+saw. Entries before the epoch are not read at all, so the resume's cost is the epoch's,
+not the journal's.
+
+A checkpoint that does not verify, or is no longer on its journal (entries cut or
+replaced under it), is rejected (``CheckpointRejected``, logged and counted) and treated as
+absent: the resume reads and verifies every entry from genesis and replays from the start
+(through every ``continue``), which gives the same replay: a bad checkpoint costs time,
+never correctness. Checkpoints stay on their host: a verifier (``fleet runtime verify``)
+never sees them and checks every entry from genesis; an export reads the entries table.
 """
 
 from __future__ import annotations
@@ -26,35 +35,88 @@ import os
 import sqlite3
 import struct
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from hmac import compare_digest
 from pathlib import Path
 
 from blake3 import blake3
 
-from agents.runtime.journal import Entry, Journal
-from fleet.runtime.runtime_journal import canon, text
+from fleet_ledger.agents.runtime.journal import Entry, Journal, verify_from
+from fleet_ledger.fleet.runtime.runtime_journal import CONTINUE, SIGNAL, START, canon, genesis, text
 
 log = logging.getLogger(__name__)
 
 KEY_FILE = "runtime-checkpoint.key"
 KEY_CONTEXT = "fleet.runtime.checkpoint/1 mac key"
+# /2: the state is the epoch (/1 held every entry: a /1 row fails the MAC and is rejected).
+DOMAIN = b"fleet.runtime.checkpoint/2"
 SCHEMA = """CREATE TABLE IF NOT EXISTS checkpoints (run TEXT PRIMARY KEY, seq INTEGER NOT
 NULL, head BLOB NOT NULL, state BLOB NOT NULL, mac BLOB NOT NULL)"""
-# A checkpoint is renewed when the entries after it exceed this share of it (and at least
-# MIN_TAIL): the tail a resume verifies stays a small share of the journal, and rewriting
-# the state blob costs O(1) amortised per entry.
-TAIL_SHARE = 0.25
-MIN_TAIL = 64
+ENTRY_OVERHEAD = 64  # a stored entry's hash and framing beside its body (park idle size)
 
 
-def pack(entries: Sequence[Entry]) -> bytes:
-    """The state blob: ``[[kind, call, body, hash hex], ...]`` for entries 0 .. k-1."""
-    return canon([[e.kind, e.call, e.body, e.hash.hex()] for e in entries])
+@dataclass(frozen=True, slots=True)
+class Epoch:
+    """Where a replay may start: the run's ``continue`` entry at ``seq`` (0: ``start``),
+    the commands before it, the stored bytes of the entries before it, and the signal ids
+    delivered before it."""
+
+    seq: int = 0
+    cursor: int = 0
+    size: int = 0
+    delivered: frozenset[str] = frozenset()
+
+    def state(self) -> bytes:
+        return canon({"epoch": self.seq, "cursor": self.cursor, "size": self.size,
+                      "delivered": sorted(self.delivered)})
+
+    def moved(self, entries: Sequence[Entry], seq: int, cursor: int) -> Epoch:
+        """The epoch starting at ``seq`` (``cursor`` commands before it), given this one's
+        ``entries`` (from this epoch's seq on, through ``seq`` at least)."""
+        if seq == self.seq:
+            return self
+        before = [e for e in entries if self.seq <= e.seq < seq]
+        ids = {i for e in before if e.kind == SIGNAL
+               if isinstance(i := e.data().get("id"), str)}
+        return Epoch(seq, cursor, self.size + stored_size(before), self.delivered | ids)
 
 
-def unpack(state: bytes) -> list[Entry]:
-    return [Entry(i, kind, call, body, bytes.fromhex(h))
-            for i, (kind, call, body, h) in enumerate(json.loads(state))]
+def stored_size(entries: Sequence[Entry]) -> int:
+    """The stored bytes of ``entries`` as a transcript park's idle draw counts them."""
+    return sum(len(e.body) + ENTRY_OVERHEAD for e in entries)
+
+
+def unpack(state: bytes) -> Epoch:
+    """The epoch a (MAC-checked) state holds; CheckpointRejected for another shape."""
+    try:
+        got = json.loads(state)
+        epoch = Epoch(int(got["epoch"]), int(got["cursor"]), int(got["size"]),
+                      frozenset(str(i) for i in got["delivered"]))
+    except (ValueError, TypeError, KeyError) as exc:
+        raise CheckpointRejected(f"a checkpoint's state does not parse: {exc}") from None
+    return epoch
+
+
+@dataclass
+class View:
+    """What a resume replays: the verified entries from ``epoch.seq`` to the journal's
+    end, and how many leading entries of the run a checkpoint vouched for (0: none)."""
+
+    entries: list[Entry]
+    epoch: Epoch = field(default_factory=Epoch)
+    trusted: int = 0
+
+    @property
+    def end(self) -> int:
+        return self.entries[-1].seq + 1 if self.entries else 0
+
+    @property
+    def head(self) -> bytes | None:
+        return self.entries[-1].hash if self.entries else None
+
+    def size(self) -> int:
+        """The stored bytes of the whole journal (before the epoch, and held here)."""
+        return self.epoch.size + stored_size(self.entries)
 
 
 def mac_key(seed: bytes) -> bytes:
@@ -77,8 +139,8 @@ def folder_key(data_dir: Path) -> bytes:
 
 
 def _mac(key: bytes, run: str, seq: int, head: bytes, state: bytes) -> bytes:
-    return blake3(b"fleet.runtime.checkpoint/1" + text(run) + struct.pack(">Q", seq) + head
-                  + state, key=key).digest()
+    return blake3(DOMAIN + text(run) + struct.pack(">Q", seq) + head + state,
+                  key=key).digest()
 
 
 class CheckpointRejected(Exception):
@@ -94,60 +156,71 @@ class Checkpoints:
         self.rejected = 0  # checkpoints found not to verify, since this process started
         self.db.execute(SCHEMA)
 
-    def take(self, run: str, entries: Sequence[Entry], force: bool = False) -> bool:
-        """Checkpoint ``entries`` (all of the run's, verified) when the tail after the
-        last checkpoint has grown past its share (or ``force``); True when taken."""
-        if not entries:
-            return False
-        got = self.db.execute("SELECT seq FROM checkpoints WHERE run = ?", (run,)).fetchone()
-        last = 0 if got is None else int(got[0])
-        tail = len(entries) - last
-        if not force and (tail < MIN_TAIL or tail < TAIL_SHARE * last):
-            return False
-        seq, head, state = len(entries), entries[-1].hash, pack(entries)
+    def take(self, run: str, end: int, head: bytes, epoch: Epoch) -> None:
+        """Checkpoint ``run`` at entry ``end`` (its head hash ``head``), its last epoch
+        ``epoch`` (one small row, rewritten at each interval's end)."""
+        state = epoch.state()
         self.db.execute(
             "INSERT INTO checkpoints VALUES (?, ?, ?, ?, ?) ON CONFLICT(run) DO UPDATE SET"
             " seq = excluded.seq, head = excluded.head, state = excluded.state,"
-            " mac = excluded.mac", (run, seq, head, state, _mac(self.key, run, seq, head, state)))
-        return True
+            " mac = excluded.mac", (run, end, head, state, _mac(self.key, run, end, head, state)))
 
-    def load(self, run: str) -> list[Entry]:
-        """The entries a valid checkpoint of ``run`` holds ([] without one); a checkpoint
+    def load(self, run: str) -> tuple[int, bytes, Epoch] | None:
+        """``(seq, head, epoch)`` of a valid checkpoint of ``run`` (None without one); one
         that does not verify raises CheckpointRejected."""
         row = self.db.execute("SELECT seq, head, state, mac FROM checkpoints WHERE run = ?",
                               (run,)).fetchone()
         if row is None:
-            return []
+            return None
         seq, head, state, mac = int(row[0]), bytes(row[1]), bytes(row[2]), bytes(row[3])
         if not compare_digest(mac, _mac(self.key, run, seq, head, state)):
             raise CheckpointRejected(f"the checkpoint of {run} at entry {seq} does not carry"
                                      " this host's MAC")
-        entries = unpack(state)
-        if len(entries) != seq or entries[-1].hash != head:
-            raise CheckpointRejected(f"the checkpoint of {run} does not end at entry {seq}")
-        return entries
+        epoch = unpack(state)
+        if not 0 <= epoch.seq < seq:
+            raise CheckpointRejected(f"the checkpoint of {run} at entry {seq} names epoch"
+                                     f" {epoch.seq}")
+        return seq, head, epoch
 
-    def entries(self, journal: Journal, run: str) -> tuple[list[Entry], int]:
-        """``run``'s entries and how many leading ones a valid checkpoint vouches for (the
-        chain is to be verified from there). A rejected checkpoint is logged, counted and
-        treated as none; a checkpoint beyond the journal (entries deleted) too."""
+    def view(self, journal: Journal, run: str, workflow: str, use: bool = True) -> View:
+        """What a resume of ``run`` replays, verified: from the epoch a valid checkpoint
+        names (entries before it not read), else (or without ``use``) every entry from
+        genesis. A checkpoint rejected, or not on the journal any more, is logged, counted
+        and not used. JournalTampered when an entry read does not hash to its stored
+        hash."""
         try:
-            prefix = self.load(run)
+            got = self.load(run) if use else None
         except CheckpointRejected as exc:
             self.rejected += 1
             log.warning("%s: verifying from genesis", exc)
-            prefix = []
-        if prefix:
-            # The table must still hold entry k-1 with the hash the checkpoint ends at, else
-            # the journal was cut or replaced under it: verify from genesis.
-            row = journal.db.execute("SELECT hash FROM entries WHERE run = ? AND seq = ?",
-                                     (run, len(prefix) - 1)).fetchone()
-            if row is None or bytes(row[0]) != prefix[-1].hash:
-                self.rejected += 1
-                log.warning("the checkpoint of %s is not on its journal: verifying from"
-                            " genesis", run)
-                prefix = []
-        return prefix + journal.entries(run, len(prefix)), len(prefix)
+            got = None
+        if got is not None:
+            seq, head, epoch = got
+            rows = journal.entries(run, max(0, epoch.seq - 1))
+            prev = genesis(run, workflow)
+            if epoch.seq > 0 and rows and rows[0].seq == epoch.seq - 1:
+                prev, rows = rows[0].hash, rows[1:]
+            if _on_journal(rows, seq, head, epoch):
+                verify_from(prev, rows)  # through k-1, whose stored hash is the MAC'd head
+                return View(rows, epoch, seq)
+            self.rejected += 1
+            log.warning("the checkpoint of %s is not on its journal: verifying from"
+                        " genesis", run)
+        rows = journal.entries(run)
+        verify_from(genesis(run, workflow), rows)
+        return View(rows)
 
 
-__all__ = ["CheckpointRejected", "Checkpoints", "folder_key", "mac_key", "pack", "unpack"]
+def _on_journal(rows: list[Entry], seq: int, head: bytes, epoch: Epoch) -> bool:
+    """Whether ``rows`` start at the epoch's entry (a ``continue``, or ``start`` at 0) and
+    hold entry ``seq - 1`` stored with the checkpoint's ``head``."""
+    if not rows or rows[0].seq != epoch.seq:
+        return False
+    if rows[0].kind != (CONTINUE if epoch.seq else START):
+        return False
+    last = seq - 1 - epoch.seq
+    return last < len(rows) and rows[last].seq == seq - 1 and rows[last].hash == head
+
+
+__all__ = ["CheckpointRejected", "Checkpoints", "Epoch", "View", "folder_key", "mac_key",
+           "stored_size", "unpack"]

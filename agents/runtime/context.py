@@ -18,11 +18,13 @@ import struct
 import sys
 import threading
 import time
+import weakref
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any
+from types import FrameType
+from typing import Any, NoReturn
 
-from agents.runtime.effects import (
+from fleet_ledger.agents.runtime.effects import (
     NO_RETRY,
     UNKNOWN,
     Invalid,
@@ -31,13 +33,14 @@ from agents.runtime.effects import (
     check_effect,
     failure,
 )
-from agents.runtime.journal import Entry, Journal
-from agents.runtime.projection import History, Projected, Projection, summarized_view
-from fleet.address import format_address
-from fleet.runtime.runtime_errors import ReplayDiverged, SignalTimeout
-from fleet.runtime.runtime_journal import (
+from fleet_ledger.agents.runtime.journal import Entry, Journal, Value
+from fleet_ledger.agents.runtime.projection import History, Projected, Projection, summarized_view
+from fleet_ledger.fleet.address import format_address
+from fleet_ledger.fleet.runtime.runtime_errors import ReplayDiverged, SignalTimeout
+from fleet_ledger.fleet.runtime.runtime_journal import (
     ATTEMPT,
     COMMANDS,
+    CONTINUE,
     DISPATCH,
     END,
     FIRED,
@@ -57,6 +60,15 @@ from fleet.runtime.runtime_journal import (
 _HERE = os.path.dirname(__file__)
 
 
+class ContinueAsNew(BaseException):
+    """Unwinds the workflow at ``ctx.continue_as_new``: the runtime enters the workflow
+    function again with ``value`` as its input (an epoch starts)."""
+
+    def __init__(self, value: Any) -> None:
+        super().__init__("continue as new")
+        self.value = value
+
+
 class Park(BaseException):
     """Unwinds the workflow at a wait that cannot be satisfied in this interval."""
 
@@ -74,9 +86,9 @@ class Inbox:
 
 def _site() -> str:
     """``file:line`` of the workflow code that called into the context."""
-    frame = sys._getframe(2)
+    frame: FrameType | None = sys._getframe(2)
     while frame is not None and os.path.dirname(frame.f_code.co_filename) == _HERE:
-        frame = frame.f_back  # type: ignore[assignment]
+        frame = frame.f_back
     if frame is None:
         return "?"
     return f"{os.path.basename(frame.f_code.co_filename)}:{frame.f_lineno}"
@@ -93,20 +105,35 @@ class Context:
     def __init__(self, journal: Journal, run: str, name: str, workflow: str,
                  entries: list[Entry], inbox: Inbox, *, inline_wait_s: float = 1.0,
                  clock: Callable[[], float] = time.time,
-                 before_append: Callable[[], None] | None = None) -> None:
+                 before_append: Callable[[], None] | None = None, cursor: int = 0,
+                 delivered: frozenset[str] = frozenset()) -> None:
         self.run = run
         self.name = name
         self._journal = journal
         self._workflow = workflow
-        # The run's journal as this interval knows it: what it started from and each entry
-        # it appends (only the interval's context appends while it runs).
+        # The run's journal as this interval knows it: what it started from (entry 0 on, or
+        # a ``continue`` entry on when a replay checkpoint lets the replay start at its
+        # epoch) and each entry it appends (only the interval's context appends).
         self._entries = list(entries)
-        self._start = len(entries)  # entries before this one are from earlier intervals
+        self._start = entries[-1].seq + 1 if entries else 0  # earlier intervals' entries
         self._commands = [e for e in entries if e.kind in COMMANDS]
         self._resolved = {e.call: e for e in entries if e.kind in RESOLUTIONS}
-        self._delivered = {e.data().get("id") for e in entries if e.kind == SIGNAL}
+        self._attempted: dict[str, list[Entry]] = {}  # a step's failed attempts, by call
+        for e in entries:
+            if e.kind == ATTEMPT:
+                self._attempted.setdefault(e.call, []).append(e)
+        # Signal ids delivered before ``entries`` (a checkpoint's), and in them.
+        self._delivered = set(delivered) | {e.data().get("id") for e in entries
+                                            if e.kind == SIGNAL}
         self._inbox = inbox
-        self._cursor = 0
+        # ``cursor`` commands come before ``entries`` (call ids number every command of
+        # the run); the journal's commands are matched from there.
+        self._cursor = self._base = cursor
+        # The epoch: the seq of the ``continue`` the workflow last entered from (0: the
+        # start), and the commands before it (what a checkpoint records).
+        self.epoch, self.epoch_cursor = (entries[0].seq if entries else 0), cursor
+        if entries and entries[0].kind == CONTINUE:  # entered from it: replay after it
+            self._cursor += 1
         self._inline = inline_wait_s
         self._clock = clock
         self._tasks: list[asyncio.Future[Any]] = []
@@ -134,13 +161,17 @@ class Context:
 
     @property
     def replaying(self) -> bool:
-        return self._cursor < len(self._commands)
+        return self._cursor - self._base < len(self._commands)
+
+    def _journaled(self) -> Entry:
+        """The journal's command at the cursor (while replaying)."""
+        return self._commands[self._cursor - self._base]
 
     def _command(self, kind: str, ask: dict[str, Any], got: Callable[[], dict[str, Any]],
                  site: str) -> Entry:
         call = f"c{self._cursor}"
-        if self._cursor < len(self._commands):
-            entry = self._commands[self._cursor]
+        if self.replaying:
+            entry = self._journaled()
             data = entry.data()
             if entry.kind != kind or entry.call != call or data.get("ask") != ask:
                 raise ReplayDiverged("replay diverged from the journal", seq=entry.seq,
@@ -166,7 +197,7 @@ class Context:
     def _resolve(self, kind: str, call: str, body: dict[str, Any], value: Any = None,
                  with_value: bool = False, defer: bool = False) -> Entry:
         self._going_live()
-        values = ()
+        values: tuple[tuple[Value, bytes, bytes], ...] = ()
         if with_value:
             sealed = Journal.seal_value(value)
             body = {**body, "value": sealed[0].address}
@@ -257,7 +288,7 @@ class Context:
         if keyed:
             kwargs = {**kwargs, "idempotency_key": f"{self.run}/{call}"}
         policy = retry or NO_RETRY
-        past = [e.data() for e in self._entries if e.kind == ATTEMPT and e.call == call]
+        past = [e.data() for e in self._attempted.get(call, ())]
         n = len(past)
         unknown = sum(1 for a in past if a.get("outcome") in UNKNOWN)
         if entry.seq < self._start:
@@ -308,8 +339,9 @@ class Context:
     def _note(self, call: str, body: dict[str, Any]) -> None:
         """Journal a failed attempt of step ``call`` (not a resolution: replay skips it)."""
         self._going_live()
-        self._entries.append(self._journal.append(self.run, self._workflow, ATTEMPT, call,
-                                                  body))
+        entry = self._journal.append(self.run, self._workflow, ATTEMPT, call, body)
+        self._entries.append(entry)
+        self._attempted.setdefault(call, []).append(entry)
 
     def _alone(self) -> bool:
         """Group commit: a step's result may ride the next entry's commit when no other
@@ -348,7 +380,7 @@ class Context:
 
     def _next_seq(self) -> int:
         """The journal position of the next command (its entry when replaying)."""
-        return (self._commands[self._cursor].seq if self.replaying
+        return (self._journaled().seq if self.replaying
                 else self._journal.head(self.run, self._workflow)[0])
 
     async def projection(self, head: int, tail: int,
@@ -378,8 +410,9 @@ class Context:
                          summarized_view(history, head, tail, summary))
 
     def history(self, before: int) -> list[dict[str, Any]]:
-        """Every step result and delivered signal journaled before entry ``before``."""
-        entries = self._entries[:before]
+        """Every step result and delivered signal journaled in this epoch (after the last
+        ``continue``; all of the run without one) before entry ``before``."""
+        entries = [e for e in self._entries if self.epoch <= e.seq < before]
         asks = {e.call: e.data()["ask"] for e in entries if e.kind == DISPATCH}
         names = {call: ask.get("name") for call, ask in asks.items()}
         out = []
@@ -411,8 +444,8 @@ class Context:
         """Version marker: True for runs that reached this point under code carrying the
         patch ``name`` (new runs and new code paths), False when replaying a journal written
         before the patch existed. Branch on it to change code under running workflows."""
-        if self._cursor < len(self._commands):
-            entry = self._commands[self._cursor]
+        if self.replaying:
+            entry = self._journaled()
             if entry.kind != PATCH or entry.data().get("ask") != {"patch": name}:
                 return False
         self._command(PATCH, {"patch": name}, dict, _site())
@@ -485,6 +518,20 @@ class Context:
                 raise Park({"result": entry.call, "name": name})
         return self._value(done)
 
+    async def continue_as_new(self, value: Any) -> NoReturn:
+        """End this epoch: the workflow function is entered again with ``value`` (JSON) as
+        its input, in the same run and journal. Steps still running finish first. A resume
+        replays from the last ``continue`` instead of from the start (with a replay
+        checkpoint), so a long-lived workflow that carries its state in ``value`` resumes
+        in time that does not grow with its journal. ``ctx.history`` starts afresh."""
+        site = _site()
+        await self.settle()
+        ask = {"args": format_address(args_hash([value], {}))}
+        entry = self._command(CONTINUE, ask, lambda: {"value": value}, site)
+        self.epoch, self.epoch_cursor = entry.seq, self._cursor - 1
+        self._tasks, self._summaries = [], {}
+        raise ContinueAsNew(self._value(entry))
+
     async def settle(self) -> None:
         """Let steps still running finish (their results belong to this interval)."""
         if self._tasks:
@@ -496,10 +543,23 @@ class Context:
 
 
 def _takes_key(fn: Callable[..., Any]) -> bool:
+    """Whether ``fn`` has an ``idempotency_key`` parameter (remembered per function: a
+    replay asks once per replayed step, and ``inspect.signature`` is most of its cost)."""
     try:
-        return "idempotency_key" in inspect.signature(fn).parameters
+        return _KEYED[fn]
+    except (KeyError, TypeError):  # not asked yet, or not hashable
+        pass
+    try:
+        keyed = "idempotency_key" in inspect.signature(fn).parameters
     except (TypeError, ValueError):  # a builtin without a signature takes no key
-        return False
+        keyed = False
+    with contextlib.suppress(TypeError):
+        _KEYED[fn] = keyed
+    return keyed
+
+
+# Weak keys: a workflow's lambdas and closures are not kept alive by being asked about.
+_KEYED: weakref.WeakKeyDictionary[Any, bool] = weakref.WeakKeyDictionary()
 
 
 async def _call(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any],
@@ -542,4 +602,4 @@ def _random() -> float:
     return (struct.unpack(">Q", os.urandom(8))[0] >> 11) / float(1 << 53)
 
 
-__all__ = ["Context", "Inbox", "Invalid", "Park", "Policy", "StepFailed"]
+__all__ = ["Context", "ContinueAsNew", "Inbox", "Invalid", "Park", "Policy", "StepFailed"]

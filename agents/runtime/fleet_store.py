@@ -25,20 +25,28 @@ for one wait, exactly one update succeeds, and only that one continues the run.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import time
+from collections.abc import Callable
 from typing import Any
 
-from nats.js.api import KeyValueConfig, ObjectStoreConfig, StorageType, StreamConfig
+from nats.js.api import (
+    DeliverPolicy,
+    KeyValueConfig,
+    ObjectStoreConfig,
+    StorageType,
+    StreamConfig,
+)
 from nats.js.errors import BadRequestError, KeyWrongLastSequenceError, NotFoundError
 
-from fleet.address import digest, format_address
-from fleet.runtime.runtime_errors import SignalConflict
-from fleet.runtime.runtime_journal import signal_digest
-from fleet.subjects import DEFAULT_FLEET, FleetNames, run_token
-from plumbing.nats_connect import bucket_keys
-from plumbing.runtime_keys import held_keys
+from fleet_ledger.fleet.address import digest, format_address
+from fleet_ledger.fleet.runtime.runtime_errors import SignalConflict
+from fleet_ledger.fleet.runtime.runtime_journal import signal_digest
+from fleet_ledger.fleet.subjects import DEFAULT_FLEET, FleetNames, run_token
+from fleet_ledger.plumbing.nats_connect import bucket_keys
+from fleet_ledger.plumbing.runtime_keys import IN_FLIGHT, held_keys
 
 # A claim that has not turned into a new state within this long (the worker died) may be
 # claimed again.
@@ -148,6 +156,20 @@ class FleetStore:
             await sub.unsubscribe()
         return out
 
+    async def watch_signals(self, woken: Callable[[str], None]) -> Any:
+        """Call ``woken(run token)`` for each signal the stream stores from now on: a push
+        subscription (an ordered consumer delivering new messages' headers only, each after
+        the stream has stored it, so a reader woken by it finds the signal). Returns the
+        subscription (``await sub.unsubscribe()`` to stop)."""
+        prefix = f"{self.signal_subject}."
+
+        async def ring(msg: Any) -> None:
+            woken(msg.subject[len(prefix):])
+
+        return await self.js.subscribe(f"{prefix}>", stream=self.signals_stream, cb=ring,
+                                       ordered_consumer=True, headers_only=True,
+                                       deliver_policy=DeliverPolicy.NEW)
+
     async def forget_signals(self, seqs: list[int]) -> None:
         """Delete delivered signals from the stream: once journaled (encrypted, shreddable)
         their plaintext has no reason to stay in JetStream."""
@@ -241,9 +263,13 @@ class FleetStore:
         held one (a compare-and-set against no history): a key already there stays, and
         a shredded one (its purge marker) is never written again by a host that held a
         copy for its interval."""
-        for address, key in keys.items():
+        async def put(address: str, key: list[str]) -> None:
             with contextlib.suppress(KeyWrongLastSequenceError, BadRequestError):
                 await self.keys.update(run_token(address), json.dumps(key).encode(), last=0)
+
+        items = list(keys.items())
+        for i in range(0, len(items), IN_FLIGHT):  # a batch per round trip, not a key
+            await asyncio.gather(*(put(a, k) for a, k in items[i:i + IN_FLIGHT]))
 
     async def blob_keys(self, addresses: list[str]) -> dict[str, list[str]]:
         """The keys still held for ``addresses`` (a shredded one is absent)."""
@@ -259,7 +285,7 @@ class FleetStore:
             got = await self.obs.get(run_token(head))
         except NotFoundError:
             return None
-        return json.loads(got.data)  # type: ignore[no-any-return]
+        return json.loads(got.data)
 
 
 def _id_key(run: str, signal_id: str) -> str:

@@ -18,9 +18,9 @@ from typing import Any
 
 from nacl.secret import SecretBox
 
-from fleet.address import format_address, parse_address
-from fleet.runtime.runtime_errors import JournalTampered, ValueShredded
-from fleet.runtime.runtime_journal import (
+from fleet_ledger.fleet.address import format_address, parse_address
+from fleet_ledger.fleet.runtime.runtime_errors import JournalTampered, ValueShredded
+from fleet_ledger.fleet.runtime.runtime_journal import (
     blob_address,
     canon,
     chain_hashes,
@@ -28,9 +28,9 @@ from fleet.runtime.runtime_journal import (
     genesis,
     value_addresses,
 )
-from fleet.runtime.runtime_journal import open_blob as open_blob_raw
-from plumbing import sqlite
-from plumbing.transactions import immediate
+from fleet_ledger.fleet.runtime.runtime_journal import open_blob as open_blob_raw
+from fleet_ledger.plumbing import sqlite
+from fleet_ledger.plumbing.transactions import immediate
 
 DB_NAME = "runtime.db"
 
@@ -78,6 +78,7 @@ class Journal:
         # in the transaction of the run's next append, or by flush() (docs/runtime.md).
         self._pending: dict[str, list[tuple[tuple[Any, ...], tuple[tuple[bytes, bytes, bytes,
                                                                           bytes], ...]]]] = {}
+        self._runs_pending: dict[str, tuple[str, dict[str, Any]]] = {}  # set_run(defer=True)
 
     def close(self) -> None:
         self.flush()
@@ -98,9 +99,20 @@ class Journal:
     def run_row(self, run: str) -> tuple[str, str, str, dict[str, Any]] | None:
         row = self.db.execute("SELECT name, workflow, status, meta FROM runs WHERE run = ?",
                               (run,)).fetchone()
+        if row is not None and run in self._runs_pending:  # this process's deferred mark
+            return row[0], row[1], *self._runs_pending[run]
         return None if row is None else (row[0], row[1], row[2], json.loads(row[3]))
 
-    def set_run(self, run: str, status: str, meta: dict[str, Any]) -> None:
+    def set_run(self, run: str, status: str, meta: dict[str, Any], *,
+                defer: bool = False) -> None:
+        """Set a run's status and meta; with ``defer``, only in this process until the
+        run's next entries are written, in their transaction (a mark that must be durable
+        before any entry it speaks of, and need not be before; with no entry it is never
+        written: the next set_run replaces it)."""
+        if defer:
+            self._runs_pending[run] = (status, json.loads(canon(meta)))
+            return
+        self._runs_pending.pop(run, None)
         self.db.execute("UPDATE runs SET status = ?, meta = ? WHERE run = ?",
                         (status, canon(meta).decode(), run))
 
@@ -116,6 +128,17 @@ class Journal:
         self.flush(run)
         rows = self.db.execute("SELECT seq, kind, call, body, hash FROM entries WHERE run = ?"
                                " AND seq >= ? ORDER BY seq", (run, start)).fetchall()
+        return [Entry(*row) for row in rows]
+
+    def with_id(self, run: str, kinds: tuple[str, ...], ident: str) -> list[Entry]:
+        """The run's entries of ``kinds`` whose body may carry ``"id": ident`` (a filter on
+        the canonical text, read in SQLite: the caller checks the parsed body)."""
+        self.flush(run)
+        marks = ",".join("?" * len(kinds))
+        needle = '"id":' + canon(ident).decode()
+        rows = self.db.execute(f"SELECT seq, kind, call, body, hash FROM entries WHERE run = ?"
+                               f" AND kind IN ({marks}) AND instr(body, ?) > 0 ORDER BY seq",
+                               (run, *kinds, needle)).fetchall()
         return [Entry(*row) for row in rows]
 
     def head(self, run: str, workflow: str) -> tuple[int, bytes]:
@@ -152,7 +175,13 @@ class Journal:
         pending = [p for r in runs for p in self._pending.get(r, [])]
         if not pending:
             return
+        # A deferred mark is written with the run's entries (it speaks of them), else not.
+        marks = [(r, self._runs_pending.pop(r)) for r in runs
+                 if r in self._runs_pending and self._pending.get(r)]
         with immediate(self.db):
+            for r, (status, meta) in marks:
+                self.db.execute("UPDATE runs SET status = ?, meta = ? WHERE run = ?",
+                                (status, canon(meta).decode(), r))
             for r in runs:  # the head a deferred entry chained to must still be the head
                 if r in self._pending:
                     self._check_head(r, self._pending[r][0][0])
@@ -296,10 +325,10 @@ class Journal:
                     box, key, salt = held
                     blobs[address] = _b64(box)
                     keys[address] = [_b64(key), _b64(salt)]
-                elif (box := self._box(raw)) is not None:
+                elif (shut := self._box(raw)) is not None:
                     # A key given back to the fleet's bucket after its interval: the
                     # ciphertext still travels, the key is the bucket's to give.
-                    blobs[address] = _b64(box)
+                    blobs[address] = _b64(shut)
         journal = {"run": run, "name": name, "workflow": workflow,
                    "entries": [[e.seq, e.kind, e.call, e.body] for e in entries],
                    "blobs": blobs}
@@ -313,7 +342,7 @@ class Journal:
         run, workflow = str(data["run"]), str(data["workflow"])
         entries = [tuple(e) for e in data["entries"]]
         rows = [(run, *entry, h) for entry, h in zip(
-            entries, chain_hashes(run, workflow, entries), strict=True)]  # type: ignore[arg-type]
+            entries, chain_hashes(run, workflow, entries), strict=True)]
         prev = rows[-1][-1] if rows else genesis(run, workflow)
         if prev != head:
             raise JournalTampered(f"the journal of {run} does not chain to its park's"
@@ -346,11 +375,19 @@ def open_blob(address: str, box: bytes, key: bytes, salt: bytes) -> bytes:
 def verify_chain(run: str, workflow: str, entries: list[Entry], trusted: int = 0) -> bytes:
     """The head of ``entries`` after recomputing every hash; JournalTampered at the first
     entry whose stored hash is not its own. With ``trusted`` = k, entries 0 .. k-1 are
-    taken as verified (a replay checkpoint vouches for them) and the chain is recomputed
-    from entry k on, from entry k-1's stored hash."""
+    taken as verified and the chain is recomputed from entry k on, from entry k-1's stored
+    hash."""
     prev = genesis(run, workflow) if trusted == 0 else entries[trusted - 1].hash
-    for i in range(trusted, len(entries)):
-        entry = entries[i]
+    if trusted == 0 and entries and entries[0].seq != 0:
+        raise JournalTampered(f"journal entry 0 is numbered {entries[0].seq}")
+    return verify_from(prev, entries[trusted:])
+
+
+def verify_from(prev: bytes, entries: list[Entry]) -> bytes:
+    """The head after ``entries`` (numbered on from the first one's seq) chained from
+    ``prev``; JournalTampered at the first whose stored hash is not its own."""
+    first = entries[0].seq if entries else 0
+    for i, entry in enumerate(entries, first):
         if entry.seq != i:
             raise JournalTampered(f"journal entry {i} is numbered {entry.seq}")
         prev = entry_hash(prev, entry.seq, entry.kind, entry.call, entry.body)
@@ -374,4 +411,4 @@ def _unb64(text: str) -> bytes:
 
 
 __all__ = ["DB_NAME", "Entry", "Journal", "Value", "addresses", "open_blob",
-           "verify_chain"]
+           "verify_chain", "verify_from"]

@@ -25,18 +25,24 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NoReturn
 
-from agents.energy import IntervalMeter, Reading, transcript_park_idle
-from agents.host import Host, HostRun
-from agents.runtime.checkpoint import Checkpoints, folder_key, mac_key
-from agents.runtime.context import Context, Inbox, Park
-from agents.runtime.journal import Entry, Journal, verify_chain
-from fleet.address import format_address, parse_address
-from fleet.env.manifest import Manifest
-from fleet.jobs.job_id import item_unit
-from fleet.record.kernel import genesis
-from fleet.record.segment import CallAccount, TranscriptSnapshot, make_snapshot
-from fleet.record.wait_proof import verdict_json, waited_inside
-from fleet.runtime.runtime_errors import (
+from fleet_ledger.agents.energy import IntervalMeter, Reading, transcript_park_idle
+from fleet_ledger.agents.host import Host, HostRun
+from fleet_ledger.agents.runtime.checkpoint import (
+    ENTRY_OVERHEAD,
+    Checkpoints,
+    View,
+    folder_key,
+    mac_key,
+)
+from fleet_ledger.agents.runtime.context import Context, ContinueAsNew, Inbox, Park
+from fleet_ledger.agents.runtime.journal import Entry, Journal, verify_chain
+from fleet_ledger.fleet.address import format_address, parse_address
+from fleet_ledger.fleet.env.manifest import Manifest
+from fleet_ledger.fleet.jobs.job_id import item_unit
+from fleet_ledger.fleet.record.kernel import genesis
+from fleet_ledger.fleet.record.segment import CallAccount, TranscriptSnapshot, make_snapshot
+from fleet_ledger.fleet.record.wait_proof import verdict_json, waited_inside
+from fleet_ledger.fleet.runtime.runtime_errors import (
     CodeChanged,
     EnvironmentChanged,
     JournalTampered,
@@ -49,8 +55,8 @@ from fleet.runtime.runtime_errors import (
     ValueShredded,
     WorkflowUnknown,
 )
-from fleet.runtime.runtime_identity import code_version, run_manifest
-from fleet.runtime.runtime_journal import (
+from fleet_ledger.fleet.runtime.runtime_identity import code_version, run_manifest
+from fleet_ledger.fleet.runtime.runtime_journal import (
     RESOLVE,
     SIGNAL,
     START,
@@ -60,8 +66,9 @@ from fleet.runtime.runtime_journal import (
     run_ids,
     runtime_manifest,
 )
-from fleet.runtime.runtime_journal import genesis as journal_genesis
-from fleet.subjects import run_token
+from fleet_ledger.fleet.runtime.runtime_journal import genesis as journal_genesis
+from fleet_ledger.fleet.subjects import run_token
+from fleet_ledger.plumbing.transactions import immediate
 
 Workflow = Callable[..., Coroutine[Any, Any, Any]]
 
@@ -78,7 +85,7 @@ def load_workflow(name: str) -> Workflow:
             obj = getattr(obj, part)
     except (ImportError, AttributeError) as exc:
         raise WorkflowUnknown(f"cannot load workflow {name}: {exc}") from None
-    return obj  # type: ignore[no-any-return]
+    return obj
 
 
 def run_address(name: str, workflow: str, grant: str | None = None,
@@ -252,9 +259,9 @@ class Runtime:
             for sid, queued_data in items:
                 if sid == signal_id:
                     return self._duplicate(run, signal_id, same == (queued, canon(queued_data)))
-        for entry in self.journal.entries(run):
+        for entry in self.journal.with_id(run, (SIGNAL, RESOLVE), signal_id):
             body = entry.data()
-            if entry.kind in (SIGNAL, RESOLVE) and body.get("id") == signal_id:
+            if body.get("id") == signal_id:
                 got = body.get("name", name)
                 try:
                     value = self.journal.value(body["value"]) if "value" in body else None
@@ -286,41 +293,53 @@ class Runtime:
         if row is None:
             raise KeyError(f"no run {run} in {self.journal.dir}")
         name, wf, status, meta = row
-        entries, trusted = self.checkpoints.entries(self.journal, run)
-        try:
-            verify_chain(run, wf, entries, trusted)
+        try:  # from the last epoch a replay checkpoint names, else from genesis
+            view = self.checkpoints.view(self.journal, run, wf)
         except JournalTampered as exc:
             self._refuse(run, meta, exc)
+        entries = view.entries
         if status == "cancelled":
-            return Outcome(run, "cancelled", error=meta.get("reason"), entries=len(entries))
+            return Outcome(run, "cancelled", error=meta.get("reason"), entries=view.end)
         if status in ("done", "failed"):
-            end = entries[-1].data()
-            return Outcome(run, status, self._end_value(end), end.get("error"),
-                           entries=len(entries))
+            last = entries[-1].data()
+            return Outcome(run, status, self._end_value(last), last.get("error"),
+                           entries=view.end)
         fn = self.workflows.get(wf) or load_workflow(wf)
         version, manifest = self.identity(fn, wf)
         # Every entry belongs to one interval: a new run's first interval holds its start.
-        first = len(entries) if "next" in meta else 0
-        hr, first = self._begin(run, name, wf, meta, first, entries, version, manifest)
+        first = view.end if "next" in meta else 0
+        if min(first, meta.get("first", first)) < view.epoch.seq:
+            # An interval older than the checkpoint's epoch (not written by this code):
+            # its account needs the entries before the epoch, so read from genesis.
+            view = self.checkpoints.view(self.journal, run, wf, use=False)
+            entries = view.entries
+        hr, first = self._begin(run, name, wf, meta, first, view, version, manifest)
         meter = IntervalMeter().start()
-        resume = self._resume_step(hr, manifest, meta, entries)
+        resume = self._resume_step(hr, manifest, meta, view)
         ctx = Context(self.journal, run, name, wf, entries, self.inbox(run),
                       inline_wait_s=self.inline_wait_s, clock=self.clock,
-                      before_append=resume)
-        input_value = self.journal.value(entries[0].data()["input"])
+                      before_append=resume, cursor=view.epoch.cursor,
+                      delivered=view.epoch.delivered)
+        value = self.journal.value(entries[0].data()["input" if entries[0].kind == START
+                                                   else "value"])
         wait: dict[str, Any] | None = None
         result: Any = None
         error: str | None = None
         # A divergence raises out of here: nothing more is journaled or sealed (an interval
         # that had journaled entries before is sealed as "lost" by the next advance).
-        try:
-            result = await fn(ctx, input_value)
-        except (ReplayDiverged, ValueShredded, JournalTampered, WorkflowUnknown):
-            raise
-        except Exception as exc:
-            error = f"{type(exc).__name__}: {exc}"
-        except Park as park:
-            wait = park.wait
+        while True:
+            try:
+                result = await fn(ctx, value)
+            except (ReplayDiverged, ValueShredded, JournalTampered, WorkflowUnknown):
+                raise
+            except Exception as exc:
+                error = f"{type(exc).__name__}: {exc}"
+            except Park as park:
+                wait = park.wait
+            except ContinueAsNew as again:  # a new epoch: enter the function again
+                value = again.value
+                continue
+            break
         await ctx.settle()
         if wait is None:
             ctx.finish(result, error)
@@ -328,7 +347,7 @@ class Runtime:
             ctx._going_live()  # an interval with nothing new still resumed the run
         self.journal.flush(run)
         after = ctx.journal()  # what was read plus what this interval wrote: no re-read
-        end, head = len(after), (after[-1].hash if after else b"")
+        end, head = after[-1].seq + 1, after[-1].hash
         calls = account(after, first, end)
         status = "waiting" if wait is not None else ("failed" if error else "done")
         outcome = Outcome(run, status, result, error, wait, end, (first, end), calls)
@@ -341,46 +360,56 @@ class Runtime:
                 hr.close()
             outcome.segments = hr.state.index
             outcome.verdict = verdict_json(hr.state.wait.verdict())
-        self.journal.set_run(run, "parked" if wait is not None else status,
-                             {"open": False, "next": end, "wait": wait, "parked_at": self.clock(),
-                              "head": format_address(head) if head else None,
-                              "code_version": version, "manifest": format_address(manifest),
-                              **({"grant": meta["grant"]} if meta.get("grant") else {})})
+        # The run's state and its replay checkpoint at the new end, in one commit (the next
+        # resume replays from the last epoch on).
+        with immediate(self.journal.db):
+            self.journal.set_run(run, "parked" if wait is not None else status, {
+                "open": False, "next": end, "wait": wait, "parked_at": self.clock(),
+                "head": format_address(head), "code_version": version,
+                "manifest": format_address(manifest),
+                **({"grant": meta["grant"]} if meta.get("grant") else {})})
+            self.checkpoints.take(run, end, head,
+                                  view.epoch.moved(after, ctx.epoch, ctx.epoch_cursor))
         outcome.blocked = blocked(calls)
-        self.checkpoints.take(run, after)  # the next resume verifies from here on
         return outcome
 
     # -- the record -------------------------------------------------------------------------
 
     def _begin(self, run: str, name: str, wf: str, meta: dict[str, Any], first: int,
-               entries: list[Entry], version: str | None = None,
+               view: View, version: str | None = None,
                manifest: bytes | None = None) -> tuple[HostRun | None, int]:
         if self.host is None:
-            self.journal.set_run(run, "running", {**meta, "open": True, "first": first})
+            self.journal.set_run(run, "running", {**meta, "open": True, "first": first},
+                                 defer=True)
             return None, first
         hr = self.held.get(run) or self.host.open_run(*record_ids(name, wf, meta.get("grant"),
                                                                   meta.get("item")))
         self.held[run] = hr
         if hr.state.phase == "parked":
-            self._check_park(hr, wf, meta, entries)
+            self._check_park(hr, wf, meta, view.head)
             if manifest is not None:  # an interval will run: precondition 2 too
                 self._check_identity(hr, meta, version, manifest)
+        lost = False
         if (meta.get("open") and hr.state.index == meta.get("seg")
-                and hr.state.phase != "parked" and len(entries) > meta["first"]):
+                and hr.state.phase != "parked" and view.end > meta["first"]):
             # The last process died inside an interval: seal what it journaled, honestly
             # (its account shows any call it dispatched and never resolved). One that
             # journaled nothing (it diverged, or died replaying) leaves nothing to seal.
-            head = entries[-1].hash
-            self._seal(hr, meta["first"], len(entries), head,
-                       account(entries, meta["first"], len(entries)),
+            head = view.entries[-1].hash
+            self._seal(hr, meta["first"], view.end, head,
+                       account(view.entries, meta["first"], view.end),
                        Reading(1, "estimated", "estimate:lost-interval"), "lost")
-            first = len(entries)
+            first = view.end
+            lost = True
+        # The mark that an interval is open needs to be durable only with its first entry
+        # (a death before that leaves nothing to seal), so it rides that commit; after a
+        # lost interval was sealed it is written now (it moves ``first`` past that one).
         self.journal.set_run(run, "running", {**meta, "open": True, "first": first,
-                                              "seg": hr.state.index})
+                                              "seg": hr.state.index}, defer=not lost)
         return hr, first
 
     def _check_park(self, hr: HostRun, wf: str, meta: dict[str, Any],
-                    entries: list[Entry]) -> None:
+                    head: bytes | None) -> None:
         """Resumption precondition 1, on every host: the journal this host would replay must
         end at the park's transcript address in the record verified from genesis (the
         host's own outbox, else the ledger's record and proof: Host.verified_state), else
@@ -391,7 +420,7 @@ class Runtime:
             hr.builder.state = self.host.verified_state(hr)
             hr.verified = True
         want = park_transcript(hr).transcript
-        have = entries[-1].hash if entries else journal_genesis(hr.run, wf)
+        have = head if head is not None else journal_genesis(hr.run, wf)
         if have != want:
             detail = (f"the journal of {hr.run} ends at {format_address(have)}, not at its"
                       f" park's transcript address {format_address(want)} (segment"
@@ -424,23 +453,27 @@ class Runtime:
         raise exc
 
     def _resume_step(self, hr: HostRun | None, manifest: bytes, meta: dict[str, Any],
-                     entries: list[Any]) -> Callable[[], None] | None:
+                     view: View) -> Callable[[], None] | None:
         """The resume of a parked run, to seal when the interval first goes live."""
         if hr is None or hr.state.phase != "parked":
             return None
 
         def resume() -> None:
-            idle = self._park_idle(meta, entries)
+            idle = self._park_idle(meta, view.size())
             hr.resume(park_transcript(hr), manifest, idle_uj=idle.uj,
                       provenance=idle.provenance, meter=idle.meter)
+            # Rides the first entry's commit too: a death before it left the run resumed
+            # on its record with nothing journaled, which the next interval continues.
             self.journal.set_run(hr.run, "running", {**meta, "open": True, "first":
-                                                     len(entries), "seg": hr.state.index})
+                                                     view.end, "seg": hr.state.index},
+                                 defer=True)
         return resume
 
-    def _park_idle(self, meta: dict[str, Any], entries: list[Entry]) -> Reading:
-        """What the transcript park drew until now: the journal's stored bytes over the
-        time since it parked."""
-        return transcript_idle([e.body for e in entries], meta.get("parked_at"), self.clock())
+    def _park_idle(self, meta: dict[str, Any], size: int) -> Reading:
+        """What the transcript park drew until now: the journal's stored bytes (``size``)
+        over the time since it parked."""
+        return transcript_park_idle(size, max(0.0, self.clock()
+                                              - float(meta.get("parked_at") or self.clock())))
 
     def cancel(self, run: str, reason: str | None = None) -> Outcome:
         """Close ``run`` for good (``fleet runtime cancel``), whatever it waits on: a parked
@@ -455,11 +488,12 @@ class Runtime:
             raise RunFinished(f"run {run} is {status} already")
         entries = self.journal.entries(run)
         verify_chain(run, wf, entries)
-        hr, _first = self._begin(run, name, wf, meta, len(entries), entries)
+        view = View(entries)
+        hr, _first = self._begin(run, name, wf, meta, len(entries), view)
         if hr is None:  # pragma: no cover - a host is required above
             raise KeyError(run)
         if hr.state.phase == "parked":
-            idle = self._park_idle(meta, entries)
+            idle = self._park_idle(meta, view.size())
             hr.close(idle_uj=idle.uj, provenance=idle.provenance, meter=idle.meter)
         else:
             hr.close()
@@ -482,16 +516,19 @@ class Runtime:
 def transcript_idle(bodies: list[str], parked_at: float | None, now: float) -> Reading:
     """A transcript park's idle draw from ``parked_at`` to ``now``: the journal's stored
     bytes (each entry's body and its hash and framing)."""
-    size = sum(len(b) + 64 for b in bodies)
+    size = sum(len(b) + ENTRY_OVERHEAD for b in bodies)
     return transcript_park_idle(size, max(0.0, now - float(parked_at or now)))
 
 
 def account(entries: list[Entry], first: int, end: int) -> CallAccount:
-    """The call account of the interval holding ``entries[first:end]``
-    (:func:`fleet.runtime.runtime_journal.interval_account`: a step re-run after a lost interval
-    counts as dispatched here too)."""
-    return CallAccount(*interval_account([(e.kind, e.call, e.body) for e in entries[:end]],
-                                         first, end))
+    """The call account of the interval holding the run's entries ``first .. end - 1``
+    (:func:`fleet.runtime.runtime_journal.interval_account`: a step re-run after a lost
+    interval counts as dispatched here too), given ``entries`` from some seq at or before
+    ``first`` (an epoch's: no call dispatched before an epoch is resolved after it)."""
+    base = entries[0].seq if entries else 0
+    return CallAccount(*interval_account([(e.kind, e.call, e.body)
+                                          for e in entries[:end - base]],
+                                         first - base, end - base))
 
 
 def blocked(calls: CallAccount) -> list[str]:

@@ -24,13 +24,20 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from agents.adoption import ResumeRefused
-from agents.host import Host, HostRun
-from agents.runtime.fleet_store import CLAIM_LEASE_S, FleetStore, claim_stale, wait_over
-from agents.runtime.runtime import Outcome, Runtime, park_transcript
-from fleet.address import format_address
-from fleet.errors import FleetError
-from fleet.runtime.runtime_errors import (
+from nats.errors import BadSubscriptionError, ConnectionClosedError
+
+from fleet_ledger.agents.adoption import ResumeRefused
+from fleet_ledger.agents.host import Host, HostRun
+from fleet_ledger.agents.runtime.fleet_store import (
+    CLAIM_LEASE_S,
+    FleetStore,
+    claim_stale,
+    wait_over,
+)
+from fleet_ledger.agents.runtime.runtime import Outcome, Runtime, park_transcript
+from fleet_ledger.fleet.address import format_address
+from fleet_ledger.fleet.errors import FleetError
+from fleet_ledger.fleet.runtime.runtime_errors import (
     CodeChanged,
     EnvironmentChanged,
     JournalTampered,
@@ -40,7 +47,7 @@ from fleet.runtime.runtime_errors import (
     ValueShredded,
     WorkflowUnknown,
 )
-from fleet.runtime.runtime_journal import RESOLVE, SIGNAL
+from fleet_ledger.fleet.runtime.runtime_journal import RESOLVE, SIGNAL
 
 PERMANENT = (JournalTampered, ValueShredded, ReplayDiverged, WorkflowUnknown,
              NotTranscriptPark, CodeChanged, EnvironmentChanged)
@@ -74,7 +81,9 @@ class Worker:
         """Drain the outbox, then publish where the run stands (and a parked journal)."""
         await self.drain()
         run = outcome.run
-        name, workflow, _status, meta = self.runtime.journal.run_row(run)  # type: ignore[misc]
+        row = self.runtime.journal.run_row(run)
+        assert row is not None  # the run was just advanced here
+        name, workflow, _status, meta = row
         entries = self.runtime.journal.entries(run)
         head = meta.get("head")
         journal, keys = self.runtime.journal.export(run)
@@ -86,8 +95,8 @@ class Worker:
                "wait": outcome.wait, "head": head, "host": self.host.name,
                "parked_at": meta.get("parked_at"), "segments": outcome.segments,
                "verdict": outcome.verdict, "blocked": outcome.blocked,
-               "delivered": sorted({e.data().get("id") for e in entries
-                                    if e.kind in (SIGNAL, RESOLVE)} - {None}),
+               "delivered": sorted({i for e in entries if e.kind in (SIGNAL, RESOLVE)
+                                    if (i := e.data().get("id")) is not None}),
                "error": outcome.error, "code_version": meta.get("code_version"),
                "manifest": meta.get("manifest"),
                "grant": format_address(self.runtime.held[run].state.grants_id)
@@ -97,7 +106,9 @@ class Worker:
 
     def running_doc(self, run: str) -> dict[str, Any]:
         """Where a local run stands while an interval of it runs here."""
-        name, workflow, _status, meta = self.runtime.journal.run_row(run)  # type: ignore[misc]
+        row = self.runtime.journal.run_row(run)
+        assert row is not None  # an interval of it runs here
+        name, workflow, _status, meta = row
         return running_doc(run, name, workflow, self.host.name, meta.get("head"))
 
     async def continue_orphans(self) -> list[dict[str, Any]]:
@@ -118,12 +129,17 @@ class Worker:
                 self.runtime.release(run)
         return reports
 
-    async def pass_once(self) -> list[dict[str, Any]]:
+    async def pass_once(self, only: set[str] | None = None) -> list[dict[str, Any]]:
         """Continue every local orphan, then every run whose wait is over and that this
         worker wins; one report each (``{"run", "status", ...}`` or ``{"run", "refused":
-        rule}``)."""
-        reports = await self.continue_orphans()
-        for doc, revision in await self.store.runs():
+        rule}``). With ``only`` (run tokens), just those runs: a pass woken by their
+        signals."""
+        if only is None:
+            reports, docs = await self.continue_orphans(), await self.store.runs()
+        else:
+            reports = []
+            docs = [got for token in sorted(only) if (got := await self.store.get(token))]
+        for doc, revision in docs:
             now = self.clock()
             if doc.get("status") != "parked" and not claim_stale(doc, now):
                 continue
@@ -215,13 +231,45 @@ class Worker:
             claim.doc, claim.revision = renewed
 
     async def run_forever(self, stop: asyncio.Event, report: Callable[[dict[str, Any]], None],
-                          poll: float = 1.0) -> None:
-        """Passes every ``poll`` seconds until ``stop`` is set."""
-        while not stop.is_set():
-            for done in await self.pass_once():
-                report(done)
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), timeout=poll)
+                          poll: float = 1.0, push: bool = True) -> None:
+        """Passes until ``stop`` is set: a pass over the runs a signal was stored for as
+        soon as it is (pushed by the signals stream; not without ``push``), and a full
+        pass (orphans, timers, deadlines, anything missed) every ``poll`` seconds."""
+        woken: set[str] = set()
+        bell = asyncio.Event()
+
+        def ring(token: str) -> None:
+            woken.add(token)
+            bell.set()
+
+        sub = await self.store.watch_signals(ring) if push else None
+        try:
+            full_at = 0.0
+            while not stop.is_set():
+                now = time.monotonic()
+                only = None if now - full_at >= poll else set(woken)
+                woken.clear()
+                bell.clear()
+                if only is None:
+                    full_at = now
+                for done in await self.pass_once(only):
+                    report(done)
+                if not woken:
+                    await _first(stop, bell, max(0.0, full_at + poll - time.monotonic()))
+        finally:
+            if sub is not None:
+                with contextlib.suppress(ConnectionClosedError, BadSubscriptionError):
+                    await sub.unsubscribe()  # a closed connection has nothing to stop
+
+
+async def _first(stop: asyncio.Event, bell: asyncio.Event, timeout: float) -> None:
+    """Wait until ``stop`` or ``bell`` is set, or ``timeout`` seconds pass."""
+    waits = [asyncio.ensure_future(stop.wait()), asyncio.ensure_future(bell.wait())]
+    try:
+        await asyncio.wait(waits, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for w in waits:
+            w.cancel()
 
 
 def running_doc(run: str, name: str, workflow: str, host: str, head: str | None = None

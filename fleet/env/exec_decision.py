@@ -28,7 +28,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Final
 
-from fleet.env.exec_journal import (
+from fleet_ledger.fleet.env.exec_journal import (
     ACCESSES,
     DEFAULT_LABEL,
     EXEC,
@@ -39,8 +39,8 @@ from fleet.env.exec_journal import (
     JournalEntry,
     clip_path,
 )
-from fleet.env.exec_policy import ALLOW, DENY, ExecPolicy
-from fleet.errors import ValueOutOfRange
+from fleet_ledger.fleet.env.exec_policy import ALLOW, DENY, ExecPolicy
+from fleet_ledger.fleet.errors import ValueOutOfRange
 
 __all__ = [
     "EXEC",

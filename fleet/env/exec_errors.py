@@ -7,7 +7,7 @@ one by one) like :mod:`fleet.log.log_errors`; every class still subclasses
 
 from __future__ import annotations
 
-from fleet.errors import FleetError
+from fleet_ledger.fleet.errors import FleetError
 
 __all__ = [
     "ExecError",

@@ -33,11 +33,11 @@ import struct
 from dataclasses import dataclass
 from typing import Any, Final
 
-from fleet.address import digest, format_address
-from fleet.env.exec_errors import JournalEntryMismatch
-from fleet.env.exec_policy import DENY, VERDICTS, code_of
-from fleet.errors import ValueOutOfRange
-from fleet.record.kernel import check_digest, check_u64, encode_text
+from fleet_ledger.fleet.address import digest, format_address
+from fleet_ledger.fleet.env.exec_errors import JournalEntryMismatch
+from fleet_ledger.fleet.env.exec_policy import DENY, VERDICTS, code_of
+from fleet_ledger.fleet.errors import ValueOutOfRange
+from fleet_ledger.fleet.record.kernel import check_digest, check_u64, encode_text
 
 __all__ = [
     "ACCESSES",

@@ -32,10 +32,11 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from fleet.address import digest, format_address, parse_address
-from fleet.env.exec_errors import MalformedPolicy, PolicyMismatch
-from fleet.errors import FleetError, MalformedAddress, ValueOutOfRange
-from fleet.record.kernel import MAX_TEXT, encode_text
+from fleet_ledger.fleet.address import digest, format_address, parse_address
+from fleet_ledger.fleet.env.exec_errors import MalformedPolicy, PolicyMismatch
+from fleet_ledger.fleet.errors import FleetError, MalformedAddress, ValueOutOfRange
+from fleet_ledger.fleet.record.kernel import MAX_TEXT
+from fleet_ledger.fleet.text import encode_text
 
 __all__ = [
     "ALLOW",
@@ -119,7 +120,7 @@ class ExecPolicy:
 def code_of(table: Mapping[str, int], value: object, what: str,
             error: type[FleetError] = ValueOutOfRange) -> int:
     """The byte code of ``value`` (a name in ``table``), or ``error`` naming the choices."""
-    code = table.get(value) if type(value) is str else None  # type: ignore[arg-type]
+    code = table.get(value) if type(value) is str else None
     if code is None:
         raise error(f"{what} must be one of {', '.join(map(repr, table))}, got {value!r}")
     return code
@@ -130,10 +131,7 @@ def _verdict_code(value: object, what: str) -> int:
 
 
 def _label(value: object) -> bytes:
-    try:
-        return encode_text(value, "a rule's label")
-    except ValueOutOfRange as exc:
-        raise MalformedPolicy(str(exc)) from None
+    return encode_text(value, "a rule's label", MalformedPolicy, MAX_TEXT)
 
 
 def _make(default: str, rules: tuple[Rule, ...]) -> ExecPolicy:

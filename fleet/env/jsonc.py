@@ -30,7 +30,7 @@ import json
 import re
 from typing import Any
 
-from fleet.env.manifest_errors import (
+from fleet_ledger.fleet.env.manifest_errors import (
     ByteOrderMark,
     DuplicateKey,
     IntegerOutOfRange,

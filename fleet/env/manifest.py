@@ -47,9 +47,9 @@ from typing import Any
 
 import rfc8785
 
-from fleet.address import digest, format_address, parse_address
-from fleet.env import jsonc
-from fleet.env.manifest_errors import (
+from fleet_ledger.fleet.address import digest, format_address, parse_address
+from fleet_ledger.fleet.env import jsonc
+from fleet_ledger.fleet.env.manifest_errors import (
     BadEnvironmentName,
     BadManifestSignature,
     LifecycleCommand,
@@ -67,9 +67,9 @@ from fleet.env.manifest_errors import (
     UntrustedManifestKey,
     Widening,
 )
-from fleet.errors import MalformedAddress
-from fleet.log.log_errors import MalformedKey
-from fleet.log.note import Signer, Verifier, b64decode_strict, parse_verifier_key
+from fleet_ledger.fleet.errors import MalformedAddress
+from fleet_ledger.fleet.log.log_errors import MalformedKey
+from fleet_ledger.fleet.log.note import Signer, Verifier, b64decode_strict, parse_verifier_key
 
 __all__ = [
     "ALLOWED",
@@ -222,9 +222,10 @@ def _env(nulls: bool) -> Callable[[Any, str], dict[str, str | None]]:
 
 
 def _user(v: Any, where: str) -> str:
-    if _USER.match(_string(v, where, "a user")) is None:
-        raise MalformedProperty(f"{v[:60]!r} is not a user name or uid[:gid]", where=where)
-    return v
+    user = _string(v, where, "a user")
+    if _USER.match(user) is None:
+        raise MalformedProperty(f"{user[:60]!r} is not a user name or uid[:gid]", where=where)
+    return user
 
 
 def _workspace_folder(v: Any, where: str) -> str:
@@ -257,15 +258,18 @@ def _forward_ports(v: Any, where: str) -> list[int | str]:
 
 
 def _size(v: Any, where: str) -> str:
-    if _SIZE.match(_string(v, where, "a size")) is None:
-        raise MalformedProperty(f"{v[:40]!r} is not a size (digits, then tb, gb, mb or kb)",
+    size = _string(v, where, "a size")
+    if _SIZE.match(size) is None:
+        raise MalformedProperty(f"{size[:40]!r} is not a size (digits, then tb, gb, mb or kb)",
                                 where=where)
-    return v
+    return size
 
 
 def _gpu(v: Any, where: str) -> bool | str | dict[str, Any]:
-    if type(v) is bool or v == "optional":
-        return v  # type: ignore[no-any-return]
+    if type(v) is bool:
+        return v
+    if v == "optional":
+        return "optional"
     if type(v) is dict:
         return _fields(v, where, {"cores": lambda c, at: _integer(c, at, "cores", 1, 1 << 20),
                                   "memory": _size})
@@ -282,7 +286,7 @@ def _host_requirements(v: Any, where: str) -> dict[str, Any]:
 def _shutdown_action(v: Any, where: str) -> str:
     if v not in ("none", "stopContainer") or type(v) is not str:
         raise MalformedProperty('shutdownAction must be "none" or "stopContainer"', where=where)
-    return v  # type: ignore[no-any-return]
+    return v
 
 
 def _features(v: Any, where: str) -> dict[str, dict[str, str | bool]]:
@@ -390,7 +394,9 @@ class Manifest:
 
     @property
     def devcontainer(self) -> dict[str, Any]:
-        return self.document["devcontainer"]  # type: ignore[no-any-return]
+        # manifest_of() puts normalise()'s dict here; the document is dict[str, Any].
+        devcontainer: dict[str, Any] = self.document["devcontainer"]
+        return devcontainer
 
 
 def manifest_of(declaration: Any) -> Manifest:

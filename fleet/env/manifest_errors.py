@@ -10,7 +10,7 @@ for one member), or ``None`` when no one value is at fault.
 
 from __future__ import annotations
 
-from fleet.errors import FleetError, ManifestMismatch
+from fleet_ledger.fleet.errors import FleetError, ManifestMismatch
 
 __all__ = [
     "BadEnvironmentName",

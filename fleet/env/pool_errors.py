@@ -7,7 +7,7 @@ rule name a CLI prints.
 
 from __future__ import annotations
 
-from fleet.errors import FleetError
+from fleet_ledger.fleet.errors import FleetError
 
 __all__ = ["PoolError", "SlotClaimed", "SlotEvicted", "UnknownSlot"]
 

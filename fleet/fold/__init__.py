@@ -5,6 +5,8 @@
   batch's run overlay (:class:`BatchRuns`).
 - :mod:`fleet.fold.fast`: the same decision from the wire form for the common message, the
   reference path for the rest (:func:`fold_message`).
+- :mod:`fleet.fold.event_overlay`: the batch's overlay, one idea for its runs, control
+  events and grant events (a decision taken changes the batch's view, never the committed).
 - :mod:`fleet.fold.route`: which fold a message goes to, by its subject (a table).
 - :mod:`fleet.fold.batch`: one batch decided: seal verdicts merged, the heads and runs the
   batch has folded so far overlaid on the committed ones, control and grant events in
@@ -18,14 +20,14 @@ used from the former modules ``fleet.fold`` and ``fleet.fold_fast`` are re-expor
 :mod:`fleet.fold.batch` is not (it imports :mod:`fleet.fold.control`, which imports this package).
 """
 
-from fleet.fold.fast import (
+from fleet_ledger.fleet.fold.fast import (
     batch_addresses,
     decide_message,
     fast_decide,
     fold_message,
     wire_seal_item,
 )
-from fleet.fold.reference import (
+from fleet_ledger.fleet.fold.reference import (
     Accepted,
     Admission,
     BatchRuns,

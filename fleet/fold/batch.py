@@ -18,17 +18,18 @@ touched. Each message goes to one fold by its subject (its route, computed once 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import NamedTuple
+from typing import NamedTuple, TypeVar
 
 import msgspec
 
-from fleet.fold.control import BatchControl, ControlAccepted
-from fleet.fold.fast import fold_message, wire_seal_item
-from fleet.fold.grant_events import GrantAccepted, GrantBook, signature_items
-from fleet.fold.grant_fold import BatchGrants
-from fleet.fold.job_events import JobAccepted
-from fleet.fold.job_fold import BatchJobs, JobBook
-from fleet.fold.reference import (
+from fleet_ledger.fleet.fold.control import BatchControl, ControlAccepted
+from fleet_ledger.fleet.fold.fast import fold_message, wire_seal_item
+from fleet_ledger.fleet.fold.grant_decide import RunAt
+from fleet_ledger.fleet.fold.grant_events import GrantAccepted, GrantBook, signature_items
+from fleet_ledger.fleet.fold.grant_fold import BatchGrants
+from fleet_ledger.fleet.fold.job_events import JobAccepted
+from fleet_ledger.fleet.fold.job_fold import BatchJobs, JobBook
+from fleet_ledger.fleet.fold.reference import (
     Accepted,
     Admission,
     BatchRuns,
@@ -37,14 +38,16 @@ from fleet.fold.reference import (
     Refused,
     RunSlot,
 )
-from fleet.fold.route import CONTROL, GRANT, JOB, Route
-from fleet.record.wire import EnvelopeWire, identity
-from fleet.subjects import FleetNames
+from fleet_ledger.fleet.fold.route import CONTROL, GRANT, JOB, Route
+from fleet_ledger.fleet.record.wire import EnvelopeWire, identity
+from fleet_ledger.fleet.subjects import FleetNames
 
 __all__ = ["BatchChanges", "BatchHeads", "Decided", "Incoming", "SealItems", "decide_batch",
-           "merge_seals", "run_at", "seal_items"]
+           "decide_written", "first_gap", "merge_seals", "refusal_notices", "run_at",
+           "seal_items"]
 
 HeadAt = Callable[[bytes, int], "bytes | None"]
+P = TypeVar("P")  # a prepared batch, as the shell holds it
 
 
 class Incoming(msgspec.Struct, frozen=True, gc=False):
@@ -95,10 +98,10 @@ def seal_items(msgs: Sequence[tuple[int, str, bytes]], wires: Sequence[EnvelopeW
     their conjunction, :func:`merge_seals`); an event with a message longer than
     ``max_message`` is left to the fold to check."""
     found = [(n, item) for n, item in (
-        (n, None if w is None else wire_seal_item(w, hosts, a and a[0]))
+        (n, None if w is None else wire_seal_item(w, hosts, a[0] if a else None))
         for n, (w, a) in enumerate(zip(wires, addresses, strict=True)))
         if item is not None]
-    runs = {identity(wires[n].run) for n, _ in found}  # type: ignore[union-attr]
+    runs = {identity(w.run) for n, _ in found if (w := wires[n]) is not None}
     for n, ((_seq, _subject, data), route) in enumerate(zip(msgs, routes, strict=True)):
         if route == GRANT:
             items = signature_items(data)
@@ -146,8 +149,7 @@ class BatchHeads:
         return held if held is not None else self._stored(run, index)
 
 
-def run_at(runs: BatchRuns, head_at: HeadAt
-           ) -> Callable[[bytes, int], tuple[bytes, int, bytes | None] | None]:
+def run_at(runs: BatchRuns, head_at: HeadAt) -> RunAt:
     """What a grant event asks of a run (:mod:`fleet.fold.grant_fold`): (its grants id, its
     index, its head at ``index`` if it holds that index), as the batch sees it."""
     def at(run: bytes, index: int) -> tuple[bytes, int, bytes | None] | None:
@@ -209,7 +211,7 @@ def decide_batch(
             msgs, routes, times, wires, seals, addresses, strict=True):
         if seq <= watermark:
             continue
-        decision: Accepted | Refused | ControlAccepted | GrantAccepted
+        decision: Accepted | Refused | ControlAccepted | GrantAccepted | JobAccepted
         if kind == GRANT:
             # The enrolled keys, taken once per batch (again after a control event).
             if host_keys is None or keys_at != len(control.accepted):
@@ -229,3 +231,48 @@ def decide_batch(
             top = seq
     return Decided(items, top, BatchChanges(ctx.runs.changed, batch_grants, control,
                                             batch_jobs))
+
+
+def decide_written(prepared: P, decide: Callable[[P], Decided],
+                   write: Callable[[Decided, P], bool], again: Callable[[P], P]) -> Decided:
+    """Decide a prepared batch (``decide``) and write it (``write``, in a transaction the
+    shell commits later); a batch decided against a host table that has changed since it
+    was prepared (``write`` says ``False``, writing nothing) is prepared again with the
+    current table (``again``) and decided again. A batch with nothing to decide is not
+    written."""
+    while True:
+        decided = decide(prepared)
+        if not decided.items or write(decided, prepared):
+            return decided
+        prepared = again(prepared)
+
+
+def refusal_notices(items: Iterable[Incoming]) -> list[tuple[str, bytes]]:
+    """(host, JSON) of each refusal in ``items`` that names its host: what the ledger tells
+    that host on its rejection subject, ``{"stream_seq", "subject", "rule", "detail",
+    "index"}`` (the host's refusal watcher reads it)."""
+    out = []
+    for item in items:
+        d = item.decision
+        if isinstance(d, Refused) and d.host is not None:
+            out.append((d.host, msgspec.json.encode(
+                {"stream_seq": item.stream_seq, "subject": item.subject, "rule": d.rule,
+                 "detail": d.detail, "index": d.index})))
+    return out
+
+
+def first_gap(expected: int, seqs: Iterable[int]) -> tuple[int, int] | None:
+    """The first hole in a delivery's order: ``(seq, expected)``, the first stream
+    sequence beyond the one due (``expected``, then one past each in turn) and the one it
+    skipped to; ``None`` when the delivery goes on without a hole (a redelivery of an
+    earlier message is no hole). The fold must not go past a hole: the shell asks the stream
+    whether it has the hole itself (then the hole is passed over: scanning again from
+    ``seq + 1`` finds the next) or the delivery lost messages (then it folds again from its
+    watermark)."""
+    for seq in seqs:
+        if seq < expected:
+            continue
+        if seq > expected:
+            return seq, expected
+        expected = seq + 1
+    return None

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Callable, Collection, Mapping
 
-from fleet.fold.reference import RunSlot
+from fleet_ledger.fleet.fold.reference import RunSlot
 
 __all__ = ["RunCache"]
 

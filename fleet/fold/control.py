@@ -28,18 +28,18 @@ from typing import TypeVar
 
 from nacl.signing import SigningKey, VerifyKey
 
-from fleet.errors import FleetError
-from fleet.fold import HostEntry, Refused
-from fleet.fold.control_errors import (
+from fleet_ledger.fleet.errors import FleetError
+from fleet_ledger.fleet.fold import HostEntry, Refused
+from fleet_ledger.fleet.fold.control_errors import (
     BadControlSignature,
     ControlConflict,
     MalformedControl,
     ReplayedControl,
     UnknownOperator,
 )
-from fleet.fold.event_overlay import EventOverlay
-from fleet.grants import signed_event
-from fleet.subjects import HOST_NAME
+from fleet_ledger.fleet.fold.event_overlay import EventOverlay
+from fleet_ledger.fleet.grants import signed_event
+from fleet_ledger.fleet.subjects import HOST_NAME
 
 __all__ = [
     "CONTROL_DOMAIN",
@@ -280,6 +280,8 @@ class BatchControl(EventOverlay[ControlAccepted]):
     hosts, changed by the batch's accepted events (:attr:`changed`: any were)."""
 
     __slots__ = ("accepted", "state")
+
+    ACCEPTED = ControlAccepted
 
     def __init__(self, operators: Mapping[bytes, int], hosts: Mapping[str, HostEntry],
                  retired: set[bytes] | None = None) -> None:

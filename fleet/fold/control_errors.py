@@ -7,7 +7,7 @@ name the ledger stores, counts and shows, as for a segment.
 
 from __future__ import annotations
 
-from fleet.errors import FleetError
+from fleet_ledger.fleet.errors import FleetError
 
 __all__ = [
     "BadControlSignature",

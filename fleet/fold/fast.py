@@ -16,9 +16,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from fleet.address import parse_address, parse_addresses
-from fleet.errors import FleetError
-from fleet.fold.reference import (
+from fleet_ledger.fleet.address import parse_address, parse_addresses
+from fleet_ledger.fleet.errors import FleetError
+from fleet_ledger.fleet.fold.reference import (
     Accepted,
     Admission,
     HostEntry,
@@ -29,12 +29,12 @@ from fleet.fold.reference import (
     grant_gate,
     position,
 )
-from fleet.log.leaf import encode_leaf
-from fleet.record.kernel import check_head
-from fleet.record.kinds import CLOSED, index_in_range
-from fleet.record.seal import seal_message
-from fleet.record.verify_fast import NotFast, segment_addresses, step
-from fleet.record.wire import (
+from fleet_ledger.fleet.log.leaf import encode_leaf
+from fleet_ledger.fleet.record.kernel import check_head
+from fleet_ledger.fleet.record.kinds import CLOSED, index_in_range
+from fleet_ledger.fleet.record.seal import seal_message
+from fleet_ledger.fleet.record.verify_fast import NotFast, segment_addresses, step
+from fleet_ledger.fleet.record.wire import (
     ENVELOPE_VERSION,
     WIRE_KIND,
     EnvelopeWire,
@@ -103,8 +103,10 @@ def fold_message(ctx: Admission, msg: Message, fast: bool = True) -> Accepted | 
             gated = jobs.gate(d)
             if type(gated) is not Accepted:
                 return gated
-        slot = ctx.runs.take(d)
+        ctx.runs.take(d)
         if d.opened is not None or d.kind == CLOSED:  # only these change an item
+            slot = ctx.runs.get(d.run)
+            assert slot is not None, "a step the batch took is in its runs"
             jobs.took(d, slot, msg.stream_seq)
     return d
 

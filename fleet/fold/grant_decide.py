@@ -11,10 +11,10 @@ from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from fleet.address import digest, format_address
-from fleet.errors import FleetError
-from fleet.fold import Refused
-from fleet.grants.grant import (
+from fleet_ledger.fleet.address import digest, format_address
+from fleet_ledger.fleet.errors import FleetError
+from fleet_ledger.fleet.fold import Refused
+from fleet_ledger.fleet.grants.grant import (
     Grant,
     check_expiry,
     check_narrows,
@@ -22,8 +22,8 @@ from fleet.grants.grant import (
     grant_address,
     verify_grant,
 )
-from fleet.grants.grant_book import GrantEntry, GrantView
-from fleet.grants.grant_codec import (
+from fleet_ledger.fleet.grants.grant_book import GrantEntry, GrantView
+from fleet_ledger.fleet.grants.grant_codec import (
     NO_AMENDMENT,
     Amend,
     Checkpoint,
@@ -33,7 +33,7 @@ from fleet.grants.grant_codec import (
     Trigger,
     decode_event,
 )
-from fleet.grants.grant_errors import (
+from fleet_ledger.fleet.grants.grant_errors import (
     AmendmentOutOfOrder,
     CheckpointMismatch,
     ChildMismatch,
@@ -54,7 +54,7 @@ from fleet.grants.grant_errors import (
     UnknownGrant,
     UnknownTrigger,
 )
-from fleet.grants.grant_gate import check_window
+from fleet_ledger.fleet.grants.grant_gate import check_window
 
 __all__ = ["GrantAccepted", "RunAt", "apply", "check_child_of", "check_event",
            "check_issuable", "decide_event", "event_ref"]

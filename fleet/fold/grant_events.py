@@ -30,7 +30,7 @@ segment
 gate (:mod:`fleet.grants.grant_gate`) and the JSON view (:mod:`fleet.grants.grant_json`).
 """
 
-from fleet.fold.grant_decide import (
+from fleet_ledger.fleet.fold.grant_decide import (
     GrantAccepted,
     RunAt,
     apply,
@@ -40,8 +40,14 @@ from fleet.fold.grant_decide import (
     decide_event,
     event_ref,
 )
-from fleet.grants.grant_book import GrantBook, GrantEntry, GrantView, chain_of, effective_terms
-from fleet.grants.grant_codec import (
+from fleet_ledger.fleet.grants.grant_book import (
+    GrantBook,
+    GrantEntry,
+    GrantView,
+    chain_of,
+    effective_terms,
+)
+from fleet_ledger.fleet.grants.grant_codec import (
     AMEND,
     CHECKPOINT,
     EVENT_DOMAIN,
@@ -67,8 +73,8 @@ from fleet.grants.grant_codec import (
     signature_items,
     trigger_event,
 )
-from fleet.grants.grant_gate import check_segment, check_step, check_window
-from fleet.grants.grant_json import event_json
+from fleet_ledger.fleet.grants.grant_gate import check_segment, check_step, check_window
+from fleet_ledger.fleet.grants.grant_json import event_json
 
 __all__ = [
     "AMEND", "CHECKPOINT", "EVENT_DOMAIN", "ISSUE", "KINDS", "MAX_NAME", "MINT",

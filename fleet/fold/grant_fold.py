@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from collections.abc import Collection
 
-from fleet.fold import Refused
-from fleet.fold.event_overlay import EventOverlay
-from fleet.fold.grant_decide import GrantAccepted, RunAt, apply, decide_event
-from fleet.grants.grant_book import GrantBook
+from fleet_ledger.fleet.fold import Refused
+from fleet_ledger.fleet.fold.event_overlay import EventOverlay
+from fleet_ledger.fleet.fold.grant_decide import GrantAccepted, RunAt, apply, decide_event
+from fleet_ledger.fleet.grants.grant_book import GrantBook
 
 __all__ = ["BatchGrants"]
 
@@ -22,6 +22,8 @@ class BatchGrants(GrantBook, EventOverlay[GrantAccepted]):
     """The committed book under one batch's accepted events (:attr:`accepted`)."""
 
     __slots__ = ("accepted",)
+
+    ACCEPTED = GrantAccepted
 
     def __init__(self, book: GrantBook) -> None:
         super().__init__(book)

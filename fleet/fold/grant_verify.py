@@ -29,9 +29,9 @@ from typing import Any
 
 import msgspec
 
-from fleet.address import format_address, parse_address
-from fleet.errors import RecordError
-from fleet.fold.grant_events import (
+from fleet_ledger.fleet.address import format_address, parse_address
+from fleet_ledger.fleet.errors import RecordError
+from fleet_ledger.fleet.fold.grant_events import (
     GrantBook,
     Mint,
     Trigger,
@@ -41,13 +41,13 @@ from fleet.fold.grant_events import (
     decode_event,
     event_ref,
 )
-from fleet.grants.grant import Terms
-from fleet.grants.grant_errors import MalformedGrant
-from fleet.record import kernel
-from fleet.record.record import RunState
-from fleet.record.record_file import sealers
-from fleet.record.verify import verify_state
-from fleet.record.wire import RecordWire, segment_from_wire
+from fleet_ledger.fleet.grants.grant import Terms
+from fleet_ledger.fleet.grants.grant_errors import MalformedGrant
+from fleet_ledger.fleet.record import kernel
+from fleet_ledger.fleet.record.record import RunState
+from fleet_ledger.fleet.record.record_file import sealers
+from fleet_ledger.fleet.record.verify import verify_state
+from fleet_ledger.fleet.record.wire import RecordWire, segment_from_wire
 
 __all__ = ["EVIDENCE_FORMAT", "GrantCheck", "evidence_events", "evidence_json",
            "verify_grant_evidence"]

@@ -9,7 +9,7 @@ counts and shows.
 
 from __future__ import annotations
 
-from fleet.errors import FleetError
+from fleet_ledger.fleet.errors import FleetError
 
 __all__ = ["BadJobSignature", "JobEventError", "MalformedJobEvent", "NotJobIssuer",
            "NotJobOwner"]

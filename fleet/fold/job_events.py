@@ -34,19 +34,19 @@ from typing import Final, Protocol
 
 from nacl.signing import SigningKey
 
-from fleet.errors import FleetError
-from fleet.fold.job_event_errors import (
+from fleet_ledger.fleet.errors import FleetError
+from fleet_ledger.fleet.fold.job_event_errors import (
     BadJobSignature,
     MalformedJobEvent,
     NotJobIssuer,
     NotJobOwner,
 )
-from fleet.fold.reference import Refused
-from fleet.grants import signed_event
-from fleet.grants.grant_book import GrantView
-from fleet.grants.grant_errors import NotIssuer, UnknownGrant
-from fleet.jobs.job_errors import JobExists, JobSealed, JobTagTaken, UnknownJob
-from fleet.jobs.job_id import JobTerms, decode_terms, job_id, job_tag
+from fleet_ledger.fleet.fold.reference import Refused
+from fleet_ledger.fleet.grants import signed_event
+from fleet_ledger.fleet.grants.grant_book import GrantView
+from fleet_ledger.fleet.grants.grant_errors import NotIssuer, UnknownGrant
+from fleet_ledger.fleet.jobs.job_errors import JobExists, JobSealed, JobTagTaken, UnknownJob
+from fleet_ledger.fleet.jobs.job_id import JobTerms, decode_terms, job_id, job_tag
 
 __all__ = ["JOB_DOMAIN", "KINDS", "OPEN", "SEAL", "JobAccepted", "JobEvent", "JobView",
            "check_job_event", "decide_job_event", "decode_job_event", "event_id",

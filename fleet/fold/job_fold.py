@@ -33,22 +33,22 @@ from __future__ import annotations
 from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass, field
 
-from fleet.errors import FleetError
-from fleet.fold.job_events import OPEN, JobAccepted, decide_job_event
-from fleet.fold.reference import Accepted, Refused, RunSlot
-from fleet.grants.grant_book import GrantView
-from fleet.jobs.job_errors import (
+from fleet_ledger.fleet.errors import FleetError
+from fleet_ledger.fleet.fold.job_events import OPEN, JobAccepted, decide_job_event
+from fleet_ledger.fleet.fold.reference import Accepted, Refused, RunSlot
+from fleet_ledger.fleet.grants.grant_book import GrantView
+from fleet_ledger.fleet.jobs.job_errors import (
     DuplicateItem,
     ItemGrantMismatch,
     ItemOutOfRange,
     JobSealed,
     UnknownJob,
 )
-from fleet.jobs.job_id import JobTerms, job_tag, parse_item_unit
-from fleet.jobs.job_records import item_from_state
-from fleet.jobs.receipt import encode_receipt, receipt_leaf, seal_leaves
-from fleet.jobs.sum_tree import encode_item_leaf
-from fleet.record.kinds import CLOSED
+from fleet_ledger.fleet.jobs.job_id import JobTerms, job_tag, parse_item_unit
+from fleet_ledger.fleet.jobs.job_records import item_from_state
+from fleet_ledger.fleet.jobs.receipt import encode_receipt, receipt_leaf, seal_leaves
+from fleet_ledger.fleet.jobs.sum_tree import encode_item_leaf
+from fleet_ledger.fleet.record.kinds import CLOSED
 
 __all__ = ["BatchJobs", "ItemEntry", "JobBook", "JobEntry", "Sealed", "rebuild"]
 
@@ -276,22 +276,24 @@ class BatchJobs(JobBook):
             self._own(key[0]).bound += 1
         if d.kind != CLOSED:
             return
-        key = self.run_item(d.run)
-        if key is None:
+        item_key = self.run_item(d.run)
+        if item_key is None:
             return
-        if self.job(key[0]).sealed is not None:  # type: ignore[union-attr]
+        entry_of_job = self.job(item_key[0])
+        assert entry_of_job is not None, "an item's job is in the book"
+        if entry_of_job.sealed is not None:
             return  # sealed early: the receipt lists it missing, and so do its leaves
-        held = self.item(key)
-        made = item_from_state(key[1], slot.state)
+        held = self.item(item_key)
+        made = item_from_state(item_key[1], slot.state)
         assert held is not None and made is not None, "a closed item run makes its item"
         closed = ItemEntry(held.run, held.bound, encode_item_leaf(made))
-        self.put_item(key, closed)
-        self.closed.append((key, closed))
-        job = self._own(key[0])
-        job.closed += 1
-        if job.closed == job.items:
+        self.put_item(item_key, closed)
+        self.closed.append((item_key, closed))
+        own = self._own(item_key[0])
+        own.closed += 1
+        if own.closed == own.items:
             # The receipt's leaf follows this segment's.
-            self._seal(job, stream_seq, self.leaves() + 1)
+            self._seal(own, stream_seq, self.leaves() + 1)
 
     def _seal(self, job: JobEntry, stream_seq: int, log_size: int) -> None:
         leaves = self.item_leaves(job.job, job.items)

@@ -4,7 +4,7 @@
 batch's pre-checks found) and an :class:`Admission` context (the enrolled hosts, the runs as
 the batch sees them, the heads already held), and returns either :class:`Accepted` (the
 leaf to append and the kernel's step, :mod:`fleet.record.kernel`) or :class:`Refused` with the rule
-broken. It changes nothing: the caller takes an accepted step into its :class:`BatchRuns`,
+broken. It changes nothing: the caller takes the decision into its :class:`BatchRuns`,
 which holds copies of the runs a batch changed, and installs them as committed state only
 once the batch is durable. It does no I/O: the NATS consumer and the SQLite store are its
 caller, and an offline verifier with the same inputs reaches the same decisions.
@@ -39,8 +39,8 @@ from typing import Protocol
 import msgspec
 from nacl.signing import VerifyKey
 
-from fleet.address import id_text
-from fleet.errors import (
+from fleet_ledger.fleet.address import id_text
+from fleet_ledger.fleet.errors import (
     AttestationMismatch,
     BadSeal,
     FleetError,
@@ -52,16 +52,22 @@ from fleet.errors import (
     SubjectMismatch,
     UnknownHost,
 )
-from fleet.grants.grant_book import GrantView
-from fleet.grants.grant_gate import check_step
-from fleet.log.leaf import encode_leaf
-from fleet.record import kernel
-from fleet.record.kernel import Step, genesis, index_in_range
-from fleet.record.record import RunState
-from fleet.record.seal import bad_seal, check_seal
-from fleet.record.verify import check_next
-from fleet.record.wire import Envelope, EnvelopeWire, decode_envelope, envelope_from_wire
-from fleet.subjects import DEFAULT_FLEET, FleetNames, parse_segment_subject
+from fleet_ledger.fleet.fold.event_overlay import EventOverlay
+from fleet_ledger.fleet.grants.grant_book import GrantView
+from fleet_ledger.fleet.grants.grant_gate import check_step
+from fleet_ledger.fleet.log.leaf import encode_leaf
+from fleet_ledger.fleet.record import kernel
+from fleet_ledger.fleet.record.kernel import Step, genesis, index_in_range
+from fleet_ledger.fleet.record.record import RunState
+from fleet_ledger.fleet.record.seal import bad_seal, check_seal
+from fleet_ledger.fleet.record.verify import check_next
+from fleet_ledger.fleet.record.wire import (
+    Envelope,
+    EnvelopeWire,
+    decode_envelope,
+    envelope_from_wire,
+)
+from fleet_ledger.fleet.subjects import DEFAULT_FLEET, FleetNames, parse_segment_subject
 
 __all__ = [
     "Accepted",
@@ -156,39 +162,54 @@ class Message(msgspec.Struct, frozen=True, gc=False):
     at_ms: int = 0
 
 
-class BatchRuns:
+class BatchRuns(EventOverlay[Accepted]):
     """The runs as one batch of decisions sees them: the committed runs (``committed``,
-    read only), under the steps the batch has accepted so far, applied to copies.
+    read only), under the steps the batch has accepted so far, applied to copies (the
+    fold's overlay, :mod:`fleet.fold.event_overlay`, as for control and grant events).
 
     A run the batch changes is copied on its first accepted step and changed only in the
     copy, so the committed state (a ledger's cache) is never touched before the batch is
-    durable; :attr:`changed` is what the batch's commit stores and, once committed, what
-    the caller installs."""
+    durable; :attr:`changed` (the copies, by run) is what the batch's commit stores and,
+    once committed, what the caller installs."""
 
-    __slots__ = ("_committed", "changed")
+    __slots__ = ("_committed", "_copies", "accepted")
+
+    ACCEPTED = Accepted
 
     def __init__(self, committed: Callable[[bytes], RunSlot | None]) -> None:
         self._committed = committed
-        self.changed: dict[bytes, RunSlot] = {}
+        self._copies: dict[bytes, RunSlot] = {}
+        self.accepted: list[Accepted] = []
+
+    @property
+    def changed(self) -> dict[bytes, RunSlot]:
+        return self._copies
 
     def get(self, run: bytes) -> RunSlot | None:
-        slot = self.changed.get(run)
+        slot = self._copies.get(run)
         return slot if slot is not None else self._committed(run)
 
-    def take(self, d: Accepted) -> RunSlot:
-        """Apply an accepted step (decided against :meth:`get`) to the batch's copy."""
-        slot = self.changed.get(d.run)
+    def make(self, d: Accepted) -> None:
+        """Apply an accepted step (decided against :meth:`get`) to the batch's copy: the
+        kernel's holder change (:func:`fleet.record.kernel.next_holder`), then its state
+        change (:func:`fleet.record.kernel.apply`)."""
+        slot = self._copies.get(d.run)
+        holder: str | None
         if slot is None:
             if d.opened is not None:
-                slot = RunSlot(d.host, RunState.open(*d.opened))
+                slot, holder = RunSlot(d.host, RunState.open(*d.opened)), None
             else:
                 held = self._committed(d.run)
                 assert held is not None, "a step for a run the batch cannot see"
                 slot = held.copy()
-            self.changed[d.run] = slot
-        slot.host = d.host
-        kernel.apply(slot.state, d.index, d.head, d.step)
-        return slot
+                holder = slot.host
+            self._copies[d.run] = slot
+        else:
+            holder = slot.host
+        state = slot.state
+        slot.host = kernel.next_holder(holder, d.host, state.phase, d.kind, d.index,
+                                       state.index + 1)
+        kernel.apply(state, d.index, d.head, d.step)
 
 
 class ItemGate(Protocol):

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Literal
 
-from fleet.subjects import FleetNames
+from fleet_ledger.fleet.subjects import FleetNames
 
 __all__ = ["CONTROL", "GRANT", "JOB", "SEGMENT", "Route", "Router"]
 

@@ -36,17 +36,17 @@ from typing import Any, Final
 from nacl.exceptions import BadSignatureError
 from nacl.signing import SigningKey, VerifyKey
 
-from fleet.address import digest, format_address, parse_address
-from fleet.errors import FleetError
-from fleet.grants.grant_errors import (
+from fleet_ledger.fleet.address import digest, format_address, parse_address
+from fleet_ledger.fleet.errors import FleetError
+from fleet_ledger.fleet.grants.grant_errors import (
     BadGrantSignature,
     GrantWidens,
     MalformedGrant,
     MissingExpiry,
     NonCanonicalGrant,
 )
-from fleet.subjects import HOST_NAME
-from fleet.text import encode_text
+from fleet_ledger.fleet.subjects import HOST_NAME
+from fleet_ledger.fleet.text import encode_text
 
 __all__ = [
     "GRANT_DOMAIN",

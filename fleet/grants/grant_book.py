@@ -8,8 +8,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from fleet.grants.grant import Grant, Terms, meet
-from fleet.grants.grant_codec import NO_AMENDMENT
+from fleet_ledger.fleet.grants.grant import Grant, Terms, meet
+from fleet_ledger.fleet.grants.grant_codec import NO_AMENDMENT
 
 __all__ = ["GrantBook", "GrantEntry", "GrantView", "chain_of", "effective_terms"]
 

@@ -12,10 +12,10 @@ from typing import Final, TypeAlias
 import msgspec
 from nacl.signing import SigningKey
 
-from fleet.grants import signed_event
-from fleet.grants.grant import GRANT_DOMAIN, Reader, Terms, decode_terms, terms_bytes
-from fleet.grants.grant_errors import BadGrantSignature, MalformedGrant
-from fleet.text import check_text, encode_text, text_at
+from fleet_ledger.fleet.grants import signed_event
+from fleet_ledger.fleet.grants.grant import GRANT_DOMAIN, Reader, Terms, decode_terms, terms_bytes
+from fleet_ledger.fleet.grants.grant_errors import BadGrantSignature, MalformedGrant
+from fleet_ledger.fleet.text import check_text, encode_text, text_at
 
 __all__ = ["AMEND", "CHECKPOINT", "EVENT_DOMAIN", "ISSUE", "KINDS", "MAX_NAME", "MINT",
            "NO_AMENDMENT", "TRIGGER", "Amend", "Body", "Checkpoint", "GrantEvent", "Issue",

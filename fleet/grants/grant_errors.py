@@ -10,7 +10,7 @@ are :class:`GrantEventError`.
 
 from __future__ import annotations
 
-from fleet.errors import FleetError, RecordError
+from fleet_ledger.fleet.errors import FleetError, RecordError
 
 __all__ = [
     "AmendmentOutOfOrder",

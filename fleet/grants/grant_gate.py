@@ -4,10 +4,10 @@ under a manifest it allows, within its budget (``docs/spec/grants.md``).
 
 from __future__ import annotations
 
-from fleet.address import format_address
-from fleet.grants.grant import Terms, is_void
-from fleet.grants.grant_book import GrantView
-from fleet.grants.grant_errors import (
+from fleet_ledger.fleet.address import format_address
+from fleet_ledger.fleet.grants.grant import Terms, is_void
+from fleet_ledger.fleet.grants.grant_book import GrantView
+from fleet_ledger.fleet.grants.grant_errors import (
     GrantExpired,
     GrantNotYetValid,
     GrantRevoked,
@@ -16,7 +16,7 @@ from fleet.grants.grant_errors import (
     OverBudget,
     UnknownGrant,
 )
-from fleet.record import kernel
+from fleet_ledger.fleet.record import kernel
 
 __all__ = ["check_segment", "check_step", "check_window"]
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from fleet.address import digest, format_address
-from fleet.grants.grant import Terms, grant_address, terms_json
-from fleet.grants.grant_codec import decode_event
+from fleet_ledger.fleet.address import digest, format_address
+from fleet_ledger.fleet.grants.grant import Terms, grant_address, terms_json
+from fleet_ledger.fleet.grants.grant_codec import decode_event
 
 __all__ = ["event_json"]
 

@@ -18,7 +18,7 @@ from typing import Final
 from nacl.exceptions import BadSignatureError
 from nacl.signing import SigningKey, VerifyKey
 
-from fleet.address import message_id
+from fleet_ledger.fleet.address import message_id
 
 __all__ = ["KEY", "SIGNATURE", "event_id", "kind_name", "sign", "signature_valid", "signed_part",
            "split"]

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Final
 
-from fleet.jobs.job_errors import (
+from fleet_ledger.fleet.jobs.job_errors import (
     ItemCountMismatch,
     ItemIndexMismatch,
     ItemMismatch,
@@ -28,8 +28,8 @@ from fleet.jobs.job_errors import (
     MissingItemsMismatch,
     VerdictCountsMismatch,
 )
-from fleet.jobs.receipt import Receipt, check_item, check_receipt
-from fleet.jobs.sum_tree import (
+from fleet_ledger.fleet.jobs.receipt import Receipt, check_item, check_receipt
+from fleet_ledger.fleet.jobs.sum_tree import (
     COUNT_NAMES,
     ENERGY_NAMES,
     MISSING_SIZE,

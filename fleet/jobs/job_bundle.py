@@ -28,15 +28,20 @@ import re
 from collections.abc import Iterable
 from typing import Any, NamedTuple
 
-from fleet.address import format_address
-from fleet.jobs.item_proof import ItemProof, decode_item_proof, encode_item_proof, verify_item_proof
-from fleet.jobs.job_errors import ItemIndexMismatch, JobIdMismatch
-from fleet.jobs.receipt import Receipt, decode_receipt, receipt_leaf
-from fleet.jobs.sum_tree import Item
-from fleet.log.checkpoint import Checkpoint
-from fleet.log.log_errors import MalformedBundle
-from fleet.log.note import Verifier
-from fleet.log.proof_bundle import verify_log_fields
+from fleet_ledger.fleet.address import format_address
+from fleet_ledger.fleet.jobs.item_proof import (
+    ItemProof,
+    decode_item_proof,
+    encode_item_proof,
+    verify_item_proof,
+)
+from fleet_ledger.fleet.jobs.job_errors import ItemIndexMismatch, JobIdMismatch
+from fleet_ledger.fleet.jobs.receipt import Receipt, decode_receipt, receipt_leaf
+from fleet_ledger.fleet.jobs.sum_tree import Item
+from fleet_ledger.fleet.log.checkpoint import Checkpoint
+from fleet_ledger.fleet.log.log_errors import MalformedBundle
+from fleet_ledger.fleet.log.note import Verifier
+from fleet_ledger.fleet.log.proof_bundle import verify_log_fields
 
 __all__ = ["FORMAT", "VerifiedJobBundle", "build_job_bundle", "verify_job_bundle"]
 

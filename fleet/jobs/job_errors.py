@@ -12,7 +12,7 @@ stores and counts and the CLI prints. Three families:
 
 from __future__ import annotations
 
-from fleet.errors import FleetError
+from fleet_ledger.fleet.errors import FleetError
 
 __all__ = [
     "DuplicateItem",

@@ -27,10 +27,10 @@ import struct
 from dataclasses import dataclass
 from typing import Final, NamedTuple
 
-from fleet.address import digest
-from fleet.jobs.job_errors import MalformedJobTerms
-from fleet.record.kernel import genesis
-from fleet.text import encode_text, text_at
+from fleet_ledger.fleet.address import digest
+from fleet_ledger.fleet.jobs.job_errors import MalformedJobTerms
+from fleet_ledger.fleet.record.kernel import genesis
+from fleet_ledger.fleet.text import encode_text, text_at
 
 __all__ = [
     "ITEM_MARK",
@@ -142,7 +142,7 @@ class ItemUnit(NamedTuple):
     """What an item's unit id names: the tag of its job and its index."""
 
     tag: bytes
-    index: int
+    index: int  # type: ignore[assignment]  # the spec's field name shadows tuple.index
 
 
 def item_unit(job: bytes, index: int) -> bytes:

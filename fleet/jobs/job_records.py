@@ -10,11 +10,11 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from fleet.jobs.job_errors import DuplicateItem, ItemOutOfRange, JobIdMismatch
-from fleet.jobs.job_id import JobTerms, job_id, job_tag, parse_item_unit
-from fleet.jobs.sum_tree import Item, item_of
-from fleet.record.kernel import RunState
-from fleet.record.phases import CLOSED
+from fleet_ledger.fleet.jobs.job_errors import DuplicateItem, ItemOutOfRange, JobIdMismatch
+from fleet_ledger.fleet.jobs.job_id import JobTerms, job_id, job_tag, parse_item_unit
+from fleet_ledger.fleet.jobs.sum_tree import Item, item_of
+from fleet_ledger.fleet.record.kernel import RunState
+from fleet_ledger.fleet.record.phases import CLOSED
 
 __all__ = ["item_from_state", "items_from_states"]
 

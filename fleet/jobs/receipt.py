@@ -18,8 +18,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Final
 
-from fleet.address import digest, format_address
-from fleet.jobs.job_errors import (
+from fleet_ledger.fleet.address import digest, format_address
+from fleet_ledger.fleet.jobs.job_errors import (
     ItemCountMismatch,
     ItemIndexMismatch,
     ItemRunMismatch,
@@ -30,8 +30,8 @@ from fleet.jobs.job_errors import (
     SumOverflow,
     VerdictCountsMismatch,
 )
-from fleet.jobs.job_id import JobTerms, encode_terms, item_run, job_id, read_terms
-from fleet.jobs.sum_tree import (
+from fleet_ledger.fleet.jobs.job_id import JobTerms, encode_terms, item_run, job_id, read_terms
+from fleet_ledger.fleet.jobs.sum_tree import (
     COUNT_NAMES,
     ENERGY_NAMES,
     PROVENANCES,
@@ -44,7 +44,7 @@ from fleet.jobs.sum_tree import (
     leaf_node,
     subtree_root,
 )
-from fleet.log.leaf import encode_job_leaf
+from fleet_ledger.fleet.log.leaf import encode_job_leaf
 
 __all__ = [
     "RECEIPT_DOMAIN",

@@ -36,9 +36,9 @@ from typing import Final, NamedTuple
 
 from blake3 import blake3
 
-from fleet.jobs.job_errors import MalformedItemProof, SumOverflow
-from fleet.record.kernel import Energy, RunState
-from fleet.record.wait_proof import Blocked, Malformed, NonBlocking, Unproved, Verdict
+from fleet_ledger.fleet.jobs.job_errors import MalformedItemProof, SumOverflow
+from fleet_ledger.fleet.record.kernel import Energy, RunState
+from fleet_ledger.fleet.record.wait_proof import Blocked, Malformed, NonBlocking, Unproved, Verdict
 
 __all__ = [
     "COUNT_NAMES",
@@ -101,7 +101,7 @@ class Item(NamedTuple):
     energy (8 values, the order of :data:`ENERGY_NAMES`) and wait-proof verdict (its code
     and, for Blocked and Malformed, the segment it names; else 0)."""
 
-    index: int
+    index: int  # type: ignore[assignment]  # the spec's field name shadows tuple.index
     run: bytes
     grants: bytes
     head: bytes

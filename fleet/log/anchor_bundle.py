@@ -30,16 +30,21 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from fleet.log.checkpoint import Checkpoint, open_checkpoint
-from fleet.log.cosignature import (
+from fleet_ledger.fleet.log.checkpoint import Checkpoint, open_checkpoint
+from fleet_ledger.fleet.log.cosignature import (
     WitnessKey,
     cosignatures,
     parse_signature_lines,
     verify_cosignature_lines,
 )
-from fleet.log.log_errors import MalformedBundle, MissingCosignatures, OriginMismatch, SizeMismatch
-from fleet.log.merkle import verify_consistency
-from fleet.log.note import Verifier, parse_note
+from fleet_ledger.fleet.log.log_errors import (
+    MalformedBundle,
+    MissingCosignatures,
+    OriginMismatch,
+    SizeMismatch,
+)
+from fleet_ledger.fleet.log.merkle import verify_consistency
+from fleet_ledger.fleet.log.note import Verifier, parse_note
 
 TsaCheck = Callable[[str, str], str]
 """(base64 receipt, checkpoint body) -> a description of what verified; raises on failure."""
@@ -175,11 +180,11 @@ def verify_anchors(
         name, kind, size, receipt = item.anchor, item.kind, item.size, item.data
         body = _covered_body(bundle, checkpoint, size, verifiers)
         if kind == "witness":
-            found = verify_cosignature_lines(body, parse_signature_lines(receipt), witnesses)
-            for c in found:
+            cosigned = verify_cosignature_lines(body, parse_signature_lines(receipt), witnesses)
+            for c in cosigned:
                 cosigners[(c.witness.name, c.witness.key_id)] = c.witness.name
-            detail = ", ".join(f"cosigned by {c.witness.name} at {c.timestamp}" for c in found)
-            checks.append(AnchorCheck(name, kind, size, bool(found),
+            detail = ", ".join(f"cosigned by {c.witness.name} at {c.timestamp}" for c in cosigned)
+            checks.append(AnchorCheck(name, kind, size, bool(cosigned),
                                       detail or "cosigned by a witness whose key was not given"))
         elif kind == "tsa":
             if tsa_check is None:

@@ -24,14 +24,14 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from fleet.log.log_errors import (
+from fleet_ledger.fleet.log.log_errors import (
     InconsistentCheckpoint,
     MalformedCheckpoint,
     ProofError,
     ShrinkingCheckpoint,
 )
-from fleet.log.merkle import HASH_SIZE, verify_consistency
-from fleet.log.note import Signer, Verifier, b64decode_strict, open_note, sign_note
+from fleet_ledger.fleet.log.merkle import HASH_SIZE, verify_consistency
+from fleet_ledger.fleet.log.note import Signer, Verifier, b64decode_strict, open_note, sign_note
 
 __all__ = [
     "Checkpoint",

@@ -32,16 +32,22 @@ Pure: no I/O.
 
 from __future__ import annotations
 
-import base64
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from hashlib import sha256
 
 from nacl.exceptions import BadSignatureError
 from nacl.signing import SigningKey, VerifyKey
 
-from fleet.log.log_errors import BadSignature, MalformedKey, MalformedNote
-from fleet.log.note import Signature, parse_key_fields, parse_note, valid_name
+from fleet_ledger.fleet.log.log_errors import BadSignature, MalformedNote
+from fleet_ledger.fleet.log.note import (
+    Signature,
+    key_id,
+    key_text,
+    parse_note,
+    parse_signer_text,
+    parse_verifier_text,
+    seed_key_id,
+)
 
 __all__ = [
     "ALG_COSIGNATURE_V1",
@@ -68,8 +74,7 @@ MAX_TIMESTAMP = (1 << 63) - 1
 
 def cosigner_key_id(name: str, public_key: bytes) -> int:
     """The 32-bit id of an Ed25519 cosignature/v1 key named ``name``."""
-    digest = sha256(name.encode() + b"\n" + bytes([ALG_COSIGNATURE_V1]) + public_key).digest()
-    return int.from_bytes(digest[:4], "big")
+    return key_id(name, public_key, ALG_COSIGNATURE_V1)
 
 
 def cosignature_message(body: str, timestamp: int) -> bytes:
@@ -88,8 +93,7 @@ class WitnessKey:
     public_key: bytes
 
     def text(self) -> str:
-        blob = base64.b64encode(bytes([ALG_COSIGNATURE_V1]) + self.public_key).decode()
-        return f"{self.name}+{self.key_id:08x}+{blob}"
+        return key_text(self.name, self.key_id, ALG_COSIGNATURE_V1, self.public_key)
 
     def timestamp(self, body: str, signature: bytes) -> int | None:
         """The cosignature's time if ``signature`` (timestamp || sig) verifies over ``body``."""
@@ -117,8 +121,7 @@ class WitnessSigner:
         return WitnessKey(self.name, self.key_id, bytes(SigningKey(self.seed).verify_key))
 
     def text(self) -> str:
-        blob = base64.b64encode(bytes([ALG_COSIGNATURE_V1]) + self.seed).decode()
-        return f"PRIVATE+KEY+{self.name}+{self.key_id:08x}+{blob}"
+        return "PRIVATE+KEY+" + key_text(self.name, self.key_id, ALG_COSIGNATURE_V1, self.seed)
 
     def cosign(self, body: str, timestamp: int) -> Signature:
         """The cosignature of checkpoint ``body`` at ``timestamp`` (a note signature)."""
@@ -127,12 +130,7 @@ class WitnessSigner:
 
 
 def witness_signer_from_seed(name: str, seed: bytes) -> WitnessSigner:
-    if not valid_name(name):
-        raise MalformedKey(f"invalid key name {name!r}: empty, or has a space or '+'")
-    if len(seed) != 32:
-        raise MalformedKey("an Ed25519 seed is 32 bytes")
-    public = bytes(SigningKey(seed).verify_key)
-    return WitnessSigner(name, cosigner_key_id(name, public), seed)
+    return WitnessSigner(name, seed_key_id(name, seed, ALG_COSIGNATURE_V1), seed)
 
 
 def generate_witness_signer(name: str) -> WitnessSigner:
@@ -140,32 +138,19 @@ def generate_witness_signer(name: str) -> WitnessSigner:
     return witness_signer_from_seed(name, bytes(SigningKey.generate()))
 
 
-def _parse(name: str, id_text: str, blob_text: str, kind: str) -> tuple[int, bytes]:
-    return parse_key_fields(name, id_text, blob_text, f"witness {kind}", ALG_COSIGNATURE_V1,
-                            "a cosignature/v1 key (type 0x04, 32 bytes)")
+_ALG_TEXT = "a cosignature/v1 key (type 0x04, 32 bytes)"
 
 
 def parse_witness_key(text: str) -> WitnessKey:
     """A :class:`WitnessKey` from ``name+keyid+base64(0x04||key)``, or :class:`MalformedKey`."""
-    parts = text.strip().split("+", 2)
-    if len(parts) != 3:
-        raise MalformedKey("a witness verifier key is name+keyid+base64")
-    kid, public = _parse(*parts, kind="verifier")
-    if cosigner_key_id(parts[0], public) != kid:
-        raise MalformedKey(f"witness key id {parts[1]} does not match its name and key")
-    return WitnessKey(parts[0], kid, public)
+    return WitnessKey(*parse_verifier_text(text.strip(), "witness verifier",
+                                           ALG_COSIGNATURE_V1, _ALG_TEXT))
 
 
 def parse_witness_signer(text: str) -> WitnessSigner:
     """A :class:`WitnessSigner` from ``PRIVATE+KEY+name+keyid+base64(0x04||seed)``."""
-    parts = text.strip().split("+", 4)
-    if len(parts) != 5 or parts[:2] != ["PRIVATE", "KEY"]:
-        raise MalformedKey("a witness signer key is PRIVATE+KEY+name+keyid+base64")
-    kid, seed = _parse(*parts[2:], kind="signer")
-    signer = witness_signer_from_seed(parts[2], seed)
-    if signer.key_id != kid:
-        raise MalformedKey(f"witness signer key id {parts[3]} does not match its name and key")
-    return signer
+    return WitnessSigner(*parse_signer_text(text.strip(), "witness signer", ALG_COSIGNATURE_V1,
+                                            _ALG_TEXT))
 
 
 @dataclass(frozen=True)

@@ -27,8 +27,8 @@ from __future__ import annotations
 import struct
 from typing import NamedTuple
 
-from fleet.log.log_errors import MalformedLeaf
-from fleet.record.kinds import index_in_range
+from fleet_ledger.fleet.log.log_errors import MalformedLeaf
+from fleet_ledger.fleet.record.kinds import index_in_range
 
 __all__ = [
     "JOB_LEAF_DOMAIN",
@@ -57,7 +57,7 @@ class Leaf(NamedTuple):
     """A decoded fleet-log leaf."""
 
     run: bytes
-    index: int
+    index: int  # type: ignore[assignment]  # the spec's field name: it shadows tuple.index
     head: bytes
 
 

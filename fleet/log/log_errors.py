@@ -7,7 +7,7 @@ name is the rule name a CLI prints and an operator counts.
 
 from __future__ import annotations
 
-from fleet.errors import FleetError
+from fleet_ledger.fleet.errors import FleetError
 
 __all__ = [
     "AmbiguousKey",

@@ -28,7 +28,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from hashlib import sha256
 
-from fleet.log.log_errors import (
+from fleet_ledger.fleet.log.log_errors import (
     InvalidProofRequest,
     MalformedProof,
     ProofLengthMismatch,

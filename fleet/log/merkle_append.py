@@ -18,7 +18,7 @@ from collections.abc import Mapping, Sequence
 from hashlib import sha256
 from typing import NamedTuple
 
-from fleet.log.merkle import fold
+from fleet_ledger.fleet.log.merkle import fold
 
 __all__ = [
     "Extension",

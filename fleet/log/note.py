@@ -52,7 +52,7 @@ from hashlib import sha256
 from nacl.exceptions import BadSignatureError
 from nacl.signing import SigningKey, VerifyKey
 
-from fleet.log.log_errors import (
+from fleet_ledger.fleet.log.log_errors import (
     AmbiguousKey,
     BadSignature,
     MalformedKey,
@@ -71,11 +71,15 @@ __all__ = [
     "b64decode_strict",
     "generate_signer",
     "key_id",
+    "key_text",
     "open_note",
     "parse_key_fields",
     "parse_note",
     "parse_signer_key",
+    "parse_signer_text",
     "parse_verifier_key",
+    "parse_verifier_text",
+    "seed_key_id",
     "sign_note",
     "signer_from_seed",
     "valid_name",
@@ -94,10 +98,27 @@ def valid_name(name: str) -> bool:
     return bool(name) and "+" not in name and not any(ch.isspace() for ch in name)
 
 
-def key_id(name: str, public_key: bytes) -> int:
-    """The 32-bit id of an Ed25519 key named ``name``."""
-    digest = sha256(name.encode() + b"\n" + bytes([ALG_ED25519]) + public_key).digest()
+def key_id(name: str, public_key: bytes, alg: int = ALG_ED25519) -> int:
+    """The 32-bit id of a key named ``name`` of signature type ``alg`` (Ed25519's 0x01; a
+    witness's cosignature/v1 keys are 0x04: :mod:`fleet.log.cosignature`)."""
+    digest = sha256(name.encode() + b"\n" + bytes([alg]) + public_key).digest()
     return int.from_bytes(digest[:4], "big")
+
+
+def key_text(name: str, kid: int, alg: int, key: bytes) -> str:
+    """``name+keyid+base64(alg || key)``: a verifier key's text, or (after ``PRIVATE+KEY+``)
+    a signer key's, ``key`` then being its seed."""
+    return f"{name}+{kid:08x}+{base64.b64encode(bytes([alg]) + key).decode()}"
+
+
+def seed_key_id(name: str, seed: bytes, alg: int = ALG_ED25519) -> int:
+    """The key id of the Ed25519 signer key ``name`` with ``seed``, or :class:`MalformedKey`
+    (an invalid name, a seed that is not 32 bytes)."""
+    if not valid_name(name):
+        raise MalformedKey(f"invalid key name {name!r}: empty, or has a space or '+'")
+    if len(seed) != 32:
+        raise MalformedKey("an Ed25519 seed is 32 bytes")
+    return key_id(name, bytes(SigningKey(seed).verify_key), alg)
 
 
 def b64decode_strict(text: str, what: str, error: type[Exception]) -> bytes:
@@ -125,8 +146,7 @@ class Verifier:
 
     def text(self) -> str:
         """The ``name+keyid+base64`` verifier key text."""
-        blob = base64.b64encode(bytes([ALG_ED25519]) + self.public_key).decode()
-        return f"{self.name}+{self.key_id:08x}+{blob}"
+        return key_text(self.name, self.key_id, ALG_ED25519, self.public_key)
 
 
 @dataclass(frozen=True)
@@ -145,17 +165,12 @@ class Signer:
 
     def text(self) -> str:
         """The ``PRIVATE+KEY+name+keyid+base64`` signer key text."""
-        blob = base64.b64encode(bytes([ALG_ED25519]) + self.seed).decode()
-        return f"PRIVATE+KEY+{self.name}+{self.key_id:08x}+{blob}"
+        return "PRIVATE+KEY+" + key_text(self.name, self.key_id, ALG_ED25519, self.seed)
 
 
 def signer_from_seed(name: str, seed: bytes) -> Signer:
     """A signer for ``name`` from a 32-byte Ed25519 seed."""
-    if not valid_name(name):
-        raise MalformedKey(f"invalid key name {name!r}: empty, or has a space or '+'")
-    if len(seed) != 32:
-        raise MalformedKey("an Ed25519 seed is 32 bytes")
-    return Signer(name, key_id(name, bytes(SigningKey(seed).verify_key)), seed)
+    return Signer(name, seed_key_id(name, seed), seed)
 
 
 def generate_signer(name: str) -> Signer:
@@ -178,29 +193,45 @@ def parse_key_fields(
     return int(id_text, 16), blob[1:]
 
 
-def parse_verifier_key(text: str) -> Verifier:
-    """A :class:`Verifier` from ``name+keyid+base64`` text, or :class:`MalformedKey`."""
+_ED25519_TEXT = "an Ed25519 key (type 0x01 and 32 bytes)"
+
+
+def parse_verifier_text(text: str, kind: str = "verifier", alg: int = ALG_ED25519,
+                        alg_text: str = _ED25519_TEXT) -> tuple[str, int, bytes]:
+    """(name, key id, public key) of ``name+keyid+base64(alg || key)`` text whose id is its
+    name's and key's, or :class:`MalformedKey` naming the ``kind`` of key."""
     parts = text.strip("\n").split("+", 2)
     if len(parts) != 3:
-        raise MalformedKey("a verifier key is name+keyid+base64")
+        raise MalformedKey(f"a {kind} key is name+keyid+base64")
     name, id_text, blob_text = parts
-    kid, public_key = parse_key_fields(name, id_text, blob_text, "verifier")
-    if key_id(name, public_key) != kid:
-        raise MalformedKey(f"verifier key id {id_text} does not match its name and key")
-    return Verifier(name, kid, public_key)
+    kid, public_key = parse_key_fields(name, id_text, blob_text, kind, alg, alg_text)
+    if key_id(name, public_key, alg) != kid:
+        raise MalformedKey(f"{kind} key id {id_text} does not match its name and key")
+    return name, kid, public_key
+
+
+def parse_signer_text(text: str, kind: str = "signer", alg: int = ALG_ED25519,
+                      alg_text: str = _ED25519_TEXT) -> tuple[str, int, bytes]:
+    """(name, key id, seed) of ``PRIVATE+KEY+name+keyid+base64(alg || seed)`` text whose id
+    is its name's and key's, or :class:`MalformedKey` naming the ``kind`` of key."""
+    parts = text.strip("\n").split("+", 4)
+    if len(parts) != 5 or parts[:2] != ["PRIVATE", "KEY"]:
+        raise MalformedKey(f"a {kind} key is PRIVATE+KEY+name+keyid+base64")
+    name, id_text, blob_text = parts[2:]
+    kid, seed = parse_key_fields(name, id_text, blob_text, kind, alg, alg_text)
+    if seed_key_id(name, seed, alg) != kid:
+        raise MalformedKey(f"{kind} key id {id_text} does not match its name and key")
+    return name, kid, seed
+
+
+def parse_verifier_key(text: str) -> Verifier:
+    """A :class:`Verifier` from ``name+keyid+base64`` text, or :class:`MalformedKey`."""
+    return Verifier(*parse_verifier_text(text))
 
 
 def parse_signer_key(text: str) -> Signer:
     """A :class:`Signer` from ``PRIVATE+KEY+name+keyid+base64`` text, or :class:`MalformedKey`."""
-    parts = text.strip("\n").split("+", 4)
-    if len(parts) != 5 or parts[:2] != ["PRIVATE", "KEY"]:
-        raise MalformedKey("a signer key is PRIVATE+KEY+name+keyid+base64")
-    name, id_text, blob_text = parts[2:]
-    kid, seed = parse_key_fields(name, id_text, blob_text, "signer")
-    signer = signer_from_seed(name, seed)
-    if signer.key_id != kid:
-        raise MalformedKey(f"signer key id {id_text} does not match its name and key")
-    return signer
+    return Signer(*parse_signer_text(text))
 
 
 @dataclass(frozen=True)

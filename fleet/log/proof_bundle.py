@@ -30,12 +30,17 @@ import re
 from collections.abc import Iterable, Sequence
 from typing import Any, NamedTuple
 
-from fleet.address import format_address
-from fleet.log.checkpoint import Checkpoint, open_checkpoint
-from fleet.log.leaf import Leaf, decode_leaf
-from fleet.log.log_errors import LeafMismatch, MalformedBundle, OriginMismatch, SizeMismatch
-from fleet.log.merkle import leaf_hash, verify_inclusion
-from fleet.log.note import Verifier
+from fleet_ledger.fleet.address import format_address
+from fleet_ledger.fleet.log.checkpoint import Checkpoint, open_checkpoint
+from fleet_ledger.fleet.log.leaf import Leaf, decode_leaf
+from fleet_ledger.fleet.log.log_errors import (
+    LeafMismatch,
+    MalformedBundle,
+    OriginMismatch,
+    SizeMismatch,
+)
+from fleet_ledger.fleet.log.merkle import leaf_hash, verify_inclusion
+from fleet_ledger.fleet.log.note import Verifier
 
 __all__ = [
     "FIELDS",

@@ -35,7 +35,7 @@ import struct
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from fleet.log.log_errors import MalformedTilePath
+from fleet_ledger.fleet.log.log_errors import MalformedTilePath
 
 __all__ = [
     "MAX_LEVEL",

@@ -24,9 +24,9 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from fleet.log.log_errors import MalformedProof
-from fleet.log.merkle import HASH_SIZE
-from fleet.log.note import b64decode_strict
+from fleet_ledger.fleet.log.log_errors import MalformedProof
+from fleet_ledger.fleet.log.merkle import HASH_SIZE
+from fleet_ledger.fleet.log.note import b64decode_strict
 
 __all__ = ["HEADER", "TlogProof", "format_tlog_proof", "hash_lines", "parse_tlog_proof"]
 

@@ -35,12 +35,12 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from fleet.log.checkpoint import Checkpoint, parse_checkpoint
-from fleet.log.cosignature import WitnessSigner
-from fleet.log.log_errors import LogError, NoteError, ProofError
-from fleet.log.merkle import verify_consistency
-from fleet.log.note import Verifier, open_note, parse_note
-from fleet.log.tlog_proof import hash_lines
+from fleet_ledger.fleet.log.checkpoint import Checkpoint, parse_checkpoint
+from fleet_ledger.fleet.log.cosignature import WitnessSigner
+from fleet_ledger.fleet.log.log_errors import LogError, NoteError, ProofError
+from fleet_ledger.fleet.log.merkle import verify_consistency
+from fleet_ledger.fleet.log.note import Verifier, open_note, parse_note
+from fleet_ledger.fleet.log.tlog_proof import hash_lines
 
 __all__ = [
     "MAX_PROOF_LINES",

@@ -15,9 +15,9 @@ from __future__ import annotations
 import msgspec
 from msgspec.structs import force_setattr
 
-from fleet.address import digest
-from fleet.record import kernel
-from fleet.record.kernel import ATTESTATION_DOMAIN as DOMAIN
+from fleet_ledger.fleet.address import digest
+from fleet_ledger.fleet.record import kernel
+from fleet_ledger.fleet.record.kernel import ATTESTATION_DOMAIN as DOMAIN
 
 __all__ = ["DOMAIN", "Attestation", "EnergyReceipt", "make_attestation"]
 

@@ -17,11 +17,11 @@ from dataclasses import dataclass
 
 from nacl.signing import SigningKey
 
-from fleet.address import format_address
-from fleet.record.attestation import Attestation, make_attestation
-from fleet.record.record import RunState
-from fleet.record.seal import encode_key, key_id, seal
-from fleet.record.segment import (
+from fleet_ledger.fleet.address import format_address
+from fleet_ledger.fleet.record.attestation import Attestation, make_attestation
+from fleet_ledger.fleet.record.record import RunState
+from fleet_ledger.fleet.record.seal import encode_key, key_id, seal
+from fleet_ledger.fleet.record.segment import (
     CallAccount,
     Claimed,
     Closed,
@@ -33,7 +33,7 @@ from fleet.record.segment import (
     resumed,
     suspended,
 )
-from fleet.record.wire import RecordWire, SealedSegment, segment_to_wire
+from fleet_ledger.fleet.record.wire import RecordWire, SealedSegment, segment_to_wire
 
 __all__ = [
     "Prepared",

@@ -47,14 +47,16 @@ A *park* is held as plain bytes, ``snapshot_bytes || manifest[32]``; a *step* is
 from __future__ import annotations
 
 import struct
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, Final, Protocol, Self
 
 from blake3 import blake3
 
-from fleet.address import digest
-from fleet.errors import (
+from fleet_ledger.fleet import text
+from fleet_ledger.fleet.address import digest
+from fleet_ledger.fleet.errors import (
     AttestationMismatch,
     ForeignRun,
     HeadMismatch,
@@ -70,7 +72,7 @@ from fleet.errors import (
     ZeroIdleEnergy,
     ZeroOverheadEnergy,
 )
-from fleet.record.kinds import (
+from fleet_ledger.fleet.record.kinds import (
     CLAIMED,
     CLOSED,
     EVICTED,
@@ -81,16 +83,18 @@ from fleet.record.kinds import (
     SUSPENDED,
     TABLE,
     TAGS,
+    Kind,
     index_in_range,
 )
-from fleet.record.phases import CLOSED as PHASE_CLOSED
-from fleet.record.phases import FRESH, TRANSITIONS
-from fleet.record.phases import PARKED as PHASE_PARKED
-from fleet.record.wait_proof import Calls, Verdict, WaitTracker
+from fleet_ledger.fleet.record.phases import CLOSED as PHASE_CLOSED
+from fleet_ledger.fleet.record.phases import FRESH, TRANSITIONS
+from fleet_ledger.fleet.record.phases import PARKED as PHASE_PARKED
+from fleet_ledger.fleet.record.wait_proof import Calls, Verdict, WaitTracker
 
 __all__ = [
     "ACCOUNT_PRESENT",
     "ATTESTATION_DOMAIN",
+    "BODIES",
     "CLAIM",
     "CLAIMED",
     "CLOSED",
@@ -123,6 +127,7 @@ __all__ = [
     "TAG_SUSPENDED",
     "Calls",
     "Energy",
+    "Kind",
     "Position",
     "RunState",
     "Step",
@@ -192,7 +197,6 @@ POOL_DOMAIN: Final = b"fleet.warmpool/1"
 NO_GRANTS: Final = bytes(DIGEST)
 
 _U32 = struct.Struct(">I")
-_U16 = struct.Struct(">H")
 # u64 energy in microjoules, then its provenance byte: an attestation's receipt and a
 # resume's idle energy share this layout.
 _ENERGY = struct.Struct(">QB")
@@ -230,12 +234,12 @@ def check_u64(value: object, what: str) -> int:
 def check_provenance(value: object) -> str:
     if value not in PROVENANCES:
         raise ValueOutOfRange(f"provenance must be 'measured' or 'estimated', got {value!r}")
-    return value  # type: ignore[return-value]
+    return value
 
 
 def _energy(uj: object, provenance: object, what: str) -> bytes:
     """``uj:u64 || provenance:u8``."""
-    code = PROVENANCES.get(provenance) if type(provenance) is str else None  # type: ignore[arg-type]
+    code = PROVENANCES.get(provenance) if type(provenance) is str else None
     if code is None:
         check_provenance(provenance)
     if type(uj) is not int or not 0 <= uj <= MAX_U64:
@@ -243,25 +247,9 @@ def _energy(uj: object, provenance: object, what: str) -> bytes:
     return _ENERGY.pack(uj, code)
 
 
-# Meters and outcomes repeat across segments: their checked encodings are memoised
-# (bounded; a refused text raises and is never stored).
-_TEXTS: dict[str, bytes] = {}
-
-
-def encode_text(value: object, what: str) -> bytes:
-    """``len:u16 || utf8`` of a non-empty printable text of at most ``MAX_TEXT`` bytes."""
-    held = _TEXTS.get(value) if type(value) is str else None  # type: ignore[arg-type]
-    if held is not None:
-        return held
-    if not isinstance(value, str) or not value or not value.isprintable():
-        raise ValueOutOfRange(f"{what} must be non-empty printable text, got {value!r}")
-    raw = value.encode("utf-8")
-    if len(raw) > MAX_TEXT:
-        raise ValueOutOfRange(f"{what} is {len(raw)} bytes, the limit is {MAX_TEXT}")
-    held = _U16.pack(len(raw)) + raw
-    if len(_TEXTS) < 4096:
-        _TEXTS[value] = held
-    return held
+# ``len:u16 || utf8`` of a non-empty printable text of at most ``MAX_TEXT`` bytes, else
+# ``ValueOutOfRange``: the one text codec (fleet.text), with the record's limit and refusal.
+encode_text: Final = partial(text.encode_text, error=ValueOutOfRange, limit=MAX_TEXT)
 
 
 _NO_IDS = _U32.pack(0)
@@ -373,24 +361,25 @@ def suspended_bytes(snapshot: bytes, manifest: bytes) -> bytes:
     return _B_SUSPENDED + snapshot + check_digest(manifest, "manifest")
 
 
-def resumed_bytes(snapshot: bytes, manifest: bytes, idle_uj: int, provenance: str,
-                  meter: str) -> bytes:
+def resumed_bytes(snapshot: bytes, manifest: bytes, idle_uj: int, idle_provenance: str,
+                  idle_meter: str) -> bytes:
     """``0x03 || snapshot || manifest[32] || idle_uj:u64 || provenance:u8 || text(meter)``."""
     return (_B_RESUMED + snapshot + check_digest(manifest, "manifest")
-            + _energy(idle_uj, provenance, "idle_uj") + encode_text(meter, "meter"))
+            + _energy(idle_uj, idle_provenance, "idle_uj") + encode_text(idle_meter, "meter"))
 
 
-def closed_bytes(idle_uj: int | None = None, provenance: str | None = None,
-                 meter: str | None = None) -> bytes:
+def closed_bytes(idle_uj: int | None = None, idle_provenance: str | None = None,
+                 idle_meter: str | None = None) -> bytes:
     """``0x04`` (a bare close), or ``0x04 || idle_uj:u64 || provenance:u8 || text(meter)``:
     a close that ends a park, with the idle energy the park drew until the close. The three
     idle fields come together or not at all (``MalformedSegment``)."""
-    if idle_uj is None and provenance is None and meter is None:
+    if idle_uj is None and idle_provenance is None and idle_meter is None:
         return CLOSED_BYTES
-    if idle_uj is None or provenance is None or meter is None:
+    if idle_uj is None or idle_provenance is None or idle_meter is None:
         raise MalformedSegment("a close gives its idle energy, provenance and meter together"
                                " or none of them")
-    return CLOSED_BYTES + _energy(idle_uj, provenance, "idle_uj") + encode_text(meter, "meter")
+    return (CLOSED_BYTES + _energy(idle_uj, idle_provenance, "idle_uj")
+            + encode_text(idle_meter, "meter"))
 
 
 def pool_unit(host: str, pool: str) -> bytes:
@@ -407,11 +396,12 @@ def _slot_energy(warm_uj: int, warm_provenance: str, warm_meter: str, idle_uj: i
             + _energy(idle_uj, idle_provenance, "idle_uj") + encode_text(idle_meter, "idle_meter"))
 
 
-def claimed_bytes(slot: bytes, snapshot: bytes, manifest: bytes, warm_uj: int,
-                  warm_provenance: str, warm_meter: str, idle_uj: int, idle_provenance: str,
-                  idle_meter: str) -> bytes:
+def claimed_bytes(slot: bytes, warm_uj: int, warm_provenance: str, warm_meter: str,
+                  idle_uj: int, idle_provenance: str, idle_meter: str, snapshot: bytes,
+                  manifest: bytes) -> bytes:
     """``0x05 || slot[32] || snapshot || manifest[32] || slot energy``; the snapshot is an
-    image park's (a transcript retains no sandbox to start from: ``MalformedSnapshot``)."""
+    image park's (a transcript retains no sandbox to start from: ``MalformedSnapshot``).
+    The arguments come in the table's order of the fields (:data:`BODIES`)."""
     if snapshot[DIGEST:DIGEST + 1] == _B_TRANSCRIPT:
         raise MalformedSnapshot("a warm slot is an image park: a transcript holds no sandbox")
     return (_B_CLAIMED + check_digest(slot, "slot") + snapshot
@@ -426,6 +416,16 @@ def evicted_bytes(slot: bytes, warm_uj: int, warm_provenance: str, warm_meter: s
     return (_B_EVICTED + check_digest(slot, "slot")
             + _slot_energy(warm_uj, warm_provenance, warm_meter, idle_uj, idle_provenance,
                            idle_meter))
+
+
+# Each kind's canonical bytes, called with its fields in the table's order, its parameters
+# named as they are (:data:`fleet.record.kinds.TABLE`; a snapshot as its canonical bytes, the
+# attestation object, which travels beside the segment, left out): how the object API
+# builds them.
+BODIES: Final[dict[str, Callable[..., bytes]]] = {
+    EXECUTED: executed_bytes, SUSPENDED: suspended_bytes, RESUMED: resumed_bytes,
+    CLOSED: closed_bytes, CLAIMED: claimed_bytes, EVICTED: evicted_bytes,
+}
 
 
 # -- the rules ------------------------------------------------------------------------------
@@ -514,7 +514,8 @@ def closed_step(run: Position, index: int, body: bytes = CLOSED_BYTES,
         raise ZeroIdleEnergy(
             "a park is never free: idle_uj must be the energy its retained state drew",
             segment=index)
-    return body, nxt, run.park, None, (provenance, idle_uj), False, None, None
+    # A body from closed_bytes carries all three idle fields or none: this only narrows.
+    return body, nxt, run.park, None, (check_provenance(provenance), idle_uj), False, None, None
 
 
 def claimed_step(run: Position, index: int, body: bytes, manifest: bytes, warm_uj: int,
@@ -557,11 +558,13 @@ def check_holder(holder: str, host: str, phase: str, kind: str, index: int,
     raise ForeignRun(f"the run is held by host {holder!r}", segment=index)
 
 
-def next_holder(holder: str, host: str, phase: str, kind: str, index: int,
+def next_holder(holder: str | None, host: str, phase: str, kind: str, index: int,
                 next_index: int) -> str:
     """The host that holds the run after ``host`` sealed its segment ``index``: ``host``
-    itself, if :func:`check_holder` allows it to seal it (``ForeignRun`` otherwise)."""
-    check_holder(holder, host, phase, kind, index, next_index)
+    itself, if :func:`check_holder` allows it to seal it (``ForeignRun`` otherwise).
+    ``holder`` ``None``: no host holds the run yet (it is new), and its opener holds it."""
+    if holder is not None and holder != host:  # the common case, without a second call
+        check_holder(holder, host, phase, kind, index, next_index)
     return host
 
 
@@ -645,7 +648,7 @@ class Energy:
         return Energy(dict(self.receipts), dict(self.idle), dict(self.claim),
                       dict(self.overhead), self.spent)
 
-    def as_json(self) -> dict[str, object]:
+    def as_json(self) -> dict[str, Any]:
         return {
             "total_uj": self.total_uj,
             "receipts_uj": dict(self.receipts),

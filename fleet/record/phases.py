@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from typing import Final
 
-from fleet.record import kinds
+from fleet_ledger.fleet.record import kinds
 
 __all__ = [
     "CLOSED",

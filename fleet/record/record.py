@@ -15,11 +15,11 @@ ledger's fold or an offline verifier) that is refused keeps the state it had bef
 
 from __future__ import annotations
 
-from fleet.address import digest
-from fleet.record import kernel
-from fleet.record.attestation import Attestation
-from fleet.record.kernel import GENESIS_DOMAIN, Energy, Step, genesis, park_parts
-from fleet.record.segment import (
+from fleet_ledger.fleet.address import digest
+from fleet_ledger.fleet.record import kernel
+from fleet_ledger.fleet.record.attestation import Attestation
+from fleet_ledger.fleet.record.kernel import GENESIS_DOMAIN, Energy, Step, genesis, park_parts
+from fleet_ledger.fleet.record.segment import (
     Claimed,
     Closed,
     Evicted,

@@ -16,10 +16,10 @@ from __future__ import annotations
 
 from nacl.signing import VerifyKey
 
-from fleet.errors import MalformedSegment, RecordError
-from fleet.record.seal import decode_key
-from fleet.record.wire import RecordWire, SegmentWire
-from fleet.subjects import check_host_name
+from fleet_ledger.fleet.errors import MalformedSegment, RecordError
+from fleet_ledger.fleet.record.seal import decode_key
+from fleet_ledger.fleet.record.wire import RecordWire, SegmentWire
+from fleet_ledger.fleet.subjects import check_host_name
 
 __all__ = ["SINGLE", "Sealers", "join_pages", "sealers"]
 
@@ -92,12 +92,12 @@ def join_pages(pages: list[RecordWire]) -> RecordWire:
     if [w.index for w in segments] != list(range(1, len(segments) + 1)):
         raise MalformedSegment("the pages do not hold segments 1..n in order")
     names = {w.host for w in segments}
-    if len(names) == 1 and None not in names:
-        (name,) = names
+    sole = next(iter(names)) if len(names) == 1 else None
+    if sole is not None:
         for w in segments:
             w.host = None
         return RecordWire(unit_id=first.unit_id, grants_id=first.grants_id, run=first.run,
-                          host_key=keys.get(name), segments=segments)
+                          host_key=keys.get(sole), segments=segments)
     return RecordWire(unit_id=first.unit_id, grants_id=first.grants_id, run=first.run,
                       hosts={n: keys[n] for n in sorted(keys) if n in names},
                       segments=segments)

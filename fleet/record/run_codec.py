@@ -6,14 +6,14 @@ from typing import Any
 
 import msgspec
 
-from fleet.address import format_address, parse_address
-from fleet.record.kernel import Energy
-from fleet.record.record import RunState
-from fleet.record.segment import ImageSnapshot, Snapshot, make_snapshot
+from fleet_ledger.fleet.address import format_address, parse_address
+from fleet_ledger.fleet.record.kernel import Energy
+from fleet_ledger.fleet.record.record import RunState
+from fleet_ledger.fleet.record.segment import ImageSnapshot, Snapshot, make_snapshot
 
 __all__ = ["decode_state", "encode_state", "snapshot_json", "state_from_json",
            "state_to_json"]
-from fleet.record.wait_proof import WaitTracker
+from fleet_ledger.fleet.record.wait_proof import WaitTracker
 
 
 def snapshot_json(snapshot: Snapshot | None) -> dict[str, str] | None:

@@ -16,8 +16,8 @@ import struct
 from nacl.exceptions import BadSignatureError
 from nacl.signing import SigningKey, VerifyKey
 
-from fleet.address import digest
-from fleet.errors import BadSeal
+from fleet_ledger.fleet.address import digest
+from fleet_ledger.fleet.errors import BadSeal
 
 __all__ = [
     "KEY_ID_DOMAIN",

@@ -5,22 +5,36 @@ claimed and evicted); a park's snapshot is an image (a filesystem root and, opti
 memory image) or a transcript. The canonical bytes of each, and every check of their
 fields, are :mod:`fleet.record.kernel`'s: these classes hold the values and ask the kernel for the
 bytes once, when built, so a malformed reference is refused before anything is hashed,
-whichever way the object was made.
+whichever way the object was made. The six classes are built from the kinds table
+(:mod:`fleet.record.kinds`): a kind's fields are its row's, in its order.
 """
 
 from __future__ import annotations
 
+from operator import attrgetter
+from typing import Any
+
 import msgspec
 from msgspec.structs import force_setattr
 
-from fleet.record import kernel
-from fleet.record.kernel import (
+from fleet_ledger.fleet.record import kernel
+from fleet_ledger.fleet.record.kinds import (
+    ADDRESS,
+    CALLS,
     CLAIMED,
     CLOSED,
     EVICTED,
     EXECUTED,
+    FIELD_TYPES,
+    PROVENANCE,
     RESUMED,
+    SNAPSHOT,
     SUSPENDED,
+    TABLE,
+    TEXT,
+    UJ,
+    FieldType,
+    KindSpec,
 )
 
 __all__ = [
@@ -29,6 +43,7 @@ __all__ = [
     "EVICTED",
     "EXECUTED",
     "RESUMED",
+    "SEGMENT_CLASS",
     "SUSPENDED",
     "CallAccount",
     "Claimed",
@@ -81,7 +96,8 @@ def make_snapshot(
     kernel.snapshot_bytes(fs_root, mem_image, transcript)
     if transcript is not None:
         return TranscriptSnapshot(transcript)
-    return ImageSnapshot(fs_root, mem_image)  # type: ignore[arg-type]
+    assert fs_root is not None  # snapshot_bytes refused a reference of neither form
+    return ImageSnapshot(fs_root, mem_image)
 
 
 def snapshot_from_bytes(raw: bytes) -> Snapshot:
@@ -89,7 +105,8 @@ def snapshot_from_bytes(raw: bytes) -> Snapshot:
     fs_root, mem_image, transcript = kernel.snapshot_parts(raw)
     if transcript is not None:
         return TranscriptSnapshot(transcript)
-    return ImageSnapshot(fs_root, mem_image)  # type: ignore[arg-type]
+    assert fs_root is not None  # snapshot_parts gives an image form its root
+    return ImageSnapshot(fs_root, mem_image)
 
 
 class CallAccount(msgspec.Struct, frozen=True):
@@ -99,117 +116,60 @@ class CallAccount(msgspec.Struct, frozen=True):
     resolved: tuple[str, ...] = ()
 
 
-class Executed(msgspec.Struct, frozen=True):
-    attestation: bytes
-    calls: CallAccount | None = None
-    # The canonical bytes, built (and so validated) once, when the segment is made.
-    _raw: bytes = b""
-    kind = EXECUTED
-
-    def __post_init__(self) -> None:
-        force_setattr(self, "_raw", kernel.executed_bytes(self.attestation, self.calls))
-
-    def canonical(self) -> bytes:
-        return self._raw
-
-
-class Suspended(msgspec.Struct, frozen=True):
-    snapshot: Snapshot
-    manifest: bytes
-    _raw: bytes = b""
-    kind = SUSPENDED
-
-    def __post_init__(self) -> None:
-        force_setattr(self, "_raw", kernel.suspended_bytes(self.snapshot.canonical(),
-                                                           self.manifest))
-
-    def canonical(self) -> bytes:
-        return self._raw
+# Each kind's object, built from its row of the table (fleet.record.kinds): its fields in the
+# table's order, typed by what they hold, and the canonical bytes built (and so checked) once,
+# when the segment is made, by the kernel (kernel.BODIES, called with the fields in order).
+_TYPES: dict[FieldType, Any] = {ADDRESS: bytes, SNAPSHOT: Snapshot, UJ: int, PROVENANCE: str,
+                                TEXT: str, CALLS: CallAccount}
+_DOCS = {
+    EXECUTED: "An executed interval: its attestation's address and, where kept, its call "
+              "account (its attestation object travels beside it).",
+    SUSPENDED: "A park: the snapshot it holds and the run's environment manifest.",
+    RESUMED: "A resume: the park's snapshot and manifest, and the idle energy the park drew "
+             "(zero is refused by the record, ``ZeroIdleEnergy``, not here).",
+    CLOSED: "A close; one that ends a park may carry the idle energy the park drew (all three "
+            "idle fields, or none: ``kernel.closed_bytes``).",
+    CLAIMED: "A run's first segment when it starts from a warm pool's slot: the slot, its "
+             "image park and manifest, and the energy the slot drew (warm-up, then idle "
+             "until the claim; zero is refused by the record, ``ZeroClaimEnergy``).",
+    EVICTED: "A segment of a pool's own run: a slot evicted unclaimed and the energy it drew, "
+             "the pool's overhead (zero refused by the record: ``ZeroOverheadEnergy``).",
+}
 
 
-class Resumed(msgspec.Struct, frozen=True):
-    snapshot: Snapshot
-    manifest: bytes
-    idle_uj: int
-    idle_provenance: str
-    idle_meter: str
-    _raw: bytes = b""
-    kind = RESUMED
+def _segment_class(spec: KindSpec) -> type:
+    names = tuple(f for f in spec.fields if not FIELD_TYPES[f].beside)
+    body = kernel.BODIES[spec.name]
+    snapshot = names.index("snapshot") if "snapshot" in names else -1
+    values_of = attrgetter(*names, "_raw")  # a tuple, whatever the count of fields
 
-    def __post_init__(self) -> None:
-        force_setattr(self, "_raw", kernel.resumed_bytes(
-            self.snapshot.canonical(), self.manifest, self.idle_uj, self.idle_provenance,
-            self.idle_meter))
+    def __post_init__(self: Any) -> None:
+        values = values_of(self)[:-1]
+        if snapshot >= 0:
+            values = (*values[:snapshot], values[snapshot].canonical(), *values[snapshot + 1:])
+        force_setattr(self, "_raw", body(*values))
 
-    def canonical(self) -> bytes:
-        return self._raw
+    def canonical(self: Any) -> bytes:
+        return self._raw  # type: ignore[no-any-return]  # the class is made from the table (self: Any)
 
-
-class Closed(msgspec.Struct, frozen=True):
-    """A close; one that ends a park may carry the idle energy the park drew (all three
-    idle fields, or none: ``kernel.closed_bytes``)."""
-
-    idle_uj: int | None = None
-    idle_provenance: str | None = None
-    idle_meter: str | None = None
-    _raw: bytes = b""
-    kind = CLOSED
-
-    def __post_init__(self) -> None:
-        force_setattr(self, "_raw", kernel.closed_bytes(self.idle_uj, self.idle_provenance,
-                                                        self.idle_meter))
-
-    def canonical(self) -> bytes:
-        return self._raw
+    fields: list[tuple[str, Any] | tuple[str, Any, Any]] = [
+        (name, _TYPES[FIELD_TYPES[name]] | None, None) if name in spec.optional
+        else (name, _TYPES[FIELD_TYPES[name]]) for name in names]
+    fields.append(("_raw", bytes, b""))
+    return msgspec.defstruct(
+        spec.name.capitalize(), fields, frozen=True, module=__name__,
+        namespace={"kind": spec.name, "__doc__": _DOCS[spec.name],
+                   "__post_init__": __post_init__, "canonical": canonical})
 
 
-class _SlotEnergy(msgspec.Struct, frozen=True, kw_only=True):
-    """A warm slot and the energy it drew: warm-up, then idle until it ended."""
-
-    slot: bytes
-    warm_uj: int
-    warm_provenance: str
-    warm_meter: str
-    idle_uj: int
-    idle_provenance: str
-    idle_meter: str
-
-    def _energy(self) -> tuple[int, str, str, int, str, str]:
-        return (self.warm_uj, self.warm_provenance, self.warm_meter, self.idle_uj,
-                self.idle_provenance, self.idle_meter)
-
-
-class Claimed(_SlotEnergy, frozen=True, kw_only=True):
-    """A run's first segment when it starts from a warm pool's slot: the slot, its image
-    park and manifest, and the energy the slot drew (warm-up, then idle until the claim).
-    Zero energy is refused by the record (``ZeroClaimEnergy``), not here."""
-
-    snapshot: ImageSnapshot
-    manifest: bytes
-    _raw: bytes = b""
-    kind = CLAIMED
-
-    def __post_init__(self) -> None:
-        force_setattr(self, "_raw", kernel.claimed_bytes(
-            self.slot, self.snapshot.canonical(), self.manifest, *self._energy()))
-
-    def canonical(self) -> bytes:
-        return self._raw
-
-
-class Evicted(_SlotEnergy, frozen=True, kw_only=True):
-    """A segment of a pool's own run: a slot evicted unclaimed and the energy it drew, the
-    pool's overhead (zero refused by the record: ``ZeroOverheadEnergy``)."""
-
-    _raw: bytes = b""
-    kind = EVICTED
-
-    def __post_init__(self) -> None:
-        force_setattr(self, "_raw", kernel.evicted_bytes(self.slot, *self._energy()))
-
-    def canonical(self) -> bytes:
-        return self._raw
-
+_CLASSES = {kind: _segment_class(spec) for kind, spec in TABLE.items()}
+Executed: Any = _CLASSES[EXECUTED]
+Suspended: Any = _CLASSES[SUSPENDED]
+Resumed: Any = _CLASSES[RESUMED]
+Closed: Any = _CLASSES[CLOSED]
+Claimed: Any = _CLASSES[CLAIMED]
+Evicted: Any = _CLASSES[EVICTED]
+SEGMENT_CLASS: dict[str, Any] = _CLASSES  # a kind's segment class, by its name
 
 Segment = Executed | Suspended | Resumed | Closed | Claimed | Evicted
 

@@ -12,16 +12,22 @@ from dataclasses import dataclass, field
 
 from nacl.signing import VerifyKey
 
-from fleet.address import format_address, parse_address
-from fleet.errors import HeadMismatch, IndexGap, MalformedSegment, RecordError
-from fleet.record import kernel
-from fleet.record.kernel import Energy
-from fleet.record.record import RunState
-from fleet.record.record_file import SINGLE, sealers
-from fleet.record.seal import check_seal
-from fleet.record.verify_fast import fast_check
-from fleet.record.wait_proof import Verdict
-from fleet.record.wire import RECORD_FORMAT, WIRE_KIND, RecordWire, SealedSegment, segment_from_wire
+from fleet_ledger.fleet.address import format_address, parse_address
+from fleet_ledger.fleet.errors import HeadMismatch, IndexGap, MalformedSegment, RecordError
+from fleet_ledger.fleet.record import kernel
+from fleet_ledger.fleet.record.kernel import Energy
+from fleet_ledger.fleet.record.record import RunState
+from fleet_ledger.fleet.record.record_file import SINGLE, sealers
+from fleet_ledger.fleet.record.seal import check_seal
+from fleet_ledger.fleet.record.verify_fast import fast_check
+from fleet_ledger.fleet.record.wait_proof import Verdict
+from fleet_ledger.fleet.record.wire import (
+    RECORD_FORMAT,
+    WIRE_KIND,
+    RecordWire,
+    SealedSegment,
+    segment_from_wire,
+)
 
 __all__ = [
     "RecordReport",

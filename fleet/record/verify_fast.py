@@ -12,21 +12,21 @@ vector and on random and mutated records.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from blake3 import blake3
 from nacl.exceptions import BadSignatureError
 from nacl.signing import VerifyKey
 
-from fleet.address import parse_address, parse_addresses
-from fleet.errors import FleetError
-from fleet.record import kernel
-from fleet.record.kernel import Step
-from fleet.record.record import RunState
-from fleet.record.record_file import SINGLE, Sealers
-from fleet.record.seal import seal_message
-from fleet.record.wire import (
+from fleet_ledger.fleet.address import parse_address, parse_addresses
+from fleet_ledger.fleet.errors import FleetError
+from fleet_ledger.fleet.record import kernel
+from fleet_ledger.fleet.record.kernel import Step
+from fleet_ledger.fleet.record.record import RunState
+from fleet_ledger.fleet.record.record_file import SINGLE, Sealers
+from fleet_ledger.fleet.record.seal import seal_message
+from fleet_ledger.fleet.record.wire import (
     WIRE_KIND,
     ClaimedWire,
     ClosedWire,
@@ -34,6 +34,7 @@ from fleet.record.wire import (
     ExecutedWire,
     RecordWire,
     ResumedWire,
+    SegmentWire,
     SnapshotWire,
     SuspendedWire,
     seal_bytes,
@@ -46,28 +47,28 @@ class NotFast(Exception):
     """The fast path does not vouch for this input: the reference path decides."""
 
 
-def segment_addresses(segments: list, ends: list[int] | None = None  # type: ignore[type-arg]
+def segment_addresses(segments: Sequence[SegmentWire], ends: list[int] | None = None
                       ) -> list[str]:
     """Every address text of the segments, in the order :func:`step` consumes them (each
     segment's stated head first); ``ends`` gets the end offset of each segment's texts."""
     out: list[str] = []
     add = out.append
     mark = None if ends is None else ends.append
+    w: Any  # each kind's own fields: the structs are made from the table (wire.py)
     for w in segments:
         add(w.head)
-        t = type(w)
-        if t is ExecutedWire:
+        if type(w) is ExecutedWire:
             add(w.attestation)
             add(w.attestation_object.journal_root)
-        elif t is SuspendedWire or t is ResumedWire or t is ClaimedWire:
-            if t is ClaimedWire:
+        elif type(w) is SuspendedWire or type(w) is ResumedWire or type(w) is ClaimedWire:
+            if type(w) is ClaimedWire:
                 add(w.slot)
             snap = w.snapshot
             for text in (snap.fs_root, snap.mem_image, snap.transcript):
                 if text is not None:
                     add(text)
             add(w.manifest)
-        elif t is EvictedWire:
+        elif type(w) is EvictedWire:
             add(w.slot)
         if mark is not None:
             mark(len(out))
@@ -81,48 +82,46 @@ def _snapshot(s: SnapshotWire, take: Callable[[], bytes]) -> bytes:
     return kernel.snapshot_bytes(fs, mem, transcript)
 
 
-def step(wire: object, take: Callable[[], bytes], run: kernel.Position, index: int) -> Step:
+def step(wire: Any, take: Callable[[], bytes], run: kernel.Position, index: int
+         ) -> Step:
     """The kernel's step for one wire segment at ``index``, ``take`` yielding its addresses
     after the stated head (in :func:`segment_addresses` order). Raises the kernel's named
     refusal (the reference path then says which rule comes first)."""
-    kind = type(wire)
-    if kind is ExecutedWire:
+    if type(wire) is ExecutedWire:
         claimed = take()
-        obj = wire.attestation_object  # type: ignore[attr-defined]
+        obj = wire.attestation_object
         r = obj.receipt
         attested = blake3(kernel.attestation_bytes(r.uj, r.provenance, r.meter, take(),
                                                    obj.outcome)).digest()
-        calls = wire.calls  # type: ignore[attr-defined]
+        calls = wire.calls
         return kernel.executed_step(run, index, kernel.executed_bytes(claimed, calls),
                                     claimed, attested, r.uj, r.provenance, calls)
-    if kind is SuspendedWire:
-        snapshot = _snapshot(wire.snapshot, take)  # type: ignore[attr-defined]
+    if type(wire) is SuspendedWire:
+        snapshot = _snapshot(wire.snapshot, take)
         manifest = take()
         return kernel.suspended_step(run, index, kernel.suspended_bytes(snapshot, manifest),
                                      snapshot, manifest)
-    if kind is ResumedWire:
-        snapshot = _snapshot(wire.snapshot, take)  # type: ignore[attr-defined]
+    if type(wire) is ResumedWire:
+        snapshot = _snapshot(wire.snapshot, take)
         manifest = take()
-        idle_uj, provenance = wire.idle_uj, wire.idle_provenance  # type: ignore[attr-defined]
-        body = kernel.resumed_bytes(snapshot, manifest, idle_uj, provenance,
-                                    wire.idle_meter)  # type: ignore[attr-defined]
+        idle_uj, provenance = wire.idle_uj, wire.idle_provenance
+        body = kernel.resumed_bytes(snapshot, manifest, idle_uj, provenance, wire.idle_meter)
         return kernel.resumed_step(run, index, body, snapshot, manifest, idle_uj, provenance)
-    if kind is ClosedWire:
-        idle_uj, provenance = wire.idle_uj, wire.idle_provenance  # type: ignore[attr-defined]
-        body = kernel.closed_bytes(idle_uj, provenance, wire.idle_meter)  # type: ignore[attr-defined]
-        return kernel.closed_step(run, index, body, idle_uj, provenance)
-    if kind is ClaimedWire or kind is EvictedWire:
-        w: Any = wire
+    if type(wire) is ClosedWire:
+        body = kernel.closed_bytes(wire.idle_uj, wire.idle_provenance, wire.idle_meter)
+        return kernel.closed_step(run, index, body, wire.idle_uj, wire.idle_provenance)
+    if type(wire) is ClaimedWire or type(wire) is EvictedWire:
         slot = take()
-        warm, warm_p, idle, idle_p = w.warm_uj, w.warm_provenance, w.idle_uj, w.idle_provenance
-        if kind is EvictedWire:
-            body = kernel.evicted_bytes(slot, warm, warm_p, w.warm_meter, idle, idle_p,
-                                        w.idle_meter)
+        warm, warm_p = wire.warm_uj, wire.warm_provenance
+        idle, idle_p = wire.idle_uj, wire.idle_provenance
+        if type(wire) is EvictedWire:
+            body = kernel.evicted_bytes(slot, warm, warm_p, wire.warm_meter, idle, idle_p,
+                                        wire.idle_meter)
             return kernel.evicted_step(run, index, body, warm, warm_p, idle, idle_p)
-        snapshot = _snapshot(w.snapshot, take)
+        snapshot = _snapshot(wire.snapshot, take)
         manifest = take()
-        body = kernel.claimed_bytes(slot, snapshot, manifest, warm, warm_p, w.warm_meter, idle,
-                                    idle_p, w.idle_meter)
+        body = kernel.claimed_bytes(slot, warm, warm_p, wire.warm_meter, idle, idle_p,
+                                    wire.idle_meter, snapshot, manifest)
         return kernel.claimed_step(run, index, body, manifest, warm, warm_p, idle, idle_p)
     raise NotFast  # pragma: no cover - the tagged union has no other member
 

@@ -13,6 +13,9 @@ it, its ``seal`` (base64 of 64 bytes) and the fields of its kind, named as in th
     evicted    slot, warm_uj, warm_provenance, warm_meter, idle_uj, idle_provenance,
                idle_meter
 
+Each kind's struct is built from its row of the kinds table (:mod:`fleet.record.kinds`), and
+each form is turned into the other field by field, by what the field holds.
+
 A field that does not belong to the kind is refused (``MalformedSegment``), so no byte of the
 wire form is ignored: every byte either feeds the hash or is checked against it. Decoding is
 one msgspec tagged union (``kind`` selects the struct), so those checks run in C.
@@ -29,40 +32,48 @@ import base64
 import binascii
 import functools
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 import msgspec
 
-from fleet.address import format_address, message_id, parse_address
-from fleet.errors import FleetError, MalformedSegment, RecordError, ValueOutOfRange
-from fleet.record.attestation import Attestation, make_attestation
-from fleet.record.kinds import index_in_range
-from fleet.record.segment import (
+from fleet_ledger.fleet.address import format_address, message_id, parse_address
+from fleet_ledger.fleet.errors import FleetError, MalformedSegment, RecordError, ValueOutOfRange
+from fleet_ledger.fleet.record.attestation import Attestation, make_attestation
+from fleet_ledger.fleet.record.kinds import (
+    ADDRESS,
+    ATTESTATION,
+    CALLS,
     CLAIMED,
     CLOSED,
     EVICTED,
     EXECUTED,
+    FIELD_TYPES,
+    PROVENANCE,
     RESUMED,
+    SNAPSHOT,
     SUSPENDED,
+    TABLE,
+    TEXT,
+    UJ,
+    FieldType,
+    KindSpec,
+    index_in_range,
+)
+from fleet_ledger.fleet.record.segment import (
+    SEGMENT_CLASS,
     CallAccount,
-    Claimed,
-    Evicted,
-    Executed,
     ImageSnapshot,
-    Resumed,
     Segment,
     Snapshot,
-    Suspended,
     make_snapshot,
 )
-from fleet.record.segment import Closed as ClosedSegment
-from fleet.record.segment import resumed as make_resumed
 
 __all__ = [
     "ENVELOPE_VERSION",
     "MAX_MESSAGE",
     "RECORD_FORMAT",
     "WIRE_KIND",
+    "WIRE_STRUCT",
     "AttestationWire",
     "CallsWire",
     "ClaimedWire",
@@ -139,54 +150,37 @@ class _SegmentBase(_Sealer, gc=False, forbid_unknown_fields=True, omit_defaults=
     seal: str
 
 
-class ExecutedWire(_SegmentBase, tag=EXECUTED):
-    attestation: str
-    attestation_object: AttestationWire
-    calls: CallsWire | None = None
+# Each kind's struct, built from its row of the table (fleet.record.kinds): its fields in the
+# table's (and the wire's) order, typed by what they hold; an optional one may be absent.
+_TYPES: dict[FieldType, Any] = {ADDRESS: str, SNAPSHOT: SnapshotWire, UJ: int, PROVENANCE: str,
+                                TEXT: str, CALLS: CallsWire, ATTESTATION: AttestationWire}
 
 
-class SuspendedWire(_SegmentBase, tag=SUSPENDED):
-    snapshot: SnapshotWire
-    manifest: str
+def _wire_struct(spec: KindSpec) -> Any:
+    fields = [(name, _TYPES[FIELD_TYPES[name]] | None, None) if name in spec.optional
+              else (name, _TYPES[FIELD_TYPES[name]]) for name in spec.fields]
+    return msgspec.defstruct(f"{spec.name.capitalize()}Wire", fields, bases=(_SegmentBase,),
+                             tag=spec.name, module=__name__)
 
 
-class ResumedWire(_SegmentBase, tag=RESUMED):
-    snapshot: SnapshotWire
-    manifest: str
-    idle_uj: int
-    idle_provenance: str
-    idle_meter: str
-
-
-class ClosedWire(_SegmentBase, tag=CLOSED):
-    # A close that ends a park may carry the park's idle energy (all three or none).
-    idle_uj: int | None = None
-    idle_provenance: str | None = None
-    idle_meter: str | None = None
-
-
-class _SlotWire(_SegmentBase):
-    slot: str
-    warm_uj: int
-    warm_provenance: str
-    warm_meter: str
-    idle_uj: int
-    idle_provenance: str
-    idle_meter: str
-
-
-class ClaimedWire(_SlotWire, tag=CLAIMED):
-    snapshot: SnapshotWire
-    manifest: str
-
-
-class EvictedWire(_SlotWire, tag=EVICTED):
-    pass
-
+# The kind of each wire segment struct, and the struct of each kind.
+WIRE_KIND: dict[type, str] = {_wire_struct(spec): kind for kind, spec in TABLE.items()}
+WIRE_STRUCT: dict[str, Any] = {kind: cls for cls, kind in WIRE_KIND.items()}
+ExecutedWire: Any = WIRE_STRUCT[EXECUTED]
+SuspendedWire: Any = WIRE_STRUCT[SUSPENDED]
+ResumedWire: Any = WIRE_STRUCT[RESUMED]
+ClosedWire: Any = WIRE_STRUCT[CLOSED]
+ClaimedWire: Any = WIRE_STRUCT[CLAIMED]
+EvictedWire: Any = WIRE_STRUCT[EVICTED]
 
 # A tagged union: msgspec picks the struct by "kind" and refuses any field of another kind.
-SegmentWire = (ExecutedWire | SuspendedWire | ResumedWire | ClosedWire | ClaimedWire
-               | EvictedWire)
+# Its members are made from the table at import, so the type checker knows them only as
+# their common base (index, head, seal); a decoder reads a kind's own fields as Any.
+if TYPE_CHECKING:
+    SegmentWire: TypeAlias = _SegmentBase
+else:
+    SegmentWire = (ExecutedWire | SuspendedWire | ResumedWire | ClosedWire | ClaimedWire
+                   | EvictedWire)
 
 
 class EnvelopeWire(msgspec.Struct, gc=False, forbid_unknown_fields=True):
@@ -209,11 +203,6 @@ class RecordWire(msgspec.Struct, gc=False, forbid_unknown_fields=True, omit_defa
     # names its host); absent for a single-host record, sealed under ``host_key``.
     hosts: dict[str, str] | None = None
 
-
-# The kind of each wire segment struct.
-WIRE_KIND: dict[type, str] = {ExecutedWire: EXECUTED, SuspendedWire: SUSPENDED,
-                              ResumedWire: RESUMED, ClosedWire: CLOSED, ClaimedWire: CLAIMED,
-                              EvictedWire: EVICTED}
 
 
 class SealedSegment(msgspec.Struct, frozen=True):
@@ -274,35 +263,39 @@ def segment_from_wire(wire: SegmentWire) -> SealedSegment:
         raise exc.at(wire.index) from None
 
 
+def _calls(wire: CallsWire) -> CallAccount:
+    return CallAccount(tuple(wire.dispatched), tuple(wire.resolved))
+
+
+def _attestation(wire: AttestationWire) -> Attestation:
+    r = wire.receipt
+    return make_attestation(r.uj, r.provenance, r.meter, parse_address(wire.journal_root),
+                            wire.outcome)
+
+
+# How each type of field turns from its wire form into the object's (None: as it is).
+_FROM_WIRE: dict[FieldType, Callable[[Any], Any] | None] = {
+    ADDRESS: parse_address, SNAPSHOT: snapshot_from_wire, CALLS: _calls, UJ: None,
+    PROVENANCE: None, TEXT: None}
+# Per kind: the attestation object's field (or None), and (field, conversion) of the rest.
+_DECODE: dict[type, tuple[str | None, tuple[tuple[str, Callable[[Any], Any] | None], ...]]] = {
+    cls: (next((f for f in TABLE[kind].fields if FIELD_TYPES[f].beside), None),
+          tuple((f, _FROM_WIRE[FIELD_TYPES[f]]) for f in TABLE[kind].fields
+                if not FIELD_TYPES[f].beside))
+    for cls, kind in WIRE_KIND.items()}
+
+
 def _segment_from_wire(wire: SegmentWire) -> SealedSegment:
     if not index_in_range(wire.index):
         raise ValueOutOfRange(f"segment index out of range: {wire.index!r}")
-    attestation = None
-    segment: Segment
-    if type(wire) is ExecutedWire:
-        obj = wire.attestation_object
-        r = obj.receipt
-        attestation = make_attestation(
-            r.uj, r.provenance, r.meter, parse_address(obj.journal_root), obj.outcome
-        )
-        c = wire.calls
-        calls = None if c is None else CallAccount(tuple(c.dispatched), tuple(c.resolved))
-        segment = Executed(parse_address(wire.attestation), calls)
-    elif type(wire) is SuspendedWire:
-        segment = Suspended(snapshot_from_wire(wire.snapshot), parse_address(wire.manifest))
-    elif type(wire) is ResumedWire:
-        segment = make_resumed(
-            snapshot_from_wire(wire.snapshot), parse_address(wire.manifest), wire.idle_uj,
-            wire.idle_provenance, wire.idle_meter,
-        )
-    elif type(wire) is ClaimedWire:
-        segment = Claimed(slot=parse_address(wire.slot),
-                          snapshot=snapshot_from_wire(wire.snapshot),  # type: ignore[arg-type]
-                          manifest=parse_address(wire.manifest), **_slot_energy(wire))
-    elif type(wire) is EvictedWire:
-        segment = Evicted(slot=parse_address(wire.slot), **_slot_energy(wire))
-    else:
-        segment = ClosedSegment(wire.idle_uj, wire.idle_provenance, wire.idle_meter)
+    beside, fields = _DECODE[type(wire)]
+    # The attestation object first: its refusal comes before the segment's own fields'.
+    attestation = None if beside is None else _attestation(getattr(wire, beside))
+    values = []
+    for name, convert in fields:
+        value = getattr(wire, name)
+        values.append(value if convert is None or value is None else convert(value))
+    segment = SEGMENT_CLASS[WIRE_KIND[type(wire)]](*values)
     return SealedSegment(wire.index, segment, parse_address(wire.head), seal_bytes(wire.seal),
                          attestation)
 
@@ -372,50 +365,42 @@ def _snapshot_wire(snapshot: Snapshot) -> SnapshotWire:
     return SnapshotWire(transcript=format_address(snapshot.transcript))
 
 
+def _calls_wire(calls: CallAccount) -> CallsWire:
+    return CallsWire(list(calls.dispatched), list(calls.resolved))
+
+
+# How each type of field turns from the object's form into its wire form (None: as it is).
+_TO_WIRE: dict[FieldType, Callable[[Any], Any] | None] = {
+    ADDRESS: format_address, SNAPSHOT: _snapshot_wire, CALLS: _calls_wire, UJ: None,
+    PROVENANCE: None, TEXT: None}
+
+
+# Per kind: (field, whether it is the attestation object, conversion) of each field.
+_ENCODE: dict[str, tuple[tuple[str, bool, Callable[[Any], Any] | None], ...]] = {
+    kind: tuple((f, FIELD_TYPES[f].beside, _TO_WIRE.get(FIELD_TYPES[f])) for f in spec.fields)
+    for kind, spec in TABLE.items()}
+
+
+def _attestation_wire(att: Attestation | None) -> AttestationWire:
+    assert att is not None
+    r = att.receipt
+    return AttestationWire(ReceiptWire(r.uj, r.provenance, r.meter),
+                           format_address(att.journal_root), att.outcome)
+
+
 def segment_to_wire(sealed: SealedSegment, host: str | None = None) -> SegmentWire:
     """The wire form of a sealed segment; ``host``: the host that sealed it, named in a
     record file sealed by several hosts."""
     seg = sealed.segment
-    common: dict[str, Any] = {"index": sealed.index, "head": format_address(sealed.head),
-                              "seal": base64.b64encode(sealed.seal).decode("ascii"),
-                              "host": host}
-    if isinstance(seg, Executed):
-        att = sealed.attestation
-        assert att is not None
-        calls = None
-        if seg.calls is not None:
-            calls = CallsWire(list(seg.calls.dispatched), list(seg.calls.resolved))
-        return ExecutedWire(
-            **common, attestation=format_address(seg.attestation),
-            attestation_object=AttestationWire(
-                ReceiptWire(att.receipt.uj, att.receipt.provenance, att.receipt.meter),
-                format_address(att.journal_root), att.outcome,
-            ),
-            calls=calls,
-        )
-    if isinstance(seg, Suspended):
-        return SuspendedWire(**common, snapshot=_snapshot_wire(seg.snapshot),
-                             manifest=format_address(seg.manifest))
-    if isinstance(seg, Resumed):
-        return ResumedWire(
-            **common, snapshot=_snapshot_wire(seg.snapshot), manifest=format_address(seg.manifest),
-            idle_uj=seg.idle_uj, idle_provenance=seg.idle_provenance, idle_meter=seg.idle_meter,
-        )
-    if isinstance(seg, Claimed):
-        return ClaimedWire(
-            **common, slot=format_address(seg.slot), snapshot=_snapshot_wire(seg.snapshot),
-            manifest=format_address(seg.manifest), **_slot_energy(seg))
-    if isinstance(seg, Evicted):
-        return EvictedWire(**common, slot=format_address(seg.slot), **_slot_energy(seg))
-    assert isinstance(seg, ClosedSegment)
-    return ClosedWire(**common, idle_uj=seg.idle_uj, idle_provenance=seg.idle_provenance,
-                      idle_meter=seg.idle_meter)
-
-
-def _slot_energy(seg: Claimed | Evicted | ClaimedWire | EvictedWire) -> dict[str, Any]:
-    return {"warm_uj": seg.warm_uj, "warm_provenance": seg.warm_provenance,
-            "warm_meter": seg.warm_meter, "idle_uj": seg.idle_uj,
-            "idle_provenance": seg.idle_provenance, "idle_meter": seg.idle_meter}
+    values: list[Any] = [sealed.index, format_address(sealed.head),
+                         base64.b64encode(sealed.seal).decode("ascii")]
+    for name, beside, convert in _ENCODE[seg.kind]:
+        if beside:
+            values.append(_attestation_wire(sealed.attestation))
+            continue
+        value = getattr(seg, name)
+        values.append(value if convert is None or value is None else convert(value))
+    return WIRE_STRUCT[seg.kind](*values, host=host)  # type: ignore[no-any-return]  # made from the table
 
 
 def encode_envelope(

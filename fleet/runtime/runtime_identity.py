@@ -23,9 +23,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from fleet.address import digest, format_address
-from fleet.env.manifest import Manifest, manifest_of
-from fleet.runtime.runtime_journal import text
+from fleet_ledger.fleet.address import digest, format_address
+from fleet_ledger.fleet.env.manifest import Manifest, manifest_of
+from fleet_ledger.fleet.runtime.runtime_journal import text
 
 __all__ = ["CODE_VERSION_ENV", "WORKFLOW_ENV", "code_digest", "code_version",
            "run_manifest", "stamped"]

@@ -37,12 +37,13 @@ from typing import Any
 from nacl.exceptions import CryptoError
 from nacl.secret import SecretBox
 
-from fleet.address import digest, format_address
-from fleet.runtime.runtime_errors import JournalTampered
+from fleet_ledger.fleet.address import digest, format_address
+from fleet_ledger.fleet.runtime.runtime_errors import JournalTampered
 
 __all__ = [
     "ATTEMPT",
     "COMMANDS",
+    "CONTINUE",
     "DISPATCH",
     "DUPLICATE",
     "EFFECTS",
@@ -90,7 +91,10 @@ RESOLVE, SIGNAL, TIMEOUT, FIRED = "resolve", "signal", "timeout", "fired"
 # A failed attempt of a step (neither command nor resolution: replay skips it; it carries
 # the retry account: which attempt, its outcome, the backoff before the next).
 ATTEMPT = "attempt"
-COMMANDS = frozenset({DISPATCH, NOW, RANDOM, WAIT, TIMER, PATCH, END})
+# ``continue`` ends an epoch: the workflow function is entered again with the value it
+# carries as its input, and a resume may start replaying there (ctx.continue_as_new).
+CONTINUE = "continue"
+COMMANDS = frozenset({DISPATCH, NOW, RANDOM, WAIT, TIMER, PATCH, END, CONTINUE})
 RESOLUTIONS = frozenset({RESOLVE, SIGNAL, TIMEOUT, FIRED})
 KINDS = frozenset({START, ATTEMPT}) | COMMANDS | RESOLUTIONS
 # The account id of a step re-run in a later interval than the one that dispatched it.

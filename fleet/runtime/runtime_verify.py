@@ -35,17 +35,18 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from fleet.address import format_address, parse_address
-from fleet.errors import FleetError
-from fleet.record.phases import CLOSED, PARKED
-from fleet.record.verify import verify_state
-from fleet.record.wait_proof import Verdict, verdict_json
-from fleet.record.wire import ExecutedWire, RecordWire, SuspendedWire
-from fleet.runtime.runtime_errors import JournalTampered
-from fleet.runtime.runtime_journal import (
+from fleet_ledger.fleet.address import format_address, parse_address
+from fleet_ledger.fleet.errors import FleetError
+from fleet_ledger.fleet.record.phases import CLOSED, PARKED
+from fleet_ledger.fleet.record.verify import verify_state
+from fleet_ledger.fleet.record.wait_proof import Verdict, verdict_json
+from fleet_ledger.fleet.record.wire import ExecutedWire, RecordWire, SuspendedWire
+from fleet_ledger.fleet.runtime.runtime_errors import JournalTampered
+from fleet_ledger.fleet.runtime.runtime_journal import (
     chain_hashes,
     genesis,
     interval_account,
@@ -53,7 +54,7 @@ from fleet.runtime.runtime_journal import (
     open_blob,
     value_addresses,
 )
-from fleet.runtime.runtime_verify_errors import (
+from fleet_ledger.fleet.runtime.runtime_verify_errors import (
     CallAccountMismatch,
     JournalBeyondRecord,
     JournalRootMismatch,
@@ -162,7 +163,7 @@ def parse_journal(data: bytes) -> JournalFile:
                        {a: _b64(b, f"the blob {a}") for a, b in blobs.items()}, parsed_keys)
 
 
-def journal_json(run: str, name: str, workflow: str, entries: list[Row],
+def journal_json(run: str, name: str, workflow: str, entries: Sequence[Row],
                  blobs: dict[str, bytes], keys: dict[str, tuple[bytes, bytes]]
                  ) -> dict[str, Any]:
     """The export file's JSON: ``{"format", "run", "name", "workflow", "entries": [[seq,
@@ -180,7 +181,7 @@ def journal_json(run: str, name: str, workflow: str, entries: list[Row],
 
 def _chain(journal: JournalFile) -> list[bytes]:
     hashes = list(chain_hashes(journal.run, journal.workflow,
-                               (e[:4] for e in journal.entries)))  # type: ignore[misc]
+                               (e[:4] for e in journal.entries)))
     for (seq, kind, call, _body, stated), got in zip(journal.entries, hashes, strict=True):
         if stated is not None and stated != got:
             raise JournalTampered(f"journal entry {seq} ({kind} {call}) does not hash to its"

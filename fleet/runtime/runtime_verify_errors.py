@@ -8,7 +8,7 @@ journal to its record. Each carries the segment (1-based) or journal entry it co
 
 from __future__ import annotations
 
-from fleet.runtime.runtime_errors import RuntimeError_
+from fleet_ledger.fleet.runtime.runtime_errors import RuntimeError_
 
 __all__ = [
     "CallAccountMismatch",
