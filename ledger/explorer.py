@@ -1,14 +1,15 @@
 """The run explorer (``/ui/`` on the log port): server-rendered HTML, no build step.
 
-- ``/ui/``: the newest checkpoints, and the runs with filters (host, verdict, phase);
+- ``/ui/``: the newest checkpoints, the jobs, and the runs with filters (host, verdict, phase);
 - ``/ui/run/<run>``: one run's chain as a timeline (executed, parked, resumed intervals,
-  energy, the host of each segment and where it changes), each segment linking to
-- ``/ui/job/<job>``: a job's progress, energy totals, wait-proof verdicts, missing items,
-  receipt and item runs (the index lists the jobs);
+  energy, the host of each segment and where it changes; the job it is an item of), each
+  segment linking to
 - ``/ui/proof/<run>/<index>``: the segment's inclusion proof path to the newest signed
   checkpoint, step by step, and a few lines of JavaScript that recompute it in the browser
   (WebCrypto SHA-256, RFC 9162 section 2.1.3.2) and say whether it reaches the
-  checkpoint's root. The checkpoint's signature is for ``fleet verify-proof`` to check.
+  checkpoint's root. The checkpoint's signature is for ``fleet verify-proof`` to check;
+- ``/ui/job/<job>``: a job's progress, energy by source and provenance, wait-proof verdicts,
+  receipt, item runs and missing items (:mod:`ledger.explorer_jobs`).
 
 Everything is read through the log reader's read-only connection, like the tiles.
 """
@@ -23,9 +24,11 @@ from urllib.parse import quote, urlencode
 
 from aiohttp import web
 
+from fleet_ledger.fleet.address import parse_address
 from fleet_ledger.fleet.audit import format_uj as _uj
 from fleet_ledger.fleet.audit import format_when as _when
 from fleet_ledger.fleet.audit import park_form
+from fleet_ledger.fleet.jobs.job_id import job_tag, parse_item_unit
 from fleet_ledger.fleet.log.checkpoint import parse_checkpoint
 from fleet_ledger.fleet.log.merkle import leaf_hash
 from fleet_ledger.fleet.log.note import parse_note
@@ -44,7 +47,6 @@ from fleet_ledger.fleet.record.wire import (
 from fleet_ledger.fleet.runtime.runtime_journal import account_marks
 from fleet_ledger.ledger import job_views
 from fleet_ledger.ledger.log_reader import LogReader, decimal
-from fleet_ledger.ledger.views import NotFound
 
 _STYLE = """
 body{font:14px/1.4 system-ui,sans-serif;margin:1.5em;color:#1d2430;background:#fafbfc}
@@ -221,7 +223,7 @@ class Explorer:
             f"{_uj(energy['total_uj'])} (measured {_uj(energy['by_provenance_uj']['measured'])})",
             _uj(sum(energy["idle_uj"].values())))], "summary")
         reason = why(state.wait_proof(), accounts)
-        body = (f"<h1>Run <code>{_e(run)}</code></h1>{summary}"
+        body = (f"<h1>Run <code>{_e(run)}</code></h1>{self._job_item(state.unit_id)}{summary}"
                 f"<p id=why>{_e(verdict['verdict'])}: {_e(reason)}</p><h2>Timeline</h2>"
                 f"<ol class=timeline id=timeline>{''.join(items)}</ol>"
                 "<h2>Executed intervals</h2>"
@@ -229,6 +231,20 @@ class Explorer:
                           "resolved", "waited inside", "effects"), intervals, "intervals")
                 + await self._journal(run))
         return _page(f"run {run}", body)
+
+    def _job_item(self, unit_id: bytes) -> str:
+        """The job a run of ``unit_id`` is an item of, as a link to its page (nothing for
+        other runs). The unit names the item (:func:`fleet.jobs.job_id.parse_item_unit`); a
+        folded run whose unit does passed the item gate, so it holds that item."""
+        named = parse_item_unit(unit_id)
+        if named is None:
+            return ""
+        job = next((j["job"] for j in job_views.jobs(self.reader.store)
+                    if job_tag(parse_address(j["job"])) == named.tag), None)
+        if job is None:  # pragma: no cover - the gate refuses an item of no job
+            return ""
+        return (f"<p id=job-item>item {named.index} of job <a class=job href='/ui/job/"
+                f"{quote(job)}'><code>{_e(job)}</code></a></p>")
 
     async def _journal(self, run: str) -> str:
         """The runtime journal section of a run's page: its entries with their values
@@ -287,38 +303,6 @@ class Explorer:
             f"<script>{_VERIFY_JS}</script>")
         return _page(f"proof {run} #{index}", body)
 
-    async def job(self, request: web.Request) -> web.Response:
-        job = request.match_info["job"]
-        try:
-            doc = job_views.job_status(self.reader.store, job, with_items=True)
-        except NotFound:
-            raise web.HTTPNotFound(text=f"no job {job}\n") from None
-        p, energy, r = doc["progress"], doc["energy"], doc["receipt"]
-        sources = [(s, str(energy[f"{s}_uj"]["measured"]), str(energy[f"{s}_uj"]["estimated"]))
-                   for s in ("receipts", "idle", "claim", "overhead")]
-        missing = doc["missing"]
-        items = [(str(i["index"]), f"<a class=run href='/ui/run/{quote(i['run'])}'><code>"
-                  f"{_e(i['run'])}</code></a>", "closed" if i["closed"] else "running")
-                 for i in doc["item_runs"]]
-        body = (f"<h1>Job {_e(doc['name'])}</h1><p><code>{_e(doc['job'])}</code></p>"
-                f"<p id=progress>{p['items']} items: {p['closed']} closed, {p['bound']} "
-                f"started, {p['unstarted']} not started; "
-                + ("sealed" if doc["sealed"] else "open") + "</p>"
-                f"<h2>Energy <small>({_uj(energy['total_uj'])})</small></h2>"
-                + _table(("source", "measured µJ", "estimated µJ"), sources, "energy")
-                + "<h2>Wait proofs</h2>" + _table(
-                    ("verdict", "items"), ((f"<span class=v-{v}>{v}</span>", str(n))
-                                           for v, n in doc["verdicts"].items()), "verdicts")
-                + f"<h2>Missing <small>({len(missing)})</small></h2><p id=missing>"
-                + (_e(", ".join(str(i) for i in missing[:200]))
-                   + (" …" if len(missing) > 200 else "") if missing else "none") + "</p>"
-                + ("<h2>Receipt</h2><p id=receipt>not sealed yet</p>" if r is None else
-                   f"<h2>Receipt</h2><p id=receipt>root <code>{_e(r['root'])}</code>, fleet "
-                   f"log size {r['log_size']} when sealed, its leaf {r['leaf_index']}</p>")
-                + f"<h2>Item runs <small>(first {len(items)} of {p['bound']})</small></h2>"
-                + _table(("item", "run", "state"), items, "items"))
-        return _page(f"job {doc['name']}", body)
-
     async def redirect(self, request: web.Request) -> web.Response:
         raise web.HTTPFound("/ui/?" + urlencode(request.query) if request.query else "/ui/")
 
@@ -349,5 +333,8 @@ def add_explorer(app: web.Application, reader: LogReader,
     app.router.add_get("/ui", explorer.redirect)
     app.router.add_get("/ui/", explorer.index)
     app.router.add_get("/ui/run/{run}", explorer.run)
-    app.router.add_get("/ui/job/{job}", explorer.job)
     app.router.add_get("/ui/proof/{run}/{index}", explorer.proof)
+    # Imported here: the job pages are drawn with this module's page helpers.
+    from fleet_ledger.ledger.explorer_jobs import add_job_pages
+
+    add_job_pages(app, reader)
