@@ -116,7 +116,7 @@ def job_seal(job_id: str, key_file: Path, url: str, nkey: Path | None, retry: bo
 
     text = _job_text(job_id)
     report = _publish(url, nkey, seal_event(load_key(key_file), parse_address(text)), retry)
-    _finish({"job": text, "published": report}, report, as_json, f"seal of job {text}")
+    _finish({"job": text, "published": report}, report, as_json, f"of job {text}")
 
 
 @job.command("list")
