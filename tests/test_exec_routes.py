@@ -207,6 +207,7 @@ def test_a_unit_user_reaches_host_mounts_through_its_own_users_processes(tmp_pat
             outsider = subprocess.Popen(["setpriv", "--reuid=65534", "--regid=65534",
                                          "--clear-groups", "sleep", "60"])
             try:
+                _wait_dropped(outsider.pid, 65534)
                 through = f"/proc/{outsider.pid}/root{denied}"
                 got = []
                 for uid in (65534, 65533):
@@ -221,6 +222,21 @@ def test_a_unit_user_reaches_host_mounts_through_its_own_users_processes(tmp_pat
         base.rmdir()
     assert got == [(("errno", EPERM), ("out", "RAN-denied\n")),
                    (("errno", EPERM), ("errno", EACCES))]
+
+
+def _wait_dropped(pid: int, uid: int) -> None:
+    """Until ``pid`` runs ``sleep`` as ``uid``: before setpriv has dropped to it and exec'd,
+    the process is still root's, and /proc/PID/root would refuse the unit for that reason."""
+    import time
+
+    status = Path(f"/proc/{pid}/status")
+    deadline = time.monotonic() + 30
+    while True:
+        fields = dict(line.split(":", 1) for line in status.read_text().splitlines())
+        if fields["Name"].strip() == "sleep" and fields["Uid"].split()[:2] == [str(uid)] * 2:
+            return
+        assert time.monotonic() < deadline, f"{pid} did not become uid {uid}"
+        time.sleep(0.01)
 
 
 def _try(guard: ExecGuard, path: str) -> tuple[str, object]:
