@@ -156,10 +156,21 @@ def test_ledger_disk_fails_mid_batch_then_recovers(nats_server: NatsServer,
 
 
 async def _ack_floor(url: str) -> int:
+    """The ledger consumer's ack floor. A ledger whose fold fails puts its consumer back at
+    the store's watermark (deleted, then made again): asked in between, the server says
+    "consumer not found", so the question is asked again for a few seconds."""
+    from nats.js.errors import NotFoundError
+
     nc = await nats.connect(url)
     try:
-        info = await nc.jetstream().consumer_info(STREAM, consumer_name("ledger"))
-        return info.ack_floor.stream_seq if info.ack_floor else 0
+        for _attempt in range(100):
+            try:
+                info = await nc.jetstream().consumer_info(STREAM, consumer_name("ledger"))
+            except NotFoundError:
+                await asyncio.sleep(0.05)
+                continue
+            return info.ack_floor.stream_seq if info.ack_floor else 0
+        raise AssertionError("the ledger's consumer stayed missing for 5 s")
     finally:
         await nc.close()
 
