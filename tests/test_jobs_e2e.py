@@ -316,7 +316,7 @@ def test_a_ledger_killed_while_sealing_ends_with_a_fault_free_receipt(
             # leaving nothing to kill. From the spawn, the kill falls in the start, the fold
             # or the receipt's making (about 1.5 s together where this was measured).
             ledger.start(wait=False)
-            time.sleep(rng.uniform(0.3, 1.5))
+            time.sleep(rng.uniform(0.2, 1.0))
             if watermark(data) >= top:
                 break
             ledger.kill()
