@@ -191,17 +191,16 @@ def job_export(job_id: str, out: Path, url: str, nkey: Path | None) -> None:
     """Write the record file of every item run of JOB (what ``fleet job verify --records``
     reads; each as ``fleet run export`` writes it)."""
     from fleet_ledger.cli._wiring import LedgerRecordSource
-    from fleet_ledger.cli.ledger_cmds import _api_call
+    from fleet_ledger.cli.ledger_cmds import _CliSource
 
     text = _job_text(job_id)
-    source = LedgerRecordSource(url, nkey)
+    source = _CliSource(LedgerRecordSource(url, nkey))  # as `fleet run export` reads one
     out.mkdir(parents=True, exist_ok=True)
     written, first = 0, 0
     while True:
         doc = api(url, "job", {"job": text, "items": True, "from": first}, nkey=nkey)
         for item in doc["item_runs"]:
-            record = _api_call(lambda run=item["run"]: source.record(run))
-            (out / f"item-{item['index']}.json").write_bytes(record)
+            (out / f"item-{item['index']}.json").write_bytes(source.record(item["run"]))
             written += 1
         first += len(doc["item_runs"])
         if not doc["item_runs_more"] or not doc["item_runs"]:
