@@ -37,7 +37,10 @@ SCHEMA = (
     " opened_seq INTEGER NOT NULL, bound INTEGER NOT NULL, closed INTEGER NOT NULL,"
     " sealed_seq INTEGER, receipt BLOB, leaf_index INTEGER)",
     "CREATE TABLE IF NOT EXISTS job_items (job TEXT NOT NULL, idx INTEGER NOT NULL,"
-    " run TEXT NOT NULL, bound_seq INTEGER NOT NULL, leaf BLOB, PRIMARY KEY (job, idx))",
+    " run TEXT NOT NULL, bound_seq INTEGER NOT NULL, leaf BLOB, PRIMARY KEY (job, idx))"
+    # Keyed by its primary key alone: each item is written at its bind and again at its
+    # close, and a rowid table would write a second b-tree (its key index) each time.
+    " WITHOUT ROWID",
     "CREATE TABLE IF NOT EXISTS job_leaves (leaf_index INTEGER PRIMARY KEY, job TEXT NOT NULL,"
     " stream_seq INTEGER NOT NULL, leaf BLOB NOT NULL)",
 )

@@ -8,12 +8,15 @@ from __future__ import annotations
 import random
 from pathlib import Path
 
+import pytest
 from merkle_reference import mth
 from nacl.signing import SigningKey
 
 from fleet_ledger.fleet.address import digest
+from fleet_ledger.fleet.fold import job_fold
 from fleet_ledger.fleet.fold.job_events import open_event, seal_event
 from fleet_ledger.fleet.fold.job_fold import JobBook
+from fleet_ledger.fleet.jobs.job_errors import SumOverflow
 from fleet_ledger.fleet.jobs.job_id import JobTerms, encode_terms, item_unit, job_id
 from fleet_ledger.fleet.jobs.receipt import decode_receipt, receipt_leaf, seal_leaves
 from fleet_ledger.fleet.log.leaf import leaf_kind
@@ -231,3 +234,74 @@ def test_job_events_route_to_the_job_fold_in_any_fleet():
         assert route(names.job_subject) == JOB == route.routes([names.job_subject])[0]
         assert route(names.control_subject("host")) == CONTROL
     assert Router(fleet_names("blue"))(DEFAULT_FLEET.job_subject) == SEGMENT
+
+
+BIG = 2**63  # two of these in one account are past what a receipt's u64 carries
+
+
+def _close_two_heavy_items(w: World, job: bytes) -> str:
+    """Items 0 and 1 of ``job`` drew 2**63 uJ each, item 0 closed: item 1's close's rule."""
+    for index in (0, 1):
+        run = item_run(job, index)
+        assert w.rule(run.subject, run.execute(index, uj=BIG)) == "accepted"
+        if index == 0:
+            assert w.rule(run.subject, run.add(run.builder.close())) == "accepted"
+    return w.rule(run.subject, run.add(run.builder.close()))
+
+
+def test_a_close_that_would_make_a_job_total_wrap_is_refused(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """The attack: two items of a job of two draw 2**63 uJ each (each fits its leaf; their
+    sum does not fit the receipt's u64 total). Without the check at the close both closes
+    are accepted, and the last one's seal cannot build the tree: the fold raises and the
+    ledger folds nothing more (the same message again on every restart). With it the
+    second close is ``ItemEnergyOverflow``: the run stays open, the ledger keeps folding,
+    and the job seals with that item missing and the first item's total."""
+    monkeypatch.setattr(job_fold, "MAX_U64", 2**80)  # no defence
+    w = World(tmp_path / "undefended")
+    with pytest.raises(SumOverflow):
+        _close_two_heavy_items(w, open_job(w, 2))
+    w.close()
+    monkeypatch.undo()
+
+    w = World(tmp_path / "defended")
+    job = open_job(w, 2)
+    assert _close_two_heavy_items(w, job) == "ItemEnergyOverflow"
+    plain = SealedRun("h1", RecordBuilder(host_key("h1"), digest(b"plain"), GRANTS))
+    assert w.rule(plain.subject, plain.execute()) == "accepted"
+    assert w.rule(JOB_SUBJECT, seal_event(OWNER, job)) == "accepted"
+    row = job_store.job_row(w.ledger.store.conn, _text(job))
+    assert row is not None
+    receipt = decode_receipt(row["receipt"])
+    assert receipt.missing == (1,) and receipt.sums[0] == BIG
+    [refusal] = [r for r in w.ledger.store.rejections() if r["rule"] == "ItemEnergyOverflow"]
+    assert "2**64 - 1" in refusal["detail"]
+
+
+def test_an_item_past_its_leaf_width_is_refused_and_totals_survive_a_restart(
+        tmp_path: Path):
+    """One item run whose own account passed 2**64 - 1 (two executes of 2**63) is refused
+    at its close. A restart adds the job's totals up again from the stored leaves: a
+    closed item of 2**63 then still refuses another of 2**63, and a small item closes."""
+    w = World(tmp_path)
+    job = open_job(w, 4)
+    huge = item_run(job, 3)
+    assert w.rule(huge.subject, huge.execute(0, uj=BIG)) == "accepted"
+    assert w.rule(huge.subject, huge.execute(1, uj=BIG)) == "accepted"
+    assert w.rule(huge.subject, huge.add(huge.builder.close())) == "ItemEnergyOverflow"
+    first = item_run(job, 0)
+    assert w.rule(first.subject, first.execute(0, uj=BIG)) == "accepted"
+    assert w.rule(first.subject, first.add(first.builder.close())) == "accepted"
+    w.close()
+    w.open()
+    entry = w.ledger.jobs.job(job)
+    assert entry is not None and entry.energy[0] == BIG
+    second = item_run(job, 1)
+    assert w.rule(second.subject, second.execute(0, uj=BIG)) == "accepted"
+    assert w.rule(second.subject, second.add(second.builder.close())) == "ItemEnergyOverflow"
+    assert finish(w, item_run(job, 2), 5) == ["accepted", "accepted"]
+    assert w.rule(JOB_SUBJECT, seal_event(OWNER, job)) == "accepted"
+    row = job_store.job_row(w.ledger.store.conn, _text(job))
+    assert row is not None
+    receipt = decode_receipt(row["receipt"])
+    assert receipt.missing == (1, 3) and receipt.sums[0] == BIG + 1005

@@ -65,11 +65,13 @@ from fleet_ledger.fleet.jobs.sum_tree import (
     SumTree,
     decode_item_leaf,
     encode_item_leaf,
+    energy_of,
     fold_path,
     inclusion_path,
     item_of,
     leaf_node,
     node_hash,
+    state_leaf,
     subtree_root,
     verdict_code,
     verdict_of,
@@ -212,6 +214,40 @@ def test_an_item_is_made_from_a_run_state():
     it = item_of(1, st_)
     assert it.energy == (5, 1, 2, 0, 0, 0, 0, 0) and (it.verdict, it.segment) == (2, 2)
     assert seal(t, [None, it], 0).sums[9] == 1
+
+
+@settings(max_examples=200, deadline=None)
+@given(energy=st.lists(st.integers(0, 2**64 - 1), min_size=8, max_size=8),
+       wait=st.sampled_from([WaitTracker(accounted=1), WaitTracker(accounted=2, first_blocked=2),
+                             WaitTracker(accounted=1, first_malformed=4),
+                             WaitTracker(unaccounted=1), WaitTracker()]),
+       index=st.integers(0, 2**32 - 2))
+def test_the_folds_leaf_from_a_state_is_the_checked_leaf(energy, wait, index):
+    """The fold packs a closing item's leaf straight from the run's state (state_leaf);
+    it is byte for byte the leaf of the checked path (item_of, then encode_item_leaf), for
+    every verdict and any energy a leaf holds."""
+    t = terms(2)
+    g = seed("grants")
+    e = Energy(*({"measured": energy[k], "estimated": energy[k + 1]} for k in (0, 2, 4, 6)))
+    st_ = RunState(item_unit(job_id(t), 1), g, item_run(job_id(t), 1, g), seed("head"), 3,
+                   energy=e, wait=wait)
+    made = energy_of(e)
+    assert made == tuple(energy)
+    assert state_leaf(index, st_, made) == encode_item_leaf(item_of(index, st_))
+
+
+def test_a_leaf_from_a_state_past_the_width_is_refused_by_both_paths():
+    """An energy account past 2**64 - 1 makes no leaf: SumOverflow from the fold's path,
+    MalformedItemProof from the checked one; neither wraps."""
+    t = terms(2)
+    g = seed("grants")
+    e = Energy({"measured": 2**64, "estimated": 0})
+    st_ = RunState(item_unit(job_id(t), 1), g, item_run(job_id(t), 1, g), seed("head"), 3,
+                   energy=e, wait=WaitTracker(accounted=1))
+    with pytest.raises(SumOverflow):
+        state_leaf(1, st_, energy_of(e))
+    with pytest.raises(MalformedItemProof):
+        encode_item_leaf(item_of(1, st_))
 
 
 @pytest.mark.parametrize("verdict", [NonBlocking(), Blocked(3), Malformed(1), Unproved()])

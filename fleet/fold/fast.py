@@ -92,22 +92,21 @@ def fold_message(ctx: Admission, msg: Message, fast: bool = True) -> Accepted | 
     """Decide ``msg`` (:func:`decide_message`; ``fast=False``: by the reference path only)
     and take an accepted step into the batch's runs (``ctx.runs``). Once a job is folded,
     a segment that opens a run passes the item gate last (its refusal is the segment's),
-    and the jobs see every step taken (:class:`fleet.fold.reference.ItemGate`)."""
+    and so does a segment that closes one (:class:`fleet.fold.reference.ItemGate`)."""
     d = decide_message(ctx, msg) if fast else decide(ctx, msg)
     if type(d) is Accepted:
         jobs = ctx.jobs
         if jobs is None or not jobs.live:
             ctx.runs.take(d)
             return d
-        if d.opened is not None:
-            gated = jobs.gate(d)
-            if type(gated) is not Accepted:
-                return gated
+        if d.opened is None and d.kind != CLOSED:  # only an open or a close changes an item
+            ctx.runs.take(d)
+            return d
+        gated = jobs.gate(d, None if d.opened is not None else ctx.runs.get(d.run))
+        if type(gated) is not Accepted:
+            return gated
         ctx.runs.take(d)
-        if d.opened is not None or d.kind == CLOSED:  # only these change an item
-            slot = ctx.runs.get(d.run)
-            assert slot is not None, "a step the batch took is in its runs"
-            jobs.took(d, slot, msg.stream_seq)
+        jobs.took(d, msg.stream_seq)
     return d
 
 

@@ -8,18 +8,23 @@ tags item units name their job by (:func:`fleet.jobs.job_id.item_unit`). :class:
 overlays a batch's changes on the committed book (copy on first change, like
 :class:`fleet.fold.BatchRuns`), so nothing committed moves before the batch is durable.
 
-The fold asks two things of it for each accepted segment
-(:func:`fleet.fold.fast.fold_message`), both only once a job is in the book:
+The fold asks two things of it for each accepted segment that opens or closes a run
+(:func:`fleet.fold.fast.fold_message`; no other step changes an item), both only once a job
+is in the book:
 
-- :meth:`BatchJobs.gate`, for a run the segment opens whose unit names an item
-  (:func:`fleet.jobs.job_id.parse_item_unit`): the job is known (``UnknownJob``), the
-  index in range (``ItemOutOfRange``), the job not sealed (``JobSealed``), the item not
-  already another run's (``DuplicateItem``), the run under the job's grant if it names one
-  (``ItemGrantMismatch``); the refusal is the segment's;
-- :meth:`BatchJobs.took`, once the step is taken: an opened item is bound to its run; a
-  close of an item run gives the item its leaf (:func:`fleet.jobs.job_records.
-  item_from_state`: the run's final head, energy and wait-proof verdict), and the job's
-  last close seals it.
+- :meth:`BatchJobs.gate`, before the step is taken. For a run the segment opens whose unit
+  names an item (:func:`fleet.jobs.job_id.parse_item_unit`): the job is known
+  (``UnknownJob``), the index in range (``ItemOutOfRange``), the job not sealed
+  (``JobSealed``), the item not already another run's (``DuplicateItem``), the run under the
+  job's grant if it names one (``ItemGrantMismatch``). For a close of an item of an open
+  job: the item's leaf is made from the run's state after the close (:func:`fleet.jobs.
+  sum_tree.state_leaf`, equal to :func:`fleet.jobs.job_records.item_from_state`'s item: the
+  run's final head, energy and wait-proof verdict), and its energy, added to the job's items
+  closed before it, stays within 2**64 - 1 in each account (``ItemEnergyOverflow``: else the
+  receipt could not be built). The refusal is the segment's;
+- :meth:`BatchJobs.took`, once the step is taken: what the gate made of it is applied (an
+  opened item bound to its run, a closed item given its leaf), and the job's last close
+  seals it.
 
 A job is sealed by its last item's close or by a SEAL event; either way the fold builds the
 receipt there (:func:`fleet.jobs.receipt.seal_leaves`, with the fleet log's size at that
@@ -32,6 +37,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass, field
+from operator import add
 
 from fleet_ledger.fleet.errors import FleetError
 from fleet_ledger.fleet.fold.job_events import OPEN, JobAccepted, decide_job_event
@@ -39,26 +45,35 @@ from fleet_ledger.fleet.fold.reference import Accepted, Refused, RunSlot
 from fleet_ledger.fleet.grants.grant_book import GrantView
 from fleet_ledger.fleet.jobs.job_errors import (
     DuplicateItem,
+    ItemEnergyOverflow,
     ItemGrantMismatch,
     ItemOutOfRange,
     JobSealed,
     UnknownJob,
 )
 from fleet_ledger.fleet.jobs.job_id import JobTerms, job_tag, parse_item_unit
-from fleet_ledger.fleet.jobs.job_records import item_from_state
 from fleet_ledger.fleet.jobs.receipt import encode_receipt, receipt_leaf, seal_leaves
-from fleet_ledger.fleet.jobs.sum_tree import encode_item_leaf
+from fleet_ledger.fleet.jobs.sum_tree import (
+    decode_item_leaf,
+    encode_item_leaf,
+    energy_of,
+    state_leaf,
+)
+from fleet_ledger.fleet.record.kernel import MAX_U64, apply
 from fleet_ledger.fleet.record.kinds import CLOSED
+from fleet_ledger.fleet.record.record import RunState
 
 __all__ = ["BatchJobs", "ItemEntry", "JobBook", "JobEntry", "Sealed", "rebuild"]
 
 Item = tuple[bytes, int]  # (job id, item index)
+_NO_ENERGY = (0,) * 8
 
 
 @dataclass(slots=True)
 class JobEntry:
     """A folded job: its terms, owner, the stream position it was opened at, how many of
-    its items are bound to a run and closed, and once sealed, where and its receipt."""
+    its items are bound to a run and closed, the 8 energy totals of its closed items (the
+    receipt's, so far), and once sealed, where and its receipt."""
 
     job: bytes
     terms: JobTerms
@@ -69,6 +84,7 @@ class JobEntry:
     closed: int = 0
     sealed: int | None = None
     receipt: bytes | None = None
+    energy: tuple[int, ...] = _NO_ENERGY
 
     @property
     def items(self) -> int:
@@ -76,7 +92,7 @@ class JobEntry:
 
     def copy(self) -> JobEntry:
         return JobEntry(self.job, self.terms, self.terms_bytes, self.owner, self.opened,
-                        self.bound, self.closed, self.sealed, self.receipt)
+                        self.bound, self.closed, self.sealed, self.receipt, self.energy)
 
 
 @dataclass(frozen=True, slots=True)
@@ -191,6 +207,9 @@ class BatchJobs(JobBook):
     closed: list[tuple[Item, ItemEntry]] = field(default_factory=list)
     receipts: list[Sealed] = field(default_factory=list)
     sealed: set[bytes] = field(default_factory=set)
+    # What gate made of the step it let through, for took: (run, item, whether the step
+    # opens the run, the item's leaf if it closes it, the job's energy totals after it).
+    _ready: tuple[bytes, Item, bool, bytes | None, tuple[int, ...]] | None = None
 
     def __post_init__(self) -> None:
         JobBook.__init__(self, self.committed)
@@ -232,65 +251,88 @@ class BatchJobs(JobBook):
 
     # -- item runs ------------------------------------------------------------------------
 
-    def gate(self, d: Accepted) -> Accepted | Refused:
-        """``d`` (a segment that opens a run) if its run may be the item its unit names (or
-        names none), else the refusal (the module's docstring gives the order)."""
+    def gate(self, d: Accepted, slot: RunSlot | None) -> Accepted | Refused:
+        """``d`` (a segment that opens a run, or closes ``slot``'s) if it may be taken as its
+        item's step, else the refusal (the module's docstring gives the order); what it
+        makes of the item is kept for :meth:`took`, which follows the step at once."""
+        self._ready = None
         opened = d.opened
-        assert opened is not None
-        named = parse_item_unit(opened[0])
-        if named is None:
-            return d
-        index = named.index
         try:
-            job = self.tag_job(named.tag)
-            entry = None if job is None else self.job(job)
-            if job is None or entry is None:
-                raise UnknownJob("the run's unit names an item of a job not opened here")
-            if not index < entry.items:
-                raise ItemOutOfRange(f"item {index} of a job of {entry.items} items")
-            if entry.sealed is not None:
-                raise JobSealed(f"item {index}: the job is sealed")
-            held = self.item((job, index))
-            if held is not None and held.run != d.run:
-                raise DuplicateItem(f"item {index} of the job is already another run")
-            grant = entry.terms.grant
-            if grant is not None and opened[1] != grant:
-                raise ItemGrantMismatch(f"item {index} runs under another grant set than "
-                                        "its job's grant")
+            if opened is not None:
+                named = parse_item_unit(opened[0])
+                if named is None:
+                    return d
+                key, entry = self._gate_open(named.tag, named.index, d.run, opened[1])
+            else:
+                held = self.run_item(d.run)
+                if held is None:
+                    return d
+                key = held
+                of_item = self.job(key[0])
+                assert of_item is not None, "an item's job is in the book"
+                entry = of_item
+            leaf, energy = None, entry.energy
+            if d.kind == CLOSED and entry.sealed is None:
+                # A sealed job's receipt lists the item missing, and so do its leaves.
+                if slot is not None:
+                    after = slot.state.copy()
+                else:
+                    assert opened is not None, "a close of a run the batch cannot see"
+                    after = RunState.open(*opened)
+                apply(after, d.index, d.head, d.step)
+                made = energy_of(after.energy)
+                energy = tuple(map(add, energy, made))
+                if max(energy) > MAX_U64:
+                    raise ItemEnergyOverflow(
+                        f"item {key[1]}: its energy, with the job's items closed before it,"
+                        " exceeds what a receipt carries (2**64 - 1 uJ an account)")
+                leaf = state_leaf(key[1], after, made)
         except FleetError as exc:
             return Refused(exc.rule, str(exc), d.host, d.run, d.index)
+        self._ready = (d.run, key, opened is not None, leaf, energy)
         return d
 
-    def took(self, d: Accepted, slot: RunSlot, stream_seq: int) -> None:
-        """After an accepted step of ``slot``'s run: bind an opened item, give a closed
-        item its leaf (sealing its job with the last one)."""
-        if d.opened is not None:
-            named = parse_item_unit(d.opened[0])
-            job = None if named is None else self.tag_job(named.tag)
-            if named is None or job is None:
-                return
-            key = (job, named.index)
-            entry = ItemEntry(d.run, stream_seq)
+    def _gate_open(self, tag: bytes, index: int, run: bytes, grants: bytes
+                   ) -> tuple[Item, JobEntry]:
+        job = self.tag_job(tag)
+        entry = None if job is None else self.job(job)
+        if job is None or entry is None:
+            raise UnknownJob("the run's unit names an item of a job not opened here")
+        if not index < entry.items:
+            raise ItemOutOfRange(f"item {index} of a job of {entry.items} items")
+        if entry.sealed is not None:
+            raise JobSealed(f"item {index}: the job is sealed")
+        held = self.item((job, index))
+        if held is not None and held.run != run:
+            raise DuplicateItem(f"item {index} of the job is already another run")
+        grant = entry.terms.grant
+        if grant is not None and grants != grant:
+            raise ItemGrantMismatch(f"item {index} runs under another grant set than "
+                                    "its job's grant")
+        return (job, index), entry
+
+    def took(self, d: Accepted, stream_seq: int) -> None:
+        """After :meth:`gate` let ``d`` through and its step was taken: bind an opened item,
+        give a closed item its leaf (sealing its job with the last one)."""
+        ready, self._ready = self._ready, None
+        if ready is None or ready[0] != d.run:
+            return
+        run, key, opens, leaf, energy = ready
+        if opens:
+            entry = ItemEntry(run, stream_seq)
             self.put_item(key, entry)
             self.bound.append((key, entry))
             self._own(key[0]).bound += 1
-        if d.kind != CLOSED:
+        if leaf is None:
             return
-        item_key = self.run_item(d.run)
-        if item_key is None:
-            return
-        entry_of_job = self.job(item_key[0])
-        assert entry_of_job is not None, "an item's job is in the book"
-        if entry_of_job.sealed is not None:
-            return  # sealed early: the receipt lists it missing, and so do its leaves
-        held = self.item(item_key)
-        made = item_from_state(item_key[1], slot.state)
-        assert held is not None and made is not None, "a closed item run makes its item"
-        closed = ItemEntry(held.run, held.bound, encode_item_leaf(made))
-        self.put_item(item_key, closed)
-        self.closed.append((item_key, closed))
-        own = self._own(item_key[0])
+        held = self.item(key)
+        assert held is not None, "a closing item is bound"
+        closed = ItemEntry(run, held.bound, leaf)
+        self.put_item(key, closed)
+        self.closed.append((key, closed))
+        own = self._own(key[0])
         own.closed += 1
+        own.energy = energy
         if own.closed == own.items:
             # The receipt's leaf follows this segment's.
             self._seal(own, stream_seq, self.leaves() + 1)
@@ -308,10 +350,16 @@ class BatchJobs(JobBook):
 
 
 def rebuild(jobs: Iterable[JobEntry], items: Iterable[tuple[Item, ItemEntry]]) -> JobBook:
-    """A committed book from the store's rows (:meth:`JobBook.put_job`, ``put_item``)."""
+    """A committed book from the store's rows (:meth:`JobBook.put_job`, ``put_item``), with
+    each open job's energy totals added up from its closed items' leaves."""
     book = JobBook()
     for entry in jobs:
         book.put_job(entry)
     for key, item in items:
         book.put_item(key, item)
+        if item.leaf is not None:
+            made = decode_item_leaf(item.leaf)
+            entry = book.jobs[key[0]]
+            if not isinstance(made, int) and entry.sealed is None:
+                entry.energy = tuple(map(add, entry.energy, made.energy))
     return book

@@ -214,17 +214,17 @@ class BatchRuns(EventOverlay[Accepted]):
 
 class ItemGate(Protocol):
     """Jobs as the fold asks about them (:class:`fleet.fold.job_fold.BatchJobs`): ``live``,
-    whether any job was folded; ``gate``, an opening segment's refusal if its run may not be
-    the job item its unit names; ``took``, the item's change once a step is taken."""
+    whether any job was folded; ``gate``, before a step that opens a run or closes one
+    (``slot``: the run's, ``None`` for an opening; nothing else changes an item), its refusal
+    if the run may not be the job item its unit names or close as one; ``took``, the item's
+    change once that step is taken."""
 
     @property
     def live(self) -> bool: ...
 
-    def gate(self, d: Accepted) -> Accepted | Refused: ...
+    def gate(self, d: Accepted, slot: RunSlot | None) -> Accepted | Refused: ...
 
-    def took(self, d: Accepted, slot: RunSlot, stream_seq: int) -> None:
-        """Called for a step that opens a run or closes one (nothing else changes an item)."""
-        ...
+    def took(self, d: Accepted, stream_seq: int) -> None: ...
 
 
 @dataclass(frozen=True, slots=True)

@@ -17,6 +17,7 @@ from fleet_ledger.fleet.errors import FleetError
 __all__ = [
     "DuplicateItem",
     "ItemCountMismatch",
+    "ItemEnergyOverflow",
     "ItemGrantMismatch",
     "ItemIndexMismatch",
     "ItemMismatch",
@@ -109,6 +110,14 @@ class ItemOutOfRange(JobRefusal):
 
 class ItemGrantMismatch(JobRefusal):
     """An item run of a job opened under a grant, whose grants id is not that grant."""
+
+
+class ItemEnergyOverflow(JobRefusal):
+    """The close of an item run whose energy a receipt cannot carry: one of its 8 accounts
+    past 2**64 - 1 microjoules, or the job's total of that account, with the items closed
+    before it, past that width. Refused at the close (the run stays open and the item
+    missing if the job is sealed) so that every sealed job has a receipt: accepted, the
+    close would leave a job whose tree cannot be built."""
 
 
 # -- verification -------------------------------------------------------------------------

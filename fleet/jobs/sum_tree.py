@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Callable, Iterable, Sequence
-from operator import add
+from operator import add, attrgetter, itemgetter
 from typing import Final, NamedTuple
 
 from blake3 import blake3
@@ -68,6 +68,7 @@ __all__ = [
     "leaf_path",
     "node_hash",
     "path_length",
+    "state_leaf",
     "subtree_root",
     "verdict_code",
     "verdict_of",
@@ -114,9 +115,15 @@ Node = tuple[bytes, bytes]
 """``(hash, encoded sums)`` of a leaf or a subtree."""
 
 
+_ACCOUNTS = attrgetter(*SOURCES)
+_SPLIT = itemgetter(*PROVENANCES)
+
+
 def energy_of(energy: Energy) -> tuple[int, ...]:
-    """A run's energy accounts as the leaf's 8 values."""
-    return tuple(getattr(energy, s)[p] for s in SOURCES for p in PROVENANCES)
+    """A run's energy accounts as the leaf's 8 values (:data:`SOURCES` by
+    :data:`PROVENANCES`)."""
+    receipts, idle, claim, overhead = _ACCOUNTS(energy)
+    return (*_SPLIT(receipts), *_SPLIT(idle), *_SPLIT(claim), *_SPLIT(overhead))
 
 
 def item_of(index: int, state: RunState) -> Item:
@@ -125,6 +132,21 @@ def item_of(index: int, state: RunState) -> Item:
     code, segment = verdict_code(state.wait.verdict())
     return Item(index, state.run, state.grants_id, state.head, energy_of(state.energy), code,
                 segment)
+
+
+def state_leaf(index: int, state: RunState, energy: tuple[int, ...]) -> bytes:
+    """``encode_item_leaf(item_of(index, state))`` packed straight from a closed item run's
+    state, given its :func:`energy_of` (the fold's path, once per closing item: it reads the
+    energy first to hold the job's totals within their width). The kernel made the run's
+    ids and head 32 bytes and its verdict one of the four, and the packing refuses an
+    energy past 2**64 - 1 (:class:`SumOverflow`), so the leaf is the checked one; a test
+    holds the two paths equal."""
+    code, segment = verdict_code(state.wait.verdict())
+    try:
+        return _PRESENT.pack(1, index, state.run, state.grants_id, state.head, *energy, code,
+                             segment)
+    except struct.error as exc:
+        raise SumOverflow("an item's energy exceeds its field's width") from exc
 
 
 def verdict_code(verdict: Verdict) -> tuple[int, int]:
