@@ -387,6 +387,9 @@ def run_show(run_id: str, exec_journal: Path | None, as_json: bool, url: str,
     wp = doc["wait_proof"]
     click.echo(f"  wait proof {wp['verdict']}"
                + (f" (segment {wp['segment']})" if "segment" in wp else ""))
+    item = doc.get("job")
+    if item is not None:
+        click.echo(f"  item {item['index']} of " + _item_state(item))
     spans = [f"{h['host']} {h['first']}-{h['last']}" if h["first"] != h["last"]
              else f"{h['host']} {h['first']}" for h in doc.get("holders", [])]
     if spans:
@@ -409,6 +412,20 @@ def run_show(run_id: str, exec_journal: Path | None, as_json: bool, url: str,
                    f"{m['entries']} decisions, {len(m['denials'])} denied")
         for d in m["denials"]:
             click.echo(f"    denied {d['access']} {d['bytes']} {d['label']}  {d['path']}")
+
+
+def _item_state(item: dict[str, Any]) -> str:
+    """The job an item run's unit names, and where the run stands in it."""
+    if item["job"] is None:
+        return "a job this ledger never opened (the run's first segment was refused)"
+    sealed = "sealed" if item["sealed"] else "open"
+    if not item["holds"]:
+        return f"job {item['job']} ({sealed}), held by another run: this one is not its item"
+    if item["closed"]:
+        return f"job {item['job']} ({sealed}): closed, its leaf in the job's tree"
+    return (f"job {item['job']} ({sealed}): "
+            + ("sealed before the run closed, listed missing" if item["sealed"]
+               else "running"))
 
 
 def _exec_evidence(run_id: str, journal_file: Path, url: str, nkey: Path | None

@@ -24,11 +24,9 @@ from urllib.parse import quote, urlencode
 
 from aiohttp import web
 
-from fleet_ledger.fleet.address import parse_address
 from fleet_ledger.fleet.audit import format_uj as _uj
 from fleet_ledger.fleet.audit import format_when as _when
 from fleet_ledger.fleet.audit import park_form
-from fleet_ledger.fleet.jobs.job_id import job_tag, parse_item_unit
 from fleet_ledger.fleet.log.checkpoint import parse_checkpoint
 from fleet_ledger.fleet.log.merkle import leaf_hash
 from fleet_ledger.fleet.log.note import parse_note
@@ -45,7 +43,7 @@ from fleet_ledger.fleet.record.wire import (
     envelope_wire,
 )
 from fleet_ledger.fleet.runtime.runtime_journal import account_marks
-from fleet_ledger.ledger import job_views
+from fleet_ledger.ledger import job_store, job_views
 from fleet_ledger.ledger.log_reader import LogReader, decimal
 
 _STYLE = """
@@ -223,7 +221,7 @@ class Explorer:
             f"{_uj(energy['total_uj'])} (measured {_uj(energy['by_provenance_uj']['measured'])})",
             _uj(sum(energy["idle_uj"].values())))], "summary")
         reason = why(state.wait_proof(), accounts)
-        body = (f"<h1>Run <code>{_e(run)}</code></h1>{self._job_item(state.unit_id)}{summary}"
+        body = (f"<h1>Run <code>{_e(run)}</code></h1>{self._job_item(state.unit_id, run)}{summary}"
                 f"<p id=why>{_e(verdict['verdict'])}: {_e(reason)}</p><h2>Timeline</h2>"
                 f"<ol class=timeline id=timeline>{''.join(items)}</ol>"
                 "<h2>Executed intervals</h2>"
@@ -232,18 +230,14 @@ class Explorer:
                 + await self._journal(run))
         return _page(f"run {run}", body)
 
-    def _job_item(self, unit_id: bytes) -> str:
+    def _job_item(self, unit_id: bytes, run: str) -> str:
         """The job a run of ``unit_id`` is an item of, as a link to its page (nothing for
-        other runs). The unit names the item (:func:`fleet.jobs.job_id.parse_item_unit`); a
-        folded run whose unit does passed the item gate, so it holds that item."""
-        named = parse_item_unit(unit_id)
-        if named is None:
+        other runs; :func:`ledger.job_store.item_of_unit`)."""
+        item = job_store.item_of_unit(self.reader.store.conn, unit_id, run)
+        if item is None or item["job"] is None:
             return ""
-        job = next((j["job"] for j in job_views.jobs(self.reader.store)
-                    if job_tag(parse_address(j["job"])) == named.tag), None)
-        if job is None:  # pragma: no cover - the gate refuses an item of no job
-            return ""
-        return (f"<p id=job-item>item {named.index} of job <a class=job href='/ui/job/"
+        job = item["job"]
+        return (f"<p id=job-item>item {item['index']} of job <a class=job href='/ui/job/"
                 f"{quote(job)}'><code>{_e(job)}</code></a></p>")
 
     async def _journal(self, run: str) -> str:

@@ -26,7 +26,7 @@ from typing import Any
 from fleet_ledger.fleet.address import format_address, parse_address
 from fleet_ledger.fleet.fold.job_events import JobAccepted
 from fleet_ledger.fleet.fold.job_fold import BatchJobs, ItemEntry, JobBook, JobEntry, rebuild
-from fleet_ledger.fleet.jobs.job_id import decode_terms
+from fleet_ledger.fleet.jobs.job_id import decode_terms, job_tag, parse_item_unit
 from fleet_ledger.fleet.record.seal import encode_key
 
 SCHEMA = (
@@ -138,6 +138,34 @@ def item_rows(conn: sqlite3.Connection, job: str) -> list[tuple[int, str, int, b
             for idx, run, seq, leaf in conn.execute(
                 "SELECT idx, run, bound_seq, leaf FROM job_items WHERE job = ? ORDER BY idx",
                 (job,))]
+
+
+def item_of_unit(conn: sqlite3.Connection, unit: bytes, run: str) -> dict[str, Any] | None:
+    """What the jobs say of a run with unit ``unit``: ``None`` for an ordinary unit, else
+    the item its unit names (``index``), its job (``job``; ``None``: no job of that tag was
+    opened here), whether this run is the item's (``holds``: ``False`` when another run
+    holds it or its first segment was refused), its leaf is in the job (``closed``) and the
+    job is sealed (``sealed``)."""
+    named = parse_item_unit(unit)
+    if named is None:
+        return None
+    doc: dict[str, Any] = {"job": None, "index": named.index, "holds": False,
+                           "closed": False, "sealed": False}
+    if not has_tables(conn):
+        return doc
+    # The text of a job id starts with its tag's first 26 base64 digits (156 of its 160
+    # bits): the primary key's index finds the few candidates, the tag picks the one.
+    prefix = format_address(named.tag + bytes(32 - len(named.tag)))[:3 + 26]
+    for job, sealed in conn.execute("SELECT job, sealed_seq FROM jobs WHERE job GLOB ?",
+                                    (prefix + "*",)):
+        if job_tag(parse_address(job)) == named.tag:
+            doc.update(job=job, sealed=sealed is not None)
+            row = conn.execute("SELECT run, leaf FROM job_items WHERE job = ? AND idx = ?",
+                               (job, named.index)).fetchone()
+            if row is not None and row[0] == run:
+                doc.update(holds=True, closed=row[1] is not None)
+            break
+    return doc
 
 
 def receipt_leaves(conn: sqlite3.Connection, first: int, last: int

@@ -28,6 +28,7 @@ from fleet_ledger.fleet.record.run_codec import state_from_json
 from fleet_ledger.fleet.record.wait_proof import verdict_json
 from fleet_ledger.fleet.record.wire import EnvelopeWire, RecordWire, encode_record, envelope_wire
 from fleet_ledger.fleet.runtime.runtime_journal import account_marks
+from fleet_ledger.ledger import job_store
 from fleet_ledger.ledger.audit_rows import effect_calls
 from fleet_ledger.ledger.grant_views import run_grant
 from fleet_ledger.ledger.store import LedgerStore
@@ -108,6 +109,7 @@ def run_status(store: LedgerStore, run: str, grants: GrantBook | None = None
         "effects": [{"segment": idx, "call": call, "unkeyed": True,
                      "possible_duplicate": account_marks(call)[1]}
                     for idx, call in dict.fromkeys(effect_calls(store, run).get(run, []))],
+        "job": job_store.item_of_unit(store.conn, state.unit_id, row["run"]),
     }
 
 

@@ -15,7 +15,6 @@ from nacl.signing import SigningKey
 from fleet_ledger.fleet.address import digest
 from fleet_ledger.fleet.fold import job_fold
 from fleet_ledger.fleet.fold.job_events import open_event, seal_event
-from fleet_ledger.fleet.fold.job_fold import JobBook
 from fleet_ledger.fleet.jobs.job_errors import SumOverflow
 from fleet_ledger.fleet.jobs.job_id import JobTerms, encode_terms, item_unit, job_id
 from fleet_ledger.fleet.jobs.receipt import decode_receipt, receipt_leaf, seal_leaves
@@ -200,24 +199,24 @@ def _text(job: bytes) -> str:
     return format_address(job)
 
 
-def test_a_twin_item_run_is_counted_without_the_gate_and_refused_with_it(tmp_path: Path):
+def test_a_twin_item_run_is_counted_without_the_gate_and_refused_with_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     """The attack: a second run of an item, under another grant set, is another run id,
-    so a ledger that does not hold jobs (its book emptied here) folds it, and two runs
-    claim item 0 (`fleet job verify` would find them: DuplicateItem). With the job book the
-    same message is refused DuplicateItem."""
+    so a fold without the item gate (switched off here) folds it, and two runs claim item
+    0 (`fleet job verify` would find them: DuplicateItem). With the gate the same message
+    is refused DuplicateItem."""
     w = World(tmp_path)
     job = open_job(w, 2)
     assert finish(w, item_run(job, 0))[0] == "accepted"
     twin = item_run(job, 0, host="h2", grants=digest(b"twin"))
     message = twin.execute()
-    held = w.ledger.jobs
-    w.ledger.jobs = JobBook()  # no defence: the fold does not know the job
-    seq = w.seq
-    assert w.rule(twin.subject, message) == "accepted"
+    with monkeypatch.context() as patched:
+        patched.setattr(job_fold.BatchJobs, "gate", lambda self, d, slot: d)  # no defence
+        seq = w.seq
+        assert w.rule(twin.subject, message) == "accepted"
     w.close()
     defended = World(tmp_path / "defended")
-    defended_job = open_job(defended, 2)
-    assert defended_job == job and held.job(job) is not None
+    assert open_job(defended, 2) == job
     assert finish(defended, item_run(job, 0))[0] == "accepted"
     assert defended.rule(twin.subject, message) == "DuplicateItem"
     assert seq == defended.seq - 1
@@ -305,3 +304,19 @@ def test_an_item_past_its_leaf_width_is_refused_and_totals_survive_a_restart(
     assert row is not None
     receipt = decode_receipt(row["receipt"])
     assert receipt.missing == (1, 3) and receipt.sums[0] == BIG + 1005
+
+
+def test_an_item_run_before_any_job_is_unknown_job(tmp_path: Path):
+    """A ledger that never folded a job still holds item units to their job: the first
+    segment of a run whose unit names an item is UnknownJob, not a plain run (which would
+    leave a run that names an item outside it once that job opens); a plain run folds."""
+    w = World(tmp_path)
+    assert not w.ledger.jobs.live
+    early = item_run(job_id(job_terms(2)), 0)
+    assert w.rule(early.subject, early.execute()) == "UnknownJob"
+    plain = SealedRun("h1", RecordBuilder(host_key("h1"), digest(b"plain"), GRANTS))
+    assert w.rule(plain.subject, plain.execute()) == "accepted"
+    assert w.rule(plain.subject, plain.add(plain.builder.close())) == "accepted"
+    job = open_job(w, 2)
+    assert job == job_id(job_terms(2))
+    assert finish(w, item_run(job, 0)) == ["accepted", "accepted"]

@@ -98,7 +98,12 @@ def test_a_job_of_200_items_over_3_hosts_is_sealed_and_proved(stack: Stack) -> N
     assert proved["item"]["index"] == 123 and not proved["item"]["missing"]
     assert proved["receipt"]["energy"] == doc["energy"]
     run = proved["item"]["run"]
-    assert api(stack.url, "run", {"run": run})["phase"] == "closed"
+    shown = api(stack.url, "run", {"run": run})
+    assert shown["phase"] == "closed"
+    assert shown["job"] == {"job": stack.job, "index": 123, "holds": True, "closed": True,
+                            "sealed": True}
+    text = cli("run", "show", run, "--nats", stack.url).stdout
+    assert f"item 123 of job {stack.job} (sealed): closed" in text, text
 
 
 def test_the_explorer_lists_the_job_and_shows_its_receipt(stack: Stack) -> None:
@@ -236,12 +241,18 @@ def test_a_job_sealed_early_lists_its_missing_items(stack: Stack, tmp_path: Path
     job = parse_address(opened["job"])
     grants = digest(b"early grants")
     asyncio.run(_publish_item(stack.url, stack.hosts / "host2", "host2", job, 0, grants, True))
-    asyncio.run(_publish_item(stack.url, stack.hosts / "host2", "host2", job, 1, grants, False))
+    running = asyncio.run(_publish_item(stack.url, stack.hosts / "host2", "host2", job, 1,
+                                        grants, False))
     wait_folded(stack.url, stack.data)
     assert not _show(stack, opened["job"])["sealed"]
+    assert api(stack.url, "run", {"run": running})["job"]["sealed"] is False
     cli("job", "seal", opened["job"], "--key", key, "--nats", stack.url)
     doc = _show(stack, opened["job"])
     assert doc["sealed"] and doc["missing"] == [1, 2, 3, 4]
+    assert api(stack.url, "run", {"run": running})["job"] == {
+        "job": opened["job"], "index": 1, "holds": True, "closed": False, "sealed": True}
+    assert "sealed before the run closed, listed missing" in cli(
+        "run", "show", running, "--nats", stack.url).stdout
     assert doc["receipt"]["missing"] == [1, 2, 3, 4]
     late = asyncio.run(_publish_item(stack.url, stack.hosts / "host3", "host3", job, 3,
                                      grants, False))

@@ -90,16 +90,15 @@ def wire_seal_item(
 
 def fold_message(ctx: Admission, msg: Message, fast: bool = True) -> Accepted | Refused:
     """Decide ``msg`` (:func:`decide_message`; ``fast=False``: by the reference path only)
-    and take an accepted step into the batch's runs (``ctx.runs``). Once a job is folded,
-    a segment that opens a run passes the item gate last (its refusal is the segment's),
-    and so does a segment that closes one (:class:`fleet.fold.reference.ItemGate`)."""
+    and take an accepted step into the batch's runs (``ctx.runs``). A segment that opens a
+    run passes the item gate last (its refusal is the segment's), and once a job is folded
+    so does a segment that closes one (:class:`fleet.fold.reference.ItemGate`)."""
     d = decide_message(ctx, msg) if fast else decide(ctx, msg)
     if type(d) is Accepted:
         jobs = ctx.jobs
-        if jobs is None or not jobs.live:
-            ctx.runs.take(d)
-            return d
-        if d.opened is None and d.kind != CLOSED:  # only an open or a close changes an item
+        # Only an open or a close changes an item; a close, only once a job was folded. An
+        # open is always asked: an item run before its job's open event is UnknownJob.
+        if jobs is None or (d.opened is None and (d.kind != CLOSED or not jobs.live)):
             ctx.runs.take(d)
             return d
         gated = jobs.gate(d, None if d.opened is not None else ctx.runs.get(d.run))
