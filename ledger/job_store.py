@@ -23,7 +23,7 @@ import sqlite3
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from fleet_ledger.fleet.address import format_address, parse_address
+from fleet_ledger.fleet.address import format_address, id_text, parse_address
 from fleet_ledger.fleet.fold.job_events import JobAccepted
 from fleet_ledger.fleet.fold.job_fold import BatchJobs, ItemEntry, JobBook, JobEntry, rebuild
 from fleet_ledger.fleet.jobs.job_id import decode_terms, job_tag, parse_item_unit
@@ -74,10 +74,11 @@ def write(conn: sqlite3.Connection, events: Sequence[JobAccepted], jobs: BatchJo
          for e in jobs.jobs.values()])
     items = {key: entry for key, entry in [*jobs.bound, *jobs.closed]}
     texts = {job: format_address(job) for job, _index in items}
+    # id_text: the runs' rows of this batch formatted the same run ids already.
     conn.executemany(
         "INSERT INTO job_items (job, idx, run, bound_seq, leaf) VALUES (?, ?, ?, ?, ?)"
         " ON CONFLICT(job, idx) DO UPDATE SET leaf = excluded.leaf",
-        [(texts[job], index, format_address(e.run), e.bound, e.leaf)
+        [(texts[job], index, id_text(e.run), e.bound, e.leaf)
          for (job, index), e in items.items()])
     conn.executemany("INSERT INTO job_leaves (leaf_index, job, stream_seq, leaf)"
                      " VALUES (?, ?, ?, ?)",
