@@ -73,7 +73,7 @@ def write(conn: sqlite3.Connection, events: Sequence[JobAccepted], jobs: BatchJo
           receipts[e.job].leaf_index if e.job in receipts else None)
          for e in jobs.jobs.values()])
     items = {key: entry for key, entry in [*jobs.bound, *jobs.closed]}
-    texts = {job: format_address(job) for job, _index in items}
+    texts = {job: format_address(job) for job in {job for job, _index in items}}
     # id_text: the runs' rows of this batch formatted the same run ids already.
     conn.executemany(
         "INSERT INTO job_items (job, idx, run, bound_seq, leaf) VALUES (?, ?, ?, ?, ?)"

@@ -61,6 +61,7 @@ from fleet_ledger.ledger.seal_worker import MAX_ITEM_MESSAGE, SealTicket, SealWo
 from fleet_ledger.ledger.store import CheckpointReader, HostsChanged, LedgerStore
 from fleet_ledger.ledger.stream import ensure_consumer, ensure_stream
 from fleet_ledger.plumbing.anchoring import AnchorTaskFactory, ReceiptStore
+from fleet_ledger.plumbing.gc_pause import gc_paused
 from fleet_ledger.plumbing.nats_connect import connect
 
 log = logging.getLogger(__name__)
@@ -241,10 +242,11 @@ class Ledger:
         if refresh_hosts:
             self._refresh_hosts()
         hosts = self._hosts
-        wires = [envelope_wire(data) for _seq, _subject, data in msgs]
-        addresses = batch_addresses(wires)
-        routes = self._route.routes([subject for _seq, subject, _data in msgs])
-        checks = seal_items(msgs, wires, addresses, hosts, routes, MAX_ITEM_MESSAGE)
+        with gc_paused():  # as decide_and_write: the batch's decoding is its allocation
+            wires = [envelope_wire(data) for _seq, _subject, data in msgs]
+            addresses = batch_addresses(wires)
+            routes = self._route.routes([subject for _seq, subject, _data in msgs])
+            checks = seal_items(msgs, wires, addresses, hosts, routes, MAX_ITEM_MESSAGE)
         ticket = self._sealer.submit(checks.items, share_in_line)
         return Prepared(msgs, routes, [0] * len(msgs) if times is None else times, wires,
                         hosts, self._hosts_version, checks.positions, ticket, checks.runs,
@@ -263,8 +265,11 @@ class Ledger:
         ``commit`` (:func:`fleet.fold.batch.decide_written`: decided again where the host
         table changed meanwhile). Returns the batch, its watermark and what it changed, to
         :meth:`_install` once the commit is durable (the cache holds only committed state,
-        so a failure anywhere needs nothing undone)."""
-        return decide_written(prepared, self._decide, self._write, self._prepare_again)
+        so a failure anywhere needs nothing undone). The cyclic collector is held off
+        meanwhile (:func:`plumbing.gc_pause.gc_paused`: a batch is a bounded burst of
+        short-lived objects)."""
+        with gc_paused():
+            return decide_written(prepared, self._decide, self._write, self._prepare_again)
 
     def _write(self, decided: Decided, prepared: Prepared) -> bool:
         """Write a decided batch; ``False`` (nothing written) if the host table it was

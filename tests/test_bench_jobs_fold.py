@@ -21,3 +21,5 @@ def test_bench_jobs_fold_compares_items_with_plain_runs():
     assert fold["plain_msgs_per_s"] > 0 and fold["items_msgs_per_s"] > 0
     assert fold["ratio"] == round(fold["items_msgs_per_s"] / fold["plain_msgs_per_s"], 3) \
         or abs(fold["ratio"] - fold["items_msgs_per_s"] / fold["plain_msgs_per_s"]) < 0.01
+    assert len(fold["cpu_ratios"]) == fold["repeats"] == 9
+    assert sorted(fold["cpu_ratios"])[len(fold["cpu_ratios"]) // 2] == fold["cpu_ratio_median"]

@@ -26,7 +26,7 @@ from fleet_ledger.fleet.fold.fast import decide_message, fast_decide
 from fleet_ledger.fleet.record import kernel
 from fleet_ledger.fleet.record.builder import RecordBuilder
 from fleet_ledger.fleet.record.record import RunState
-from fleet_ledger.fleet.record.segment import ImageSnapshot, make_snapshot
+from fleet_ledger.fleet.record.segment import CallAccount, ImageSnapshot, make_snapshot
 from fleet_ledger.fleet.record.verify import verify_record
 from fleet_ledger.fleet.record.verify_fast import fast_check, segment_addresses, step
 from fleet_ledger.fleet.record.wire import (
@@ -260,3 +260,29 @@ def test_snapshot_parts_inverts_snapshot_bytes_and_refuses_other_bytes():
     for raw in (a, a + b"\x01", a + b"\x00" + b, a + b"\x03", a + b"\x02" + b, b""):
         with pytest.raises(MalformedSnapshot):
             kernel.snapshot_parts(raw)
+
+
+def test_a_look_ahead_at_a_step_is_the_applied_step_and_changes_nothing():
+    """``RunState.after`` (the state a step leads to, sharing what the step cannot change)
+    equals a copy with the step applied, for every kind of step of a record (executes with
+    call accounts, a park, a resume with idle energy, a close with idle energy), and the
+    state looked from is left as it was, its call accounts included."""
+    b = RecordBuilder(KEY, digest(b"unit"), digest(b"grants"))
+    b.execute(uj=10, provenance="measured", meter="m", journal_root=digest(b"j1"),
+              calls=CallAccount(("c1",), ()))
+    b.suspend(PARK, MANIFEST)
+    b.resume(PARK, MANIFEST, 7, "estimated", "estimate:x")
+    b.execute(uj=20, provenance="estimated", meter="m", journal_root=digest(b"j2"),
+              calls=CallAccount(("c2",), ("c1",)))
+    b.suspend(PARK, MANIFEST)
+    b.close(idle_uj=5, provenance="measured", meter="m")
+    accepted = [d for d in _fold(_messages(b), fast=True) if isinstance(d, Accepted)]
+    assert len(accepted) == len(b.sealed) == 6
+    state = RunState.open(digest(b"unit"), digest(b"grants"))
+    for d in accepted:
+        before = state.copy()
+        ahead = state.after(d.index, d.head, d.step)
+        assert state == before, d.kind
+        state.apply(d.step, d.head)
+        assert ahead == state and ahead.energy is not state.energy, d.kind
+    assert state.phase == "closed" and state.energy.idle["measured"] == 5

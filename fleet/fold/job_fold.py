@@ -59,7 +59,7 @@ from fleet_ledger.fleet.jobs.sum_tree import (
     energy_of,
     state_leaf,
 )
-from fleet_ledger.fleet.record.kernel import MAX_U64, apply
+from fleet_ledger.fleet.record.kernel import MAX_U64
 from fleet_ledger.fleet.record.kinds import CLOSED
 from fleet_ledger.fleet.record.record import RunState
 
@@ -275,11 +275,10 @@ class BatchJobs(JobBook):
             if d.kind == CLOSED and entry.sealed is None:
                 # A sealed job's receipt lists the item missing, and so do its leaves.
                 if slot is not None:
-                    after = slot.state.copy()
+                    after = slot.state.after(d.index, d.head, d.step)
                 else:
                     assert opened is not None, "a close of a run the batch cannot see"
-                    after = RunState.open(*opened)
-                apply(after, d.index, d.head, d.step)
+                    after = RunState.open(*opened).after(d.index, d.head, d.step)
                 made = energy_of(after.energy)
                 energy = tuple(map(add, energy, made))
                 if max(energy) > MAX_U64:

@@ -696,6 +696,18 @@ class RunState:
         """:func:`apply` of ``step`` as the run's next segment, ending at ``head``."""
         apply(self, self.index + 1, head, step)
 
+    def after(self, index: int, head: bytes, step: Step) -> Self:
+        """The state :func:`apply` of ``step`` (segment ``index``, ending at ``head``) leads
+        to, as a new state, leaving this one unchanged. Only what apply may change is
+        copied: the energy, and the call accounts when the step executed (a look ahead at
+        a step, e.g. at a job item's close, at a fraction of :meth:`copy`'s cost)."""
+        executed = step[5]
+        probe = type(self)(self.unit_id, self.grants_id, self.run, self.head, self.index,
+                           self.phase, self.park, self.manifest, self.energy.copy(),
+                           self.wait.copy() if executed else self.wait)
+        apply(probe, index, head, step)
+        return probe
+
     def wait_proof(self) -> Verdict:
         return self.wait.verdict()
 
