@@ -8,9 +8,9 @@ tags item units name their job by (:func:`fleet.jobs.job_id.item_unit`). :class:
 overlays a batch's changes on the committed book (copy on first change, like
 :class:`fleet.fold.BatchRuns`), so nothing committed moves before the batch is durable.
 
-The fold asks two things of it for each accepted segment that opens or closes a run
-(:func:`fleet.fold.fast.fold_message`; no other step changes an item), both only once a job
-is in the book:
+The fold asks two things of it for each accepted segment that opens a run, and, once a job
+is in the book, for each that closes one (:func:`fleet.fold.fast.fold_message`; no other
+step changes an item):
 
 - :meth:`BatchJobs.gate`, before the step is taken. For a run the segment opens whose unit
   names an item (:func:`fleet.jobs.job_id.parse_item_unit`): the job is known
