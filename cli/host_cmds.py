@@ -14,6 +14,7 @@ import click
 
 from fleet_ledger.cli._app import FLEET, CheckFailed, UserError, cli
 from fleet_ledger.cli._common import emit_json, progress, progress_done, split_servers, text_or_file
+from fleet_ledger.fleet.jobs.job_id import MAX_JOB_ITEMS
 
 
 @cli.group()
@@ -163,7 +164,7 @@ def host_rekey(name: str, pubkey: str, data: Path | None, url: str | None,
 @click.option("--grant-hosts", hidden=True,
               help="The hosts each run's grant allows, comma separated (default: all the "
                    "simulated hosts).")
-@click.option("--job", "job_items", type=click.IntRange(1),
+@click.option("--job", "job_items", type=click.IntRange(1, MAX_JOB_ITEMS),
               help="Open a job of N items first and fan its items out over the hosts "
                    "(item i on host i mod --hosts; --runs is then ignored).")
 @click.option("--job-id", hidden=True, help="The job this host records items of.")

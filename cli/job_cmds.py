@@ -17,6 +17,7 @@ import click
 
 from fleet_ledger.cli._app import FLEET, CheckFailed, UserError, cli
 from fleet_ledger.cli._common import api, emit_json, load_key, nats_options
+from fleet_ledger.fleet.jobs.job_id import MAX_JOB_ITEMS
 
 
 @cli.group()
@@ -69,8 +70,9 @@ def _finish(doc: dict[str, Any], report: dict[str, Any], as_json: bool, what: st
 
 @job.command("open")
 @click.argument("name")
-@click.option("--items", type=click.IntRange(1, 2**32 - 1), required=True,
-              help="How many items the job has (item runs 0 .. N-1).")
+@click.option("--items", type=click.IntRange(1, MAX_JOB_ITEMS), required=True,
+              help="How many items the job has (item runs 0 .. N-1); a ledger folds jobs of "
+                   f"up to {MAX_JOB_ITEMS} items.")
 @click.option("--grant", help="Every item runs under this grant (its b3: address); the key "
               "must be the grant's issuer.")
 @click.option("--nonce", help="16 bytes in hex making the job id unique (default: random).")

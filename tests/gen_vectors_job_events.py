@@ -45,6 +45,8 @@ EVENTS: list[tuple[str, str, int, JobTerms | bytes]] = [
     ("seal by a trusted operator", "operator", SEAL, job_id(FIRST)),
     ("seal it again", "issuer", SEAL, job_id(FIRST)),
     ("seal a job never opened", "issuer", SEAL, bytes(32)),
+    ("open a job of 2**20 + 1 items, one more than a ledger folds", "issuer", OPEN,
+     terms("too-large", 2**20 + 1)),
 ]
 
 

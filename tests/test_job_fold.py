@@ -13,10 +13,16 @@ from merkle_reference import mth
 from nacl.signing import SigningKey
 
 from fleet_ledger.fleet.address import digest
-from fleet_ledger.fleet.fold import job_fold
+from fleet_ledger.fleet.fold import job_events, job_fold
 from fleet_ledger.fleet.fold.job_events import open_event, seal_event
 from fleet_ledger.fleet.jobs.job_errors import SumOverflow
-from fleet_ledger.fleet.jobs.job_id import JobTerms, encode_terms, item_unit, job_id
+from fleet_ledger.fleet.jobs.job_id import (
+    MAX_JOB_ITEMS,
+    JobTerms,
+    encode_terms,
+    item_unit,
+    job_id,
+)
 from fleet_ledger.fleet.jobs.receipt import decode_receipt, receipt_leaf, seal_leaves
 from fleet_ledger.fleet.log.leaf import leaf_kind
 from fleet_ledger.fleet.log.tiles import Tile, decode_entry_bundle
@@ -320,3 +326,42 @@ def test_an_item_run_before_any_job_is_unknown_job(tmp_path: Path):
     job = open_job(w, 2)
     assert job == job_id(job_terms(2))
     assert finish(w, item_run(job, 0)) == ["accepted", "accepted"]
+
+
+class _SealTooBig(Exception):
+    pass
+
+
+def test_an_open_of_more_items_than_a_ledger_seals_is_job_too_large(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """The attack: an issuer opens a job of 2**32 - 1 items (the terms' encoding allows it)
+    and seals it at once. Without the bound the open is accepted and the seal, inside the
+    fold, asks for a leaf per item: 4,294,967,295 of them (stopped here at the request;
+    run, it would take hours and more memory than the machine has, on every restart). With
+    the bound the open is JobTooLarge; a job of exactly 2**20 items opens."""
+    asked: list[int] = []
+
+    def leaves(self: object, job: bytes, count: int) -> list[bytes | None]:
+        asked.append(count)
+        raise _SealTooBig(count)
+
+    with monkeypatch.context() as patched:
+        patched.setattr(job_events, "MAX_JOB_ITEMS", 2**32 - 1)  # no defence
+        patched.setattr(job_fold.JobBook, "item_leaves", leaves)
+        w = World(tmp_path / "undefended")
+        job = open_job(w, 2**32 - 1)
+        with pytest.raises(_SealTooBig):
+            w.rule(JOB_SUBJECT, seal_event(OWNER, job))
+        assert asked == [2**32 - 1]
+        w.close()
+
+    w = World(tmp_path / "defended")
+    huge = job_terms(2**32 - 1)
+    assert w.rule(JOB_SUBJECT, open_event(OWNER, encode_terms(huge))) == "JobTooLarge"
+    over = job_terms(MAX_JOB_ITEMS + 1, name="over")
+    assert w.rule(JOB_SUBJECT, open_event(OWNER, encode_terms(over))) == "JobTooLarge"
+    assert w.rule(JOB_SUBJECT, seal_event(OWNER, job_id(huge))) == "UnknownJob"
+    at_bound = open_job(w, MAX_JOB_ITEMS, name="at the bound")
+    assert finish(w, item_run(at_bound, MAX_JOB_ITEMS - 1)) == ["accepted", "accepted"]
+    refusals = [r for r in w.ledger.store.rejections() if r["rule"] == "JobTooLarge"]
+    assert len(refusals) == 2 and all("several jobs" in r["detail"] for r in refusals)

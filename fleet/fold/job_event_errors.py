@@ -1,11 +1,11 @@
 """Named refusals of job events (open, seal) as the stream carries them.
 
 The refusals of jobs and items themselves (``UnknownJob``, ``JobSealed``, ``JobExists``,
-``JobTagTaken``, ``DuplicateItem``, ``ItemOutOfRange``, ``ItemGrantMismatch``,
-``ItemEnergyOverflow``) are the core's (:mod:`fleet.jobs.job_errors`); these are the event
-envelope's. Every class
-subclasses :class:`~fleet.errors.FleetError` and its name is the rule the ledger stores,
-counts and shows.
+``JobTagTaken``, ``JobTooLarge``, ``DuplicateItem``, ``ItemOutOfRange``,
+``ItemGrantMismatch``, ``ItemEnergyOverflow``) are the core's
+(:mod:`fleet.jobs.job_errors`); these are the event envelope's. Every class subclasses
+:class:`~fleet.errors.FleetError` and its name is the rule the ledger stores, counts and
+shows.
 """
 
 from __future__ import annotations

@@ -18,7 +18,8 @@ that grant's issuer. A seal is signed by the job's issuer or by a trusted operat
 :func:`check_job_event` decides one event against a :class:`JobView` and raises the first
 refusal, in this order: the bytes (``MalformedJobEvent``, ``MalformedJobTerms``), the
 signature (``BadJobSignature``); for an open: the signer is the terms' issuer
-(``NotJobIssuer``), the grant it names is folded (``UnknownGrant``) and issued by that
+(``NotJobIssuer``), the job has at most :data:`fleet.jobs.job_id.MAX_JOB_ITEMS` items
+(``JobTooLarge``), the grant it names is folded (``UnknownGrant``) and issued by that
 issuer (``NotIssuer``), the job is not open already (``JobExists``) and no other job holds
 its tag (``JobTagTaken``); for a seal: the job is known (``UnknownJob``), not sealed
 (``JobSealed``), and the signer its issuer or an operator (``NotJobOwner``).
@@ -45,8 +46,14 @@ from fleet_ledger.fleet.fold.reference import Refused
 from fleet_ledger.fleet.grants import signed_event
 from fleet_ledger.fleet.grants.grant_book import GrantView
 from fleet_ledger.fleet.grants.grant_errors import NotIssuer, UnknownGrant
-from fleet_ledger.fleet.jobs.job_errors import JobExists, JobSealed, JobTagTaken, UnknownJob
-from fleet_ledger.fleet.jobs.job_id import JobTerms, decode_terms, job_id, job_tag
+from fleet_ledger.fleet.jobs.job_errors import (
+    JobExists,
+    JobSealed,
+    JobTagTaken,
+    JobTooLarge,
+    UnknownJob,
+)
+from fleet_ledger.fleet.jobs.job_id import MAX_JOB_ITEMS, JobTerms, decode_terms, job_id, job_tag
 
 __all__ = ["JOB_DOMAIN", "KINDS", "OPEN", "SEAL", "JobAccepted", "JobEvent", "JobView",
            "check_job_event", "decide_job_event", "decode_job_event", "event_id",
@@ -166,6 +173,9 @@ def check_job_event(view: JobView, data: bytes, stream_seq: int, at_ms: int,
         assert terms is not None
         if ev.signer != terms.issuer:
             raise NotJobIssuer("an open is signed by the issuer its terms name")
+        if terms.items > MAX_JOB_ITEMS:
+            raise JobTooLarge(f"a job has at most {MAX_JOB_ITEMS} items here, got "
+                              f"{terms.items}: split the work into several jobs")
         if terms.grant is not None:
             entry = None if grants is None else grants.entry(terms.grant)
             if entry is None:

@@ -31,6 +31,7 @@ __all__ = [
     "JobRootMismatch",
     "JobSealed",
     "JobTagTaken",
+    "JobTooLarge",
     "JobTotalsMismatch",
     "MalformedItemProof",
     "MalformedJob",
@@ -98,6 +99,12 @@ class JobExists(JobRefusal):
 class JobTagTaken(JobRefusal):
     """An open event whose job's 20-byte tag equals another job's: item units name their
     job by the tag, so two jobs may never share one."""
+
+
+class JobTooLarge(JobRefusal):
+    """An open event for a job of more items than a ledger folds in one job
+    (:data:`fleet.jobs.job_id.MAX_JOB_ITEMS`): its seal, linear in the item count, would
+    stall the fold. A larger set of work is several jobs."""
 
 
 class DuplicateItem(JobRefusal):

@@ -36,6 +36,7 @@ __all__ = [
     "ITEM_MARK",
     "JOB_DOMAIN",
     "MAX_ITEMS",
+    "MAX_JOB_ITEMS",
     "MAX_NAME",
     "NONCE_SIZE",
     "TAG_SIZE",
@@ -56,6 +57,11 @@ ITEM_MARK: Final = b"jobitem1"
 TAG_SIZE: Final = 20
 NONCE_SIZE: Final = 16
 MAX_ITEMS: Final = 2**32 - 1
+# The most items a ledger folds in one job (an open of more is JobTooLarge): a job's seal
+# builds its tree and receipt over every item, present or missing, inside the fold, so
+# its cost is the item count's. At 2**20 a seal takes seconds and some 250 MB; at the
+# encoding's 2**32 - 1 it would never end, and the ledger would stop folding there.
+MAX_JOB_ITEMS: Final = 2**20
 MAX_NAME: Final = 128
 
 _HEAD = struct.Struct(">32s16sIB")
