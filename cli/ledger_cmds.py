@@ -417,10 +417,12 @@ def run_show(run_id: str, exec_journal: Path | None, as_json: bool, url: str,
 def _item_state(item: dict[str, Any]) -> str:
     """The job an item run's unit names, and where the run stands in it."""
     if item["job"] is None:
-        return "a job this ledger never opened (the run's first segment was refused)"
+        return ("a job this ledger never opened (folded before the ledger held item runs "
+                "to their job)")
     sealed = "sealed" if item["sealed"] else "open"
     if not item["holds"]:
-        return f"job {item['job']} ({sealed}), held by another run: this one is not its item"
+        return (f"job {item['job']} ({sealed}), held by another run: this one (folded "
+                "before the job opened) is not its item")
     if item["closed"]:
         return f"job {item['job']} ({sealed}): closed, its leaf in the job's tree"
     return (f"job {item['job']} ({sealed}): "

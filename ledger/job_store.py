@@ -23,10 +23,10 @@ import sqlite3
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from fleet_ledger.fleet.address import format_address, id_text, parse_address
+from fleet_ledger.fleet.address import PREFIX, format_address, id_text, parse_address
 from fleet_ledger.fleet.fold.job_events import JobAccepted
 from fleet_ledger.fleet.fold.job_fold import BatchJobs, ItemEntry, JobBook, JobEntry, rebuild
-from fleet_ledger.fleet.jobs.job_id import decode_terms, job_tag, parse_item_unit
+from fleet_ledger.fleet.jobs.job_id import TAG_SIZE, decode_terms, job_tag, parse_item_unit
 from fleet_ledger.fleet.record.seal import encode_key
 
 SCHEMA = (
@@ -144,9 +144,10 @@ def item_rows(conn: sqlite3.Connection, job: str) -> list[tuple[int, str, int, b
 def item_of_unit(conn: sqlite3.Connection, unit: bytes, run: str) -> dict[str, Any] | None:
     """What the jobs say of a run with unit ``unit``: ``None`` for an ordinary unit, else
     the item its unit names (``index``), its job (``job``; ``None``: no job of that tag was
-    opened here), whether this run is the item's (``holds``: ``False`` when another run
-    holds it or its first segment was refused), its leaf is in the job (``closed``) and the
-    job is sealed (``sealed``)."""
+    opened here), whether this run is the item's (``holds``), its leaf is in the job
+    (``closed``) and the job is sealed (``sealed``). A run the gate let in holds its item of
+    a job opened here; ``job`` ``None`` or ``holds`` ``False`` are runs a store folded
+    before item units were held to their job (before any job was opened)."""
     named = parse_item_unit(unit)
     if named is None:
         return None
@@ -154,9 +155,9 @@ def item_of_unit(conn: sqlite3.Connection, unit: bytes, run: str) -> dict[str, A
                            "closed": False, "sealed": False}
     if not has_tables(conn):
         return doc
-    # The text of a job id starts with its tag's first 26 base64 digits (156 of its 160
-    # bits): the primary key's index finds the few candidates, the tag picks the one.
-    prefix = format_address(named.tag + bytes(32 - len(named.tag)))[:3 + 26]
+    # The text of a job id starts with the base64 digits its tag fixes whole (26: 156 of
+    # its 160 bits): the primary key's index finds the few candidates, the tag picks one.
+    prefix = format_address(named.tag + bytes(32 - TAG_SIZE))[:len(PREFIX) + TAG_SIZE * 8 // 6]
     for job, sealed in conn.execute("SELECT job, sealed_seq FROM jobs WHERE job GLOB ?",
                                     (prefix + "*",)):
         if job_tag(parse_address(job)) == named.tag:

@@ -365,3 +365,29 @@ def test_an_open_of_more_items_than_a_ledger_seals_is_job_too_large(
     assert finish(w, item_run(at_bound, MAX_JOB_ITEMS - 1)) == ["accepted", "accepted"]
     refusals = [r for r in w.ledger.store.rejections() if r["rule"] == "JobTooLarge"]
     assert len(refusals) == 2 and all("several jobs" in r["detail"] for r in refusals)
+
+
+def test_the_run_view_names_a_legacy_item_run_as_not_holding_its_item(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """A store folded before item units were held to their job (the gate off here) holds an
+    item-unit run no job knows: the run view names no job for it, and once the job opens
+    and another run takes the item, names the job and says this run does not hold it; the
+    item's own run holds it and, closed, has its leaf in the job."""
+    w = World(tmp_path)
+    terms = job_terms(2)
+    early = item_run(job_id(terms), 0)
+    with monkeypatch.context() as patched:
+        patched.setattr(job_fold.BatchJobs, "gate", lambda self, d, slot: d)
+        assert w.rule(early.subject, early.execute()) == "accepted"
+    conn = w.ledger.store.conn
+    unit = item_unit(job_id(terms), 0)
+    assert job_store.item_of_unit(conn, unit, _text(early.run)) == {
+        "job": None, "index": 0, "holds": False, "closed": False, "sealed": False}
+    job = open_job(w, 2)
+    held = item_run(job, 0, host="h2", grants=digest(b"taken"))
+    assert finish(w, held) == ["accepted", "accepted"]
+    assert job_store.item_of_unit(conn, unit, _text(early.run)) == {
+        "job": _text(job), "index": 0, "holds": False, "closed": False, "sealed": False}
+    assert job_store.item_of_unit(conn, unit, _text(held.run)) == {
+        "job": _text(job), "index": 0, "holds": True, "closed": True, "sealed": False}
+    assert job_store.item_of_unit(conn, digest(b"plain unit"), _text(early.run)) is None

@@ -94,6 +94,11 @@ class JobEntry:
         return JobEntry(self.job, self.terms, self.terms_bytes, self.owner, self.opened,
                         self.bound, self.closed, self.sealed, self.receipt, self.energy)
 
+    def energy_with(self, item: tuple[int, ...]) -> tuple[int, ...]:
+        """The job's energy totals with one more closed item's (unchecked: the gate holds
+        them within u64 before a close is taken)."""
+        return tuple(map(add, self.energy, item))
+
 
 @dataclass(frozen=True, slots=True)
 class ItemEntry:
@@ -280,7 +285,7 @@ class BatchJobs(JobBook):
                     assert opened is not None, "a close of a run the batch cannot see"
                     after = RunState.open(*opened).after(d.index, d.head, d.step)
                 made = energy_of(after.energy)
-                energy = tuple(map(add, energy, made))
+                energy = entry.energy_with(made)
                 if max(energy) > MAX_U64:
                     raise ItemEnergyOverflow(
                         f"item {key[1]}: its energy, with the job's items closed before it,"
@@ -360,5 +365,5 @@ def rebuild(jobs: Iterable[JobEntry], items: Iterable[tuple[Item, ItemEntry]]) -
             made = decode_item_leaf(item.leaf)
             entry = book.jobs[key[0]]
             if not isinstance(made, int) and entry.sealed is None:
-                entry.energy = tuple(map(add, entry.energy, made.energy))
+                entry.energy = entry.energy_with(made.energy)
     return book

@@ -59,7 +59,8 @@ NONCE_SIZE: Final = 16
 MAX_ITEMS: Final = 2**32 - 1
 # The most items a ledger folds in one job (an open of more is JobTooLarge): a job's seal
 # builds its tree and receipt over every item, present or missing, inside the fold, so
-# its cost is the item count's. At 2**20 a seal takes seconds and some 250 MB; at the
+# its cost is the item count's. At 2**20 a seal took 7.5 s and 220 MB here (docs/
+# benchmarks.md, `fleet bench jobs --items 1048576`); at the
 # encoding's 2**32 - 1 it would never end, and the ledger would stop folding there.
 MAX_JOB_ITEMS: Final = 2**20
 MAX_NAME: Final = 128

@@ -143,7 +143,7 @@ def state_leaf(index: int, state: RunState, energy: tuple[int, ...]) -> bytes:
     holds the two paths equal."""
     code, segment = verdict_code(state.wait.verdict())
     try:
-        return _PRESENT.pack(1, index, state.run, state.grants_id, state.head, *energy, code,
+        return _pack_present(index, state.run, state.grants_id, state.head, energy, code,
                              segment)
     except struct.error as exc:
         raise SumOverflow("an item's energy exceeds its field's width") from exc
@@ -197,8 +197,15 @@ def encode_item_leaf(item: Item | int) -> bytes:
             raise MalformedItemProof(f"an item index is in 0 .. 2**32 - 2, got {item}")
         return _MISSING.pack(0, item)
     _check_item(item)
-    return _PRESENT.pack(1, item.index, item.run, item.grants, item.head, *item.energy,
+    return _pack_present(item.index, item.run, item.grants, item.head, item.energy,
                          item.verdict, item.segment)
+
+
+def _pack_present(index: int, run: bytes, grants: bytes, head: bytes,
+                  energy: tuple[int, ...], verdict: int, segment: int) -> bytes:
+    """The present leaf's bytes in their one order (both ways in: :func:`encode_item_leaf`
+    and :func:`state_leaf`)."""
+    return _PRESENT.pack(1, index, run, grants, head, *energy, verdict, segment)
 
 
 def decode_item_leaf(data: bytes) -> Item | int:

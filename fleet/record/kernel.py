@@ -701,7 +701,7 @@ class RunState:
         to, as a new state, leaving this one unchanged. Only what apply may change is
         copied: the energy, and the call accounts when the step executed (a look ahead at
         a step, e.g. at a job item's close, at a fraction of :meth:`copy`'s cost)."""
-        executed = step[5]
+        _body, _phase, _park, _receipt, _idle, executed, _calls, _pool = step
         probe = type(self)(self.unit_id, self.grants_id, self.run, self.head, self.index,
                            self.phase, self.park, self.manifest, self.energy.copy(),
                            self.wait.copy() if executed else self.wait)
