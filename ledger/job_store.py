@@ -27,7 +27,7 @@ from fleet_ledger.fleet.address import PREFIX, format_address, id_text, parse_ad
 from fleet_ledger.fleet.fold.job_events import JobAccepted
 from fleet_ledger.fleet.fold.job_fold import BatchJobs, ItemEntry, JobBook, JobEntry, rebuild
 from fleet_ledger.fleet.jobs.job_id import TAG_SIZE, decode_terms, job_tag, parse_item_unit
-from fleet_ledger.fleet.record.seal import encode_key
+from fleet_ledger.fleet.record.seal import decode_key, encode_key
 
 SCHEMA = (
     "CREATE TABLE IF NOT EXISTS job_events (stream_seq INTEGER PRIMARY KEY, kind TEXT NOT NULL,"
@@ -72,14 +72,18 @@ def write(conn: sqlite3.Connection, events: Sequence[JobAccepted], jobs: BatchJo
           e.opened, e.bound, e.closed, e.sealed, e.receipt,
           receipts[e.job].leaf_index if e.job in receipts else None)
          for e in jobs.jobs.values()])
-    items = {key: entry for key, entry in [*jobs.bound, *jobs.closed]}
-    texts = {job: format_address(job) for job in {job for job, _index in items}}
-    # id_text: the runs' rows of this batch formatted the same run ids already.
+    leaves = dict(jobs.closed)
+    texts = {job: format_address(job)
+             for job in {key[0] for key, _held in [*jobs.bound, *jobs.closed]}}
+    # An item bound in this batch is written once, with its leaf if it closed too; one
+    # bound before gets its leaf alone. id_text: the runs' rows of this batch formatted
+    # the same run ids already.
     conn.executemany(
-        "INSERT INTO job_items (job, idx, run, bound_seq, leaf) VALUES (?, ?, ?, ?, ?)"
-        " ON CONFLICT(job, idx) DO UPDATE SET leaf = excluded.leaf",
-        [(texts[job], index, id_text(e.run), e.bound, e.leaf)
-         for (job, index), e in items.items()])
+        "INSERT INTO job_items (job, idx, run, bound_seq, leaf) VALUES (?, ?, ?, ?, ?)",
+        [(texts[key[0]], key[1], id_text(e.run), e.bound, leaves.pop(key, None))
+         for key, e in jobs.bound])
+    conn.executemany("UPDATE job_items SET leaf = ? WHERE job = ? AND idx = ?",
+                     [(leaf, texts[job], index) for (job, index), leaf in leaves.items()])
     conn.executemany("INSERT INTO job_leaves (leaf_index, job, stream_seq, leaf)"
                      " VALUES (?, ?, ?, ?)",
                      [(r.leaf_index, format_address(r.job), r.stream_seq, r.leaf)
@@ -97,25 +101,35 @@ def load_book(conn: sqlite3.Connection) -> JobBook:
     return rebuild(jobs, _items(conn))
 
 
-def _items(conn: sqlite3.Connection) -> Iterator[tuple[tuple[bytes, int], ItemEntry]]:
-    """The items of the open jobs (the book forgets a sealed job's: JobBook.install)."""
+def _items(conn: sqlite3.Connection
+           ) -> Iterator[tuple[tuple[bytes, int], ItemEntry, bytes | None]]:
+    """The items of the open jobs, each with its leaf once closed (the book forgets a
+    sealed job's: JobBook.install)."""
     for job, idx, run, bound, leaf in conn.execute(
             "SELECT job, idx, run, bound_seq, leaf FROM job_items WHERE job IN"
             " (SELECT job FROM jobs WHERE sealed_seq IS NULL)"):
-        yield (parse_address(job), idx), ItemEntry(parse_address(run), bound,
-                                                   None if leaf is None else bytes(leaf))
+        yield ((parse_address(job), idx), ItemEntry(parse_address(run), bound),
+               None if leaf is None else bytes(leaf))
 
 
 # -- reads (the API, the explorer, the CLI offline) ---------------------------------------------
 
 
 def job_rows(conn: sqlite3.Connection) -> list[dict[str, Any]]:
-    """Every job, newest first: id, name, items, bound, closed, sealed."""
+    """Every job, newest first: id, name, items, issuer (hex), grant, bound, closed,
+    sealed."""
     keys = ("job", "name", "items", "issuer", "grant", "opened_seq", "bound", "closed",
             "sealed_seq", "leaf_index")
-    return [dict(zip(keys, row, strict=True)) for row in conn.execute(
+    return [_issuer_hex(dict(zip(keys, row, strict=True))) for row in conn.execute(
         "SELECT job, name, items, issuer, grant_id, opened_seq, bound, closed, sealed_seq,"
         " leaf_index FROM jobs ORDER BY opened_seq DESC")]
+
+
+def _issuer_hex(doc: dict[str, Any]) -> dict[str, Any]:
+    """The row's issuer key in hex, as a receipt states it (:func:`fleet.jobs.receipt.
+    receipt_json`) and a grant its issuer; the column holds it in base64."""
+    doc["issuer"] = decode_key(doc["issuer"]).encode().hex()
+    return doc
 
 
 def job_row(conn: sqlite3.Connection, job: str) -> dict[str, Any] | None:
@@ -127,7 +141,7 @@ def job_row(conn: sqlite3.Connection, job: str) -> dict[str, Any] | None:
         return None
     keys = ("job", "name", "items", "issuer", "grant", "opened_seq", "bound", "closed",
             "sealed_seq", "leaf_index", "terms", "receipt")
-    doc = dict(zip(keys, row, strict=True))
+    doc = _issuer_hex(dict(zip(keys, row, strict=True)))
     doc["terms"] = bytes(doc["terms"])
     doc["receipt"] = None if doc["receipt"] is None else bytes(doc["receipt"])
     return doc

@@ -3,6 +3,7 @@ against the same runs as plain runs."""
 
 from __future__ import annotations
 
+import gc
 import json
 
 from click.testing import CliRunner
@@ -11,8 +12,9 @@ from fleet_ledger.cli import cli
 
 
 def test_bench_jobs_fold_compares_items_with_plain_runs():
-    """A small run prints the fold section: both rates, their ratio and the goal; every
-    segment (and the receipt) became a leaf, or the bench fails."""
+    """A small run prints the fold section: both rates, their ratios and the goal; every
+    segment (and the receipt) became a leaf, or the bench fails. The bench freezes each
+    batch's survivors while it runs and leaves nothing frozen after."""
     out = CliRunner().invoke(cli, ["bench", "jobs", "--items", "50", "--proofs", "1",
                                    "--verifies", "5", "--fold-runs", "60", "--json"])
     assert out.exit_code == 0, out.output
@@ -23,3 +25,5 @@ def test_bench_jobs_fold_compares_items_with_plain_runs():
         or abs(fold["ratio"] - fold["items_msgs_per_s"] / fold["plain_msgs_per_s"]) < 0.01
     assert len(fold["cpu_ratios"]) == fold["repeats"] == 9
     assert sorted(fold["cpu_ratios"])[len(fold["cpu_ratios"]) // 2] == fold["cpu_ratio_median"]
+    assert 0 < fold["cpu_ratio_best"] < 10
+    assert gc.get_freeze_count() == 0

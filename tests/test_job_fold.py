@@ -24,6 +24,7 @@ from fleet_ledger.fleet.jobs.job_id import (
     job_id,
 )
 from fleet_ledger.fleet.jobs.receipt import decode_receipt, receipt_leaf, seal_leaves
+from fleet_ledger.fleet.jobs.sum_tree import ENERGY_NAMES
 from fleet_ledger.fleet.log.leaf import leaf_kind
 from fleet_ledger.fleet.log.tiles import Tile, decode_entry_bundle
 from fleet_ledger.fleet.record.builder import RecordBuilder
@@ -310,6 +311,51 @@ def test_an_item_past_its_leaf_width_is_refused_and_totals_survive_a_restart(
     assert row is not None
     receipt = decode_receipt(row["receipt"])
     assert receipt.missing == (1, 3) and receipt.sums[0] == BIG + 1005
+
+
+def _park_and_close(w: World, run: SealedRun, idle_uj: int) -> str:
+    """``run`` executes, parks, and closes from its park with ``idle_uj`` of measured idle
+    energy: the close's rule."""
+    assert w.rule(run.subject, run.execute(0)) == "accepted"
+    assert w.rule(run.subject, run.park(0)) == "accepted"
+    return w.rule(run.subject, run.add(run.builder.close(idle_uj, "measured", "rapl:package-0")))
+
+
+def test_the_energy_a_close_itself_adds_is_held_to_the_job_totals(tmp_path: Path):
+    """A close from a park brings the park's idle energy: two items that each close with
+    2**63 uJ of idle would pass the job's idle total though neither run drew any before its
+    close. The gate sums the run as the close leaves it, so the second close is refused and
+    the job seals with it missing; with the sums read before the close, both would pass and
+    the seal would raise."""
+    w = World(tmp_path)
+    job = open_job(w, 2)
+    assert _park_and_close(w, item_run(job, 0), BIG) == "accepted"
+    assert _park_and_close(w, item_run(job, 1), BIG) == "ItemEnergyOverflow"
+    assert w.rule(JOB_SUBJECT, seal_event(OWNER, job)) == "accepted"
+    row = job_store.job_row(w.ledger.store.conn, _text(job))
+    assert row is not None
+    receipt = decode_receipt(row["receipt"])
+    idle_measured = ENERGY_NAMES.index("idle.measured")
+    assert receipt.missing == (1,) and receipt.sums[idle_measured] == BIG
+
+
+def test_large_totals_in_different_accounts_are_summed_exactly_and_accepted(tmp_path: Path):
+    """The gate's quick bound (the job's largest total plus all of the run's energy) is
+    passed by two items of 2**63 uJ in different accounts, whose sums still fit: past the
+    bound the exact sums decide, so the close is accepted and the receipt carries both
+    totals (a bound read as the rule would refuse an honest job here)."""
+    w = World(tmp_path)
+    job = open_job(w, 2)
+    first, second = item_run(job, 0), item_run(job, 1)
+    assert w.rule(first.subject, first.execute(0, uj=BIG)) == "accepted"
+    assert w.rule(first.subject, first.add(first.builder.close())) == "accepted"
+    assert w.rule(second.subject, second.execute(1, uj=BIG, provenance="estimated",
+                                                 meter="estimate:model")) == "accepted"
+    assert w.rule(second.subject, second.add(second.builder.close())) == "accepted"
+    row = job_store.job_row(w.ledger.store.conn, _text(job))
+    assert row is not None and row["sealed_seq"] is not None
+    receipt = decode_receipt(row["receipt"])
+    assert receipt.missing == () and receipt.sums[:2] == (BIG, BIG)
 
 
 def test_an_item_run_before_any_job_is_unknown_job(tmp_path: Path):

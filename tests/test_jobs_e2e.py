@@ -91,6 +91,8 @@ def test_a_job_of_200_items_over_3_hosts_is_sealed_and_proved(stack: Stack) -> N
     assert doc["progress"] == {"items": ITEMS, "bound": ITEMS, "closed": ITEMS,
                                "running": None, "unstarted": 0}
     assert sum(doc["verdicts"].values()) == ITEMS
+    # One key, one spelling in the document: the job's issuer as its receipt states it.
+    assert doc["issuer"] == doc["receipt"]["issuer"] and len(bytes.fromhex(doc["issuer"])) == 32
     bundle = stack.tmp / "item-123.json"
     cli("job", "prove", stack.job, "--item", "123", "--out", str(bundle), "--nats", stack.url)
     proved = cli_json("job", "verify-proof", str(bundle), "--vkey",

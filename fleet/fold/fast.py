@@ -105,7 +105,7 @@ def fold_message(ctx: Admission, msg: Message, fast: bool = True) -> Accepted | 
         if type(gated) is not Accepted:
             return gated
         ctx.runs.take(d)
-        jobs.took(d, msg.stream_seq)
+        jobs.took(d, msg.stream_seq, ctx.runs.get)
     return d
 
 

@@ -17,14 +17,16 @@ step changes an item):
   (``UnknownJob``), the index in range (``ItemOutOfRange``), the job not sealed
   (``JobSealed``), the item not already another run's (``DuplicateItem``), the run under the
   job's grant if it names one (``ItemGrantMismatch``). For a close of an item of an open
-  job: the item's leaf is made from the run's state after the close (:func:`fleet.jobs.
-  sum_tree.state_leaf`, equal to :func:`fleet.jobs.job_records.item_from_state`'s item: the
-  run's final head, energy and wait-proof verdict), and its energy, added to the job's items
-  closed before it, stays within 2**64 - 1 in each account (``ItemEnergyOverflow``: else the
-  receipt could not be built). The refusal is the segment's;
+  job: the run's energy after the close, added to the job's items closed before it, stays
+  within 2**64 - 1 in each account (``ItemEnergyOverflow``: else the receipt could not be
+  built; a bound on the sums clears the usual close at once, and past it the state the
+  close leads to, :meth:`fleet.record.kernel.RunState.after`, is summed exactly). The refusal is the
+  segment's;
 - :meth:`BatchJobs.took`, once the step is taken: what the gate made of it is applied (an
-  opened item bound to its run, a closed item given its leaf), and the job's last close
-  seals it.
+  opened item bound to its run, a closed item given its leaf, made from the state the close
+  left: :func:`fleet.jobs.sum_tree.state_leaf`, equal to
+  :func:`fleet.jobs.job_records.item_from_state`'s item: the run's final head, energy and
+  wait-proof verdict), and the job's last close seals it.
 
 A job is sealed by its last item's close or by a SEAL event; either way the fold builds the
 receipt there (:func:`fleet.jobs.receipt.seal_leaves`, with the fleet log's size at that
@@ -38,6 +40,7 @@ from __future__ import annotations
 from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass, field
 from operator import add
+from typing import NamedTuple
 
 from fleet_ledger.fleet.errors import FleetError
 from fleet_ledger.fleet.fold.job_events import OPEN, JobAccepted, decide_job_event
@@ -59,7 +62,7 @@ from fleet_ledger.fleet.jobs.sum_tree import (
     energy_of,
     state_leaf,
 )
-from fleet_ledger.fleet.record.kernel import MAX_U64
+from fleet_ledger.fleet.record.kernel import MAX_U64, step_uj
 from fleet_ledger.fleet.record.kinds import CLOSED
 from fleet_ledger.fleet.record.record import RunState
 
@@ -100,14 +103,13 @@ class JobEntry:
         return tuple(map(add, self.energy, item))
 
 
-@dataclass(frozen=True, slots=True)
-class ItemEntry:
-    """A bound item: its run, the stream position it was bound at, and its sum-tree leaf
-    once the run closed (``None`` before)."""
+class ItemEntry(NamedTuple):
+    """A bound item: its run and the stream position it was bound at (its leaf, once the
+    run closed, is kept beside it: :meth:`JobBook.leaf`). A tuple: a job's items are
+    many, and the collector stops tracking a tuple of bytes and ints."""
 
     run: bytes
     bound: int
-    leaf: bytes | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,12 +130,13 @@ class JobBook:
     (``base``) a batch's overlay on it holding what the batch changed until
     :meth:`install` makes it the base's."""
 
-    __slots__ = ("base", "items", "jobs", "runs", "tags")
+    __slots__ = ("base", "items", "jobs", "leaf_of", "runs", "tags")
 
     def __init__(self, base: JobBook | None = None) -> None:
         self.base = base
         self.jobs: dict[bytes, JobEntry] = {}
         self.items: dict[Item, ItemEntry] = {}
+        self.leaf_of: dict[Item, bytes] = {}
         self.runs: dict[bytes, Item] = {}
         self.tags: dict[bytes, bytes] = {}
 
@@ -154,6 +157,11 @@ class JobBook:
         held = self.items.get(key)
         return held if held is not None or self.base is None else self.base.item(key)
 
+    def leaf(self, key: Item) -> bytes | None:
+        """A closed item's sum-tree leaf (``None``: not closed)."""
+        held = self.leaf_of.get(key)
+        return held if held is not None or self.base is None else self.base.leaf(key)
+
     def run_item(self, run: bytes) -> Item | None:
         held = self.runs.get(run)
         return held if held is not None or self.base is None else self.base.run_item(run)
@@ -164,11 +172,7 @@ class JobBook:
 
     def item_leaves(self, job: bytes, count: int) -> list[bytes | None]:
         """Each item's leaf in index order (``None``: missing: no run, or not closed)."""
-        out: list[bytes | None] = []
-        for index in range(count):
-            held = self.item((job, index))
-            out.append(None if held is None else held.leaf)
-        return out
+        return [self.leaf((job, index)) for index in range(count)]
 
     # -- the state changes (the store rebuilds a book through them too) -------------------
 
@@ -181,6 +185,10 @@ class JobBook:
         self.items[key] = entry
         self.runs[entry.run] = key
 
+    def put_leaf(self, key: Item, leaf: bytes) -> None:
+        """A bound item's run closed: its leaf."""
+        self.leaf_of[key] = leaf
+
     def install(self, sealed: Collection[bytes] = ()) -> None:
         """Make this overlay's changes the base's (once the batch is durable), forgetting
         the items of the jobs in ``sealed``: a sealed job refuses every new item before
@@ -190,18 +198,21 @@ class JobBook:
         assert base is not None
         base.jobs.update(self.jobs)
         base.items.update(self.items)
+        base.leaf_of.update(self.leaf_of)
         base.runs.update(self.runs)
         base.tags.update(self.tags)
         if sealed:
             gone = [key for key in base.items if key[0] in sealed]
             for key in gone:
                 base.runs.pop(base.items.pop(key).run, None)
+                base.leaf_of.pop(key, None)
 
 
 @dataclass
 class BatchJobs(JobBook):
     """The committed book under one batch: its accepted job events (:attr:`accepted`), the
-    items it bound and closed (:attr:`bound`, :attr:`closed`) and the receipts it made
+    items it bound and the leaves of those it closed (:attr:`bound`, :attr:`closed`) and
+    the receipts it made
     (:attr:`receipts`), in stream order, for the store. ``leaves``: how many leaves the
     fleet log holds before the message being decided (the batch's own included)."""
 
@@ -209,12 +220,12 @@ class BatchJobs(JobBook):
     leaves: Callable[[], int]
     accepted: list[JobAccepted] = field(default_factory=list)
     bound: list[tuple[Item, ItemEntry]] = field(default_factory=list)
-    closed: list[tuple[Item, ItemEntry]] = field(default_factory=list)
+    closed: list[tuple[Item, bytes]] = field(default_factory=list)
     receipts: list[Sealed] = field(default_factory=list)
     sealed: set[bytes] = field(default_factory=set)
     # What gate made of the step it let through, for took: (run, item, whether the step
-    # opens the run, the item's leaf if it closes it, the job's energy totals after it).
-    _ready: tuple[bytes, Item, bool, bytes | None, tuple[int, ...]] | None = None
+    # opens the run, whether it closes the item).
+    _ready: tuple[bytes, Item, bool, bool] | None = None
 
     def __post_init__(self) -> None:
         JobBook.__init__(self, self.committed)
@@ -276,25 +287,34 @@ class BatchJobs(JobBook):
                 of_item = self.job(key[0])
                 assert of_item is not None, "an item's job is in the book"
                 entry = of_item
-            leaf, energy = None, entry.energy
-            if d.kind == CLOSED and entry.sealed is None:
-                # A sealed job's receipt lists the item missing, and so do its leaves.
+            # A sealed job's receipt lists the item missing, and so do its leaves.
+            closes = d.kind == CLOSED and entry.sealed is None
+            if closes:
                 if slot is not None:
-                    after = slot.state.after(d.index, d.head, d.step)
+                    state = slot.state
                 else:
                     assert opened is not None, "a close of a run the batch cannot see"
-                    after = RunState.open(*opened).after(d.index, d.head, d.step)
-                made = energy_of(after.energy)
-                energy = entry.energy_with(made)
-                if max(energy) > MAX_U64:
-                    raise ItemEnergyOverflow(
-                        f"item {key[1]}: its energy, with the job's items closed before it,"
-                        " exceeds what a receipt carries (2**64 - 1 uJ an account)")
-                leaf = state_leaf(key[1], after, made)
+                    state = RunState.open(*opened)
+                self._gate_close(key[1], entry, state, d)
         except FleetError as exc:
             return Refused(exc.rule, str(exc), d.host, d.run, d.index)
-        self._ready = (d.run, key, opened is not None, leaf, energy)
+        self._ready = (d.run, key, opened is not None, closes)
         return d
+
+    @staticmethod
+    def _gate_close(index: int, entry: JobEntry, state: RunState, d: Accepted) -> None:
+        """``ItemEnergyOverflow`` if the run's energy after the close ``d``, added to the
+        job's items closed before it, passes 2**64 - 1 in an account. Each account's sum is
+        at most the job's largest total plus all of the run's energy (its accounts' sum,
+        ``spent``, and what the step adds), so below that bound nothing is looked at
+        closer; past it, the exact sums of the state the close leads to decide."""
+        if max(entry.energy) + state.energy.spent + step_uj(d.step) <= MAX_U64:
+            return
+        made = energy_of(state.after(d.index, d.head, d.step).energy)
+        if max(entry.energy_with(made)) > MAX_U64:
+            raise ItemEnergyOverflow(
+                f"item {index}: its energy, with the job's items closed before it,"
+                " exceeds what a receipt carries (2**64 - 1 uJ an account)")
 
     def _gate_open(self, tag: bytes, index: int, run: bytes, grants: bytes
                    ) -> tuple[Item, JobEntry]:
@@ -315,28 +335,33 @@ class BatchJobs(JobBook):
                                     "its job's grant")
         return (job, index), entry
 
-    def took(self, d: Accepted, stream_seq: int) -> None:
-        """After :meth:`gate` let ``d`` through and its step was taken: bind an opened item,
-        give a closed item its leaf (sealing its job with the last one)."""
+    def took(self, d: Accepted, stream_seq: int, runs: Callable[[bytes], RunSlot | None]
+             ) -> None:
+        """After :meth:`gate` let ``d`` through and its step was taken (``runs``: the
+        batch's runs, the step in them): bind an opened item, give a closed item its leaf,
+        made from the run's state the close left (sealing its job with the last one)."""
         ready, self._ready = self._ready, None
         if ready is None or ready[0] != d.run:
             return
-        run, key, opens, leaf, energy = ready
+        run, key, opens, closes = ready
+        job, index = key
         if opens:
             entry = ItemEntry(run, stream_seq)
             self.put_item(key, entry)
             self.bound.append((key, entry))
-            self._own(key[0]).bound += 1
-        if leaf is None:
+            self._own(job).bound += 1
+        if not closes:
             return
-        held = self.item(key)
-        assert held is not None, "a closing item is bound"
-        closed = ItemEntry(run, held.bound, leaf)
-        self.put_item(key, closed)
-        self.closed.append((key, closed))
-        own = self._own(key[0])
+        slot = runs(run)
+        assert slot is not None, "a closing item's step is taken"
+        state = slot.state
+        made = energy_of(state.energy)
+        leaf = state_leaf(index, state, made)
+        self.put_leaf(key, leaf)
+        self.closed.append((key, leaf))
+        own = self._own(job)
         own.closed += 1
-        own.energy = energy
+        own.energy = own.energy_with(made)
         if own.closed == own.items:
             # The receipt's leaf follows this segment's.
             self._seal(own, stream_seq, self.leaves() + 1)
@@ -353,16 +378,19 @@ class BatchJobs(JobBook):
                                     log_size, len(made.missing)))
 
 
-def rebuild(jobs: Iterable[JobEntry], items: Iterable[tuple[Item, ItemEntry]]) -> JobBook:
-    """A committed book from the store's rows (:meth:`JobBook.put_job`, ``put_item``), with
-    each open job's energy totals added up from its closed items' leaves."""
+def rebuild(jobs: Iterable[JobEntry],
+            items: Iterable[tuple[Item, ItemEntry, bytes | None]]) -> JobBook:
+    """A committed book from the store's rows (:meth:`JobBook.put_job`, ``put_item``,
+    ``put_leaf``: each item with its leaf if its run closed), with each open job's energy
+    totals added up from its closed items' leaves."""
     book = JobBook()
     for entry in jobs:
         book.put_job(entry)
-    for key, item in items:
+    for key, item, leaf in items:
         book.put_item(key, item)
-        if item.leaf is not None:
-            made = decode_item_leaf(item.leaf)
+        if leaf is not None:
+            book.put_leaf(key, leaf)
+            made = decode_item_leaf(leaf)
             entry = book.jobs[key[0]]
             if not isinstance(made, int) and entry.sealed is None:
                 entry.energy = entry.energy_with(made.energy)

@@ -224,7 +224,8 @@ class ItemGate(Protocol):
 
     def gate(self, d: Accepted, slot: RunSlot | None) -> Accepted | Refused: ...
 
-    def took(self, d: Accepted, stream_seq: int) -> None: ...
+    def took(self, d: Accepted, stream_seq: int,
+             runs: Callable[[bytes], RunSlot | None]) -> None: ...
 
 
 @dataclass(frozen=True, slots=True)
