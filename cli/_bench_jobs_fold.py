@@ -121,7 +121,9 @@ def measure_fold(runs: int = 2000, per_run: int = 4, repeats: int = 9) -> dict[s
     median over the repeats of the two folds' ratio (``cpu_ratio_median``; ``cpu_ratios``:
     each repeat's, in order) and the ratio of their least CPU times, each batch's least
     over the repeats added up (``cpu_ratio_best``: the machine's load only ever adds time,
-    so the least is the estimate it moves least, as :mod:`timeit` reads its repeats).
+    so the least is the estimate it moves least, as :mod:`timeit` reads its repeats), and
+    from those least times what an item run costs the fold more than a plain run, once
+    (``item_cpu_us``: its gate, binding, leaf, rows and share of the receipt's tree).
 
     Each repeat folds both streams side by side in two fresh ledgers, a batch of one then
     the same batch of the other, the order turning, so a shared machine's load at any
@@ -163,5 +165,6 @@ def measure_fold(runs: int = 2000, per_run: int = 4, repeats: int = 9) -> dict[s
             "items_msgs_per_s": round(item_rate), "ratio": round(item_rate / plain_rate, 3),
             "cpu_ratio_median": round(statistics.median(pairs), 3),
             "cpu_ratio_best": round(sum(least["plain"]) / sum(least["items"]), 3),
+            "item_cpu_us": round((sum(least["items"]) - sum(least["plain"])) / runs * 1e6, 1),
             "cpu_ratios": [round(p, 3) for p in pairs],
             "goal_ratio": 0.95, "repeats": repeats, "batch": _BATCH}

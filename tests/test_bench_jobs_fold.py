@@ -25,5 +25,5 @@ def test_bench_jobs_fold_compares_items_with_plain_runs():
         or abs(fold["ratio"] - fold["items_msgs_per_s"] / fold["plain_msgs_per_s"]) < 0.01
     assert len(fold["cpu_ratios"]) == fold["repeats"] == 9
     assert sorted(fold["cpu_ratios"])[len(fold["cpu_ratios"]) // 2] == fold["cpu_ratio_median"]
-    assert 0 < fold["cpu_ratio_best"] < 10
+    assert 0 < fold["cpu_ratio_best"] < 10 and isinstance(fold["item_cpu_us"], float)
     assert gc.get_freeze_count() == 0
