@@ -20,8 +20,8 @@ step changes an item):
   job: the run's energy after the close, added to the job's items closed before it, stays
   within 2**64 - 1 in each account (``ItemEnergyOverflow``: else the receipt could not be
   built; a bound on the sums clears the usual close at once, and past it the state the
-  close leads to, :meth:`fleet.record.kernel.RunState.after`, is summed exactly). The refusal is the
-  segment's;
+  close leads to, :meth:`fleet.record.kernel.RunState.after`, is summed exactly). The
+  refusal is the segment's;
 - :meth:`BatchJobs.took`, once the step is taken: what the gate made of it is applied (an
   opened item bound to its run, a closed item given its leaf, made from the state the close
   left: :func:`fleet.jobs.sum_tree.state_leaf`, equal to
@@ -212,9 +212,9 @@ class JobBook:
 class BatchJobs(JobBook):
     """The committed book under one batch: its accepted job events (:attr:`accepted`), the
     items it bound and the leaves of those it closed (:attr:`bound`, :attr:`closed`) and
-    the receipts it made
-    (:attr:`receipts`), in stream order, for the store. ``leaves``: how many leaves the
-    fleet log holds before the message being decided (the batch's own included)."""
+    the receipts it made (:attr:`receipts`), in stream order, for the store. ``leaves``:
+    how many leaves the fleet log holds before the message being decided (the batch's own
+    included)."""
 
     committed: JobBook
     leaves: Callable[[], int]
