@@ -30,6 +30,7 @@ from typing import Any
 
 import nats
 import nats.errors
+import nats.js.errors
 from merkle_reference import mth
 from nacl.signing import SigningKey
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
@@ -263,11 +264,16 @@ class HostTraffic:
 # -- reading the stream and the stores ---------------------------------------------------
 
 
+# What a cluster that just re-formed answers while its stream or consumer has no leader yet
+# (a timeout, or JetStream's 503): asked again, it answers once the election is over.
+_NOT_YET = (TimeoutError, nats.errors.TimeoutError, nats.js.errors.ServiceUnavailableError)
+
+
 async def _retry(make: Any, attempts: int = 20) -> Any:
     for attempt in range(attempts):
         try:
             return await make()
-        except (TimeoutError, nats.errors.TimeoutError):
+        except _NOT_YET:
             if attempt == attempts - 1:
                 raise
             await asyncio.sleep(0.5)
@@ -297,9 +303,10 @@ async def _stream_messages(url: str | list[str]) -> list[tuple[int, str, bytes]]
             while seen < last:
                 try:
                     got = await sub.fetch(1000, timeout=5.0)
-                except (TimeoutError, nats.errors.TimeoutError):
+                except _NOT_YET:
                     assert time.monotonic() < deadline_at, "the stream did not deliver"
-                    continue  # a cluster that just re-formed may be slow to answer
+                    await asyncio.sleep(0.2)  # a cluster that just re-formed: ask again
+                    continue
                 for m in got:
                     seen = m.metadata.sequence.stream
                     if m.subject.startswith("fleet.seg."):
