@@ -26,11 +26,26 @@ async def _publish(servers: str | list[str], count: int, replicas: int = 1,
     try:
         js = nc.jetstream()
         if create:  # not after a kill: the meta leader may still be re-electing
-            await js.add_stream(name=STREAM, subjects=["fleet.seg.>"], num_replicas=replicas)
+            await _create_stream(js, replicas)
         batch = os.urandom(4).hex()
         return [await _publish_one(js, b"%d" % i, f"{batch}-{i}") for i in range(count)]
     finally:
         await nc.close()
+
+
+async def _create_stream(js, replicas: int, patience: float = 30.0) -> None:
+    """Create the stream, asking again while a just-formed cluster takes longer than the
+    request's timeout to place an R3 stream (seen under CI load); creating the same stream
+    again is answered with the stream."""
+    deadline = asyncio.get_running_loop().time() + patience
+    while True:
+        try:
+            await js.add_stream(name=STREAM, subjects=["fleet.seg.>"], num_replicas=replicas)
+            return
+        except (nats.js.errors.ServiceUnavailableError, nats.errors.TimeoutError):
+            if asyncio.get_running_loop().time() > deadline:
+                raise
+            await asyncio.sleep(0.2)
 
 
 async def _publish_one(js, payload: bytes, msg_id: str, patience: float = 15.0) -> int:
