@@ -72,7 +72,7 @@ class _Fold:
     """A fresh ledger folding one stream batch by batch (:meth:`step`)."""
 
     def __init__(self, workdir: Path, stream: list[tuple[str, bytes]],
-                 keys: dict[str, SigningKey]) -> None:
+                 keys: dict[str, SigningKey], freeze: bool = True) -> None:
         self.ledger = Ledger(LedgerConfig(data_dir=workdir, servers=[], seal_workers=0))
         for host, key in keys.items():
             self.ledger.store.enroll(host, encode_key(bytes(key.verify_key)))
@@ -80,11 +80,12 @@ class _Fold:
         self.batches = [msgs[first:first + _BATCH] for first in range(0, len(msgs), _BATCH)]
         self.wall = self.cpu = 0.0
         self.cpus: list[float] = []  # each batch's
+        self.freeze = freeze
 
     def step(self, n: int) -> None:
         """Fold batch ``n`` and collect what it left in the young generations, timed (wall
         clock, and this process's CPU time: what other processes on a shared machine
-        change least); then freeze the survivors, untimed."""
+        change least); then freeze the survivors, untimed (unless told not to)."""
         if n >= len(self.batches):
             return
         start, cpu = time.perf_counter(), time.process_time()
@@ -94,7 +95,8 @@ class _Fold:
         self.wall += time.perf_counter() - start
         self.cpu += cpu
         self.cpus.append(cpu)
-        gc.freeze()
+        if self.freeze:
+            gc.freeze()
 
     def close(self) -> int:
         """Close the ledger: the leaves it made."""
@@ -108,7 +110,8 @@ def _side_by_side(folds: list[_Fold], first: int) -> None:
     """Fold the ledgers' streams batch by batch, each batch of one then the same batch of
     the others, the order turning each batch (``first``: who starts)."""
     gc.collect()
-    gc.freeze()
+    if folds[0].freeze:
+        gc.freeze()
     for n in range(max(len(f.batches) for f in folds)):
         turn = (n + first) % len(folds)
         for fold in folds[turn:] + folds[:turn]:
@@ -132,7 +135,10 @@ def measure_fold(runs: int = 2000, per_run: int = 4, repeats: int = 9) -> dict[s
     the young generations; what survives is frozen after (:func:`gc.freeze`), so neither
     ledger's collections walk the other's objects. The whole-heap collections a ledger
     process also makes now and then are left out of both (they walk its long-lived cache,
-    the same for both streams): the ratio is the stricter for it."""
+    the same for both streams): the ratio is the stricter for it.
+
+    A caller that froze objects of its own keeps them frozen: the bench then freezes
+    nothing (``froze``: false), since unfreezing its own would unfreeze the caller's too."""
     keys = {f"h{i}": SigningKey(digest(b"bench-jobs/host%d" % i)) for i in range(_HOSTS)}
     job = JobTerms("bench-fold", runs, bytes(SigningKey(digest(b"bench-jobs/owner"))
                                              .verify_key), bytes(16))
@@ -142,15 +148,17 @@ def measure_fold(runs: int = 2000, per_run: int = 4, repeats: int = 9) -> dict[s
     least: dict[str, list[float]] = {}
     leaves: dict[str, int] = {}
     pairs = []
+    froze = gc.get_freeze_count() == 0
     with tempfile.TemporaryDirectory(prefix="fleet-bench-jobs-") as tmp:
         for r in range(repeats):
             folds: dict[str, _Fold] = {}
             try:
                 for name, stream in streams.items():
-                    folds[name] = _Fold(Path(tmp) / f"{name}-{r}", stream, keys)
+                    folds[name] = _Fold(Path(tmp) / f"{name}-{r}", stream, keys, froze)
                 _side_by_side(list(folds.values()), r)
             finally:
-                gc.unfreeze()
+                if froze:
+                    gc.unfreeze()
                 for name, fold in folds.items():
                     leaves[name] = fold.close()
             for name, fold in folds.items():
@@ -167,4 +175,4 @@ def measure_fold(runs: int = 2000, per_run: int = 4, repeats: int = 9) -> dict[s
             "cpu_ratio_best": round(sum(least["plain"]) / sum(least["items"]), 3),
             "item_cpu_us": round((sum(least["items"]) - sum(least["plain"])) / runs * 1e6, 1),
             "cpu_ratios": [round(p, 3) for p in pairs],
-            "goal_ratio": 0.95, "repeats": repeats, "batch": _BATCH}
+            "goal_ratio": 0.95, "repeats": repeats, "batch": _BATCH, "froze": froze}

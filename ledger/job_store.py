@@ -6,15 +6,23 @@ the receipts the fold made, written in the batch's one transaction (:mod:`ledger
     job_events  (stream_seq PK, kind, signer, job, at_ms, payload)   accepted open/seal events
     jobs        (job PK, name, items, issuer, grant, terms, opened_seq, bound, closed,
                  sealed_seq, receipt, leaf_index)                    one row per job
-    job_items   (job, idx, run, bound_seq, leaf; PK (job, idx))      an item bound to its run,
-                                                                     its sum-tree leaf once closed
+    job_items   (job, idx, run, bound_seq; PK (job, idx))            an item bound to its run
+    job_trees   (job PK, leaves)                                     a sealed job's sum-tree
+                                                                     leaves, in index order
     job_leaves  (leaf_index PK, job, stream_seq, leaf)               receipts' fleet-log leaves
+
+An item is written once, when it is bound. Its leaf is not written at its close: it is a
+function of its run's state, which the close writes to ``runs`` anyway
+(:func:`fleet.jobs.sum_tree.state_leaf`), so an open job's leaves are read from its item
+runs' rows (:func:`item_states`), and a sealed job's are the ones its receipt was made from,
+written once at the seal (``job_trees``; a store sealed before that table gets them from
+the runs' rows too, the receipt's missing list saying which items it left out).
 
 A receipt's leaf is a leaf of the fleet log beside the segments' (whose rowid is their leaf
 index + 1, so a receipt's index is a hole in the segments' rowids): the log's entries are
 the two tables merged by leaf index (:meth:`ledger.store_reads.StoreReads.leaves`). The job
-book (:class:`fleet.fold.job_fold.JobBook`) is rebuilt from ``jobs`` and ``job_items`` when
-the ledger starts, through its one state change.
+book (:class:`fleet.fold.job_fold.JobBook`) is rebuilt from ``jobs``, ``job_items`` and the
+item runs' rows when the ledger starts, through its one state change.
 """
 
 from __future__ import annotations
@@ -27,6 +35,10 @@ from fleet_ledger.fleet.address import PREFIX, format_address, id_text, parse_ad
 from fleet_ledger.fleet.fold.job_events import JobAccepted
 from fleet_ledger.fleet.fold.job_fold import BatchJobs, ItemEntry, JobBook, JobEntry, rebuild
 from fleet_ledger.fleet.jobs.job_id import TAG_SIZE, decode_terms, job_tag, parse_item_unit
+from fleet_ledger.fleet.jobs.receipt import decode_receipt
+from fleet_ledger.fleet.jobs.sum_tree import energy_of, state_leaf
+from fleet_ledger.fleet.record.kinds import CLOSED
+from fleet_ledger.fleet.record.run_codec import decode_state
 from fleet_ledger.fleet.record.seal import decode_key, encode_key
 
 SCHEMA = (
@@ -36,11 +48,14 @@ SCHEMA = (
     " items INTEGER NOT NULL, issuer TEXT NOT NULL, grant_id TEXT, terms BLOB NOT NULL,"
     " opened_seq INTEGER NOT NULL, bound INTEGER NOT NULL, closed INTEGER NOT NULL,"
     " sealed_seq INTEGER, receipt BLOB, leaf_index INTEGER)",
+    # (A store made before leaves were read from the runs' rows has a ``leaf`` column
+    # more here, no longer written or read.)
     "CREATE TABLE IF NOT EXISTS job_items (job TEXT NOT NULL, idx INTEGER NOT NULL,"
-    " run TEXT NOT NULL, bound_seq INTEGER NOT NULL, leaf BLOB, PRIMARY KEY (job, idx))"
-    # Keyed by its primary key alone: each item is written at its bind and again at its
-    # close, and a rowid table would write a second b-tree (its key index) each time.
+    " run TEXT NOT NULL, bound_seq INTEGER NOT NULL, PRIMARY KEY (job, idx))"
+    # Keyed by its primary key alone: a rowid table would write a second b-tree (its key
+    # index) for each item.
     " WITHOUT ROWID",
+    "CREATE TABLE IF NOT EXISTS job_trees (job TEXT PRIMARY KEY, leaves BLOB NOT NULL)",
     "CREATE TABLE IF NOT EXISTS job_leaves (leaf_index INTEGER PRIMARY KEY, job TEXT NOT NULL,"
     " stream_seq INTEGER NOT NULL, leaf BLOB NOT NULL)",
 )
@@ -72,18 +87,13 @@ def write(conn: sqlite3.Connection, events: Sequence[JobAccepted], jobs: BatchJo
           e.opened, e.bound, e.closed, e.sealed, e.receipt,
           receipts[e.job].leaf_index if e.job in receipts else None)
          for e in jobs.jobs.values()])
-    leaves = dict(jobs.closed)
-    texts = {job: format_address(job)
-             for job in {key[0] for key, _held in [*jobs.bound, *jobs.closed]}}
-    # An item bound in this batch is written once, with its leaf if it closed too; one
-    # bound before gets its leaf alone. id_text: the runs' rows of this batch formatted
-    # the same run ids already.
+    texts = {job: format_address(job) for job in {key[0] for key, _entry in jobs.bound}}
+    # id_text: the runs' rows of this batch formatted the same run ids already.
     conn.executemany(
-        "INSERT INTO job_items (job, idx, run, bound_seq, leaf) VALUES (?, ?, ?, ?, ?)",
-        [(texts[key[0]], key[1], id_text(e.run), e.bound, leaves.pop(key, None))
-         for key, e in jobs.bound])
-    conn.executemany("UPDATE job_items SET leaf = ? WHERE job = ? AND idx = ?",
-                     [(leaf, texts[job], index) for (job, index), leaf in leaves.items()])
+        "INSERT INTO job_items (job, idx, run, bound_seq) VALUES (?, ?, ?, ?)",
+        [(texts[key[0]], key[1], id_text(e.run), e.bound) for key, e in jobs.bound])
+    conn.executemany("INSERT INTO job_trees (job, leaves) VALUES (?, ?)",
+                     [(format_address(r.job), b"".join(r.leaves)) for r in jobs.receipts])
     conn.executemany("INSERT INTO job_leaves (leaf_index, job, stream_seq, leaf)"
                      " VALUES (?, ?, ?, ?)",
                      [(r.leaf_index, format_address(r.job), r.stream_seq, r.leaf)
@@ -103,13 +113,22 @@ def load_book(conn: sqlite3.Connection) -> JobBook:
 
 def _items(conn: sqlite3.Connection
            ) -> Iterator[tuple[tuple[bytes, int], ItemEntry, bytes | None]]:
-    """The items of the open jobs, each with its leaf once closed (the book forgets a
-    sealed job's: JobBook.install)."""
-    for job, idx, run, bound, leaf in conn.execute(
-            "SELECT job, idx, run, bound_seq, leaf FROM job_items WHERE job IN"
-            " (SELECT job FROM jobs WHERE sealed_seq IS NULL)"):
+    """The items of the open jobs, each with its leaf once its run closed (the book forgets
+    a sealed job's: JobBook.install). An open job took every close of its items' runs."""
+    for job, idx, run, bound, state in conn.execute(
+            "SELECT i.job, i.idx, i.run, i.bound_seq,"
+            " CASE WHEN r.phase = ? THEN r.state END FROM job_items i JOIN runs r"
+            " ON r.run = i.run WHERE i.job IN (SELECT job FROM jobs WHERE sealed_seq IS NULL)",
+            (CLOSED,)):
         yield ((parse_address(job), idx), ItemEntry(parse_address(run), bound),
-               None if leaf is None else bytes(leaf))
+               None if state is None else state_item_leaf(idx, state))
+
+
+def state_item_leaf(index: int, state: bytes) -> bytes:
+    """The sum-tree leaf of item ``index`` from its closed run's row's state (what the fold
+    made of it at the close: :func:`fleet.jobs.sum_tree.state_leaf`)."""
+    run = decode_state(state)
+    return state_leaf(index, run, energy_of(run.energy))
 
 
 # -- reads (the API, the explorer, the CLI offline) ---------------------------------------------
@@ -147,12 +166,28 @@ def job_row(conn: sqlite3.Connection, job: str) -> dict[str, Any] | None:
     return doc
 
 
-def item_rows(conn: sqlite3.Connection, job: str) -> list[tuple[int, str, int, bytes | None]]:
-    """The job's bound items as (index, run, bound stream seq, leaf or None), by index."""
-    return [(idx, run, seq, None if leaf is None else bytes(leaf))
-            for idx, run, seq, leaf in conn.execute(
-                "SELECT idx, run, bound_seq, leaf FROM job_items WHERE job = ? ORDER BY idx",
-                (job,))]
+def item_rows(conn: sqlite3.Connection, job: str) -> list[tuple[int, str, int, bool]]:
+    """The job's bound items as (index, run, bound stream seq, whether the run is closed),
+    by index. (A sealed job's receipt leaves out an item whose run closed after the seal:
+    its missing list says which.)"""
+    return [(idx, run, seq, phase == CLOSED) for idx, run, seq, phase in conn.execute(
+        "SELECT i.idx, i.run, i.bound_seq, r.phase FROM job_items i JOIN runs r"
+        " ON r.run = i.run WHERE i.job = ? ORDER BY i.idx", (job,))]
+
+
+def item_states(conn: sqlite3.Connection, job: str) -> Iterator[tuple[int, bytes]]:
+    """(index, run state) of the job's items whose run is closed, by index."""
+    for idx, state in conn.execute(
+            "SELECT i.idx, r.state FROM job_items i JOIN runs r ON r.run = i.run"
+            " WHERE i.job = ? AND r.phase = ? ORDER BY i.idx", (job, CLOSED)):
+        yield idx, bytes(state)
+
+
+def sealed_leaves(conn: sqlite3.Connection, job: str) -> bytes | None:
+    """The leaves a sealed job's receipt was made from, concatenated in index order
+    (``None``: not sealed, or sealed before the store kept them)."""
+    row = conn.execute("SELECT leaves FROM job_trees WHERE job = ?", (job,)).fetchone()
+    return None if row is None else bytes(row[0])
 
 
 def item_of_unit(conn: sqlite3.Connection, unit: bytes, run: str) -> dict[str, Any] | None:
@@ -172,14 +207,19 @@ def item_of_unit(conn: sqlite3.Connection, unit: bytes, run: str) -> dict[str, A
     # The text of a job id starts with the base64 digits its tag fixes whole (26: 156 of
     # its 160 bits): the primary key's index finds the few candidates, the tag picks one.
     prefix = format_address(named.tag + bytes(32 - TAG_SIZE))[:len(PREFIX) + TAG_SIZE * 8 // 6]
-    for job, sealed in conn.execute("SELECT job, sealed_seq FROM jobs WHERE job GLOB ?",
-                                    (prefix + "*",)):
+    for job, receipt in conn.execute("SELECT job, receipt FROM jobs WHERE job GLOB ?",
+                                     (prefix + "*",)):
         if job_tag(parse_address(job)) == named.tag:
-            doc.update(job=job, sealed=sealed is not None)
-            row = conn.execute("SELECT run, leaf FROM job_items WHERE job = ? AND idx = ?",
-                               (job, named.index)).fetchone()
+            doc.update(job=job, sealed=receipt is not None)
+            row = conn.execute(
+                "SELECT i.run, r.phase FROM job_items i JOIN runs r ON r.run = i.run"
+                " WHERE i.job = ? AND i.idx = ?", (job, named.index)).fetchone()
             if row is not None and row[0] == run:
-                doc.update(holds=True, closed=row[1] is not None)
+                # Sealed, the receipt says which items it holds (a run closed after the
+                # seal is missing there); open, the job took every close of its items.
+                closed = (named.index not in decode_receipt(bytes(receipt)).missing
+                          if receipt is not None else row[1] == CLOSED)
+                doc.update(holds=True, closed=closed)
             break
     return doc
 

@@ -15,7 +15,7 @@ from fleet_ledger.fleet.jobs.item_proof import tree_item_proof
 from fleet_ledger.fleet.jobs.job_bundle import build_job_bundle
 from fleet_ledger.fleet.jobs.job_id import decode_terms
 from fleet_ledger.fleet.jobs.receipt import decode_receipt, receipt_json, receipt_leaf, seal_leaves
-from fleet_ledger.fleet.jobs.sum_tree import SumTree, encode_item_leaf
+from fleet_ledger.fleet.jobs.sum_tree import SumTree, encode_item_leaf, split_leaves
 from fleet_ledger.fleet.log.anchor_bundle import anchor_fields
 from fleet_ledger.fleet.log.checkpoint import parse_checkpoint
 from fleet_ledger.fleet.log.note import parse_note
@@ -38,13 +38,21 @@ def _job(store: LedgerStore, job: str) -> dict[str, Any]:
     return row
 
 
-def _leaves(store: LedgerStore, job: str, items: int) -> list[bytes]:
-    """The job's sum-tree leaves in index order, a missing leaf for an item without a
-    closed run (:func:`fleet.jobs.job_records.item_from_state`'s rule, as the fold made)."""
+def _leaves(store: LedgerStore, job: str, items: int, receipt: bytes | None) -> list[bytes]:
+    """The job's sum-tree leaves in index order, as the fold made them: a sealed job's, the
+    ones its receipt was made from (``receipt``: its bytes); an open job's, each closed
+    item run's leaf from its state and a missing leaf for the others
+    (:func:`fleet.jobs.job_records.item_from_state`'s rule)."""
+    if receipt is not None:
+        kept = job_store.sealed_leaves(store.conn, job)
+        if kept is not None:
+            return split_leaves(kept)
+    left_out = () if receipt is None else decode_receipt(receipt).missing
     leaves = [encode_item_leaf(i) for i in range(items)]
-    for index, _run, _seq, leaf in job_store.item_rows(store.conn, job):
-        if leaf is not None:
-            leaves[index] = leaf
+    for index, state in job_store.item_states(store.conn, job):
+        # A sealed job's receipt leaves out an item whose run closed after the seal.
+        if index not in left_out:
+            leaves[index] = job_store.state_item_leaf(index, state)
     return leaves
 
 
@@ -86,10 +94,13 @@ def job_status(store: LedgerStore, job: str, with_items: bool = False, first: in
     row = _job(store, job)
     terms = decode_terms(row["terms"])
     sealed = row["receipt"] is not None
+    left_out: tuple[int, ...] = ()  # a sealed job's missing items
     if sealed:
-        stated = receipt_json(decode_receipt(row["receipt"]))
+        receipt = decode_receipt(row["receipt"])
+        left_out = receipt.missing
+        stated = receipt_json(receipt)
     else:
-        stated = receipt_json(seal_leaves(terms, _leaves(store, row["job"], terms.items),
+        stated = receipt_json(seal_leaves(terms, _leaves(store, row["job"], terms.items, None),
                                           store.tree.size()))
     doc: dict[str, Any] = {
         "job": row["job"], "name": terms.name, "items": terms.items, "issuer": row["issuer"],
@@ -105,8 +116,10 @@ def job_status(store: LedgerStore, job: str, with_items: bool = False, first: in
     }
     if with_items:
         rows = job_store.item_rows(store.conn, row["job"])
-        doc["item_runs"] = [{"index": i, "run": run, "bound_seq": seq, "closed": leaf is not None}
-                            for i, run, seq, leaf in rows[first:first + SHOWN_ITEMS]]
+        missing = set(left_out)
+        doc["item_runs"] = [{"index": i, "run": run, "bound_seq": seq,
+                             "closed": closed and i not in missing}
+                            for i, run, seq, closed in rows[first:first + SHOWN_ITEMS]]
         doc["item_runs_more"] = max(0, len(rows) - first - SHOWN_ITEMS)
     return doc
 
@@ -133,7 +146,7 @@ def job_prove(store: LedgerStore, job: str, item: int,
         raise CheckpointWanted(leaf_index + 1)
     size, _root, note = found
     tree, leaves = (trees or JobTrees(1)).get(
-        row["job"], lambda: _leaves(store, row["job"], terms.items))
+        row["job"], lambda: _leaves(store, row["job"], terms.items, row["receipt"]))
     try:
         proof = tree_item_proof(decode_receipt(row["receipt"]).job, tree, item, leaves[item])
     except FleetError as exc:  # pragma: no cover - the store holds what the fold made

@@ -9,6 +9,7 @@ import json
 from click.testing import CliRunner
 
 from fleet_ledger.cli import cli
+from fleet_ledger.cli._bench_jobs_fold import measure_fold
 
 
 def test_bench_jobs_fold_compares_items_with_plain_runs():
@@ -27,3 +28,17 @@ def test_bench_jobs_fold_compares_items_with_plain_runs():
     assert sorted(fold["cpu_ratios"])[len(fold["cpu_ratios"]) // 2] == fold["cpu_ratio_median"]
     assert 0 < fold["cpu_ratio_best"] < 10 and isinstance(fold["item_cpu_us"], float)
     assert gc.get_freeze_count() == 0
+    assert fold["froze"] is True
+
+
+def test_the_fold_bench_leaves_a_callers_frozen_objects_frozen():
+    """Objects the caller froze stay frozen: the bench then freezes (and unfreezes)
+    nothing of its own, and says so."""
+    gc.freeze()
+    try:
+        held = gc.get_freeze_count()
+        assert held > 0
+        fold = measure_fold(runs=8, repeats=1)
+        assert gc.get_freeze_count() == held and fold["froze"] is False
+    finally:
+        gc.unfreeze()

@@ -130,9 +130,22 @@ def test_a_job_sealed_early_lists_its_missing_items(tmp_path: Path):
     # Item 2's run closes after the seal: the run is folded, the receipt (and the leaves
     # an item proof is made from) still have the item missing.
     assert w.rule(open_only.subject, open_only.add(open_only.builder.close())) == "accepted"
-    leaves = job_views._leaves(w.ledger.store, _text(job), 4)
-    made = seal_leaves(decode_receipt(row["receipt"]).terms, leaves, 0)
-    assert made.root == decode_receipt(row["receipt"]).root and made.missing == (0, 2, 3)
+    conn = w.ledger.store.conn
+    receipt = decode_receipt(row["receipt"])
+    kept = job_views._leaves(w.ledger.store, _text(job), 4, row["receipt"])
+    made = seal_leaves(receipt.terms, kept, 0)
+    assert made.root == receipt.root and made.missing == (0, 2, 3)
+    # A store sealed before it kept a sealed job's leaves makes them from the item runs'
+    # rows, leaving out what the receipt lists missing: the same leaves.
+    with conn:
+        conn.execute("DELETE FROM job_trees")
+    assert job_store.sealed_leaves(conn, _text(job)) is None
+    assert job_views._leaves(w.ledger.store, _text(job), 4, row["receipt"]) == kept
+    # Item 2's run is closed, and not in the job: its views say so.
+    assert job_store.item_of_unit(conn, item_unit(job, 2), _text(open_only.run)) == {
+        "job": _text(job), "index": 2, "holds": True, "closed": False, "sealed": True}
+    shown = job_views.job_status(w.ledger.store, _text(job), with_items=True)["item_runs"]
+    assert [(i["index"], i["closed"]) for i in shown] == [(1, True), (2, False)]
 
 
 def test_job_events_are_refused_by_name(tmp_path: Path):

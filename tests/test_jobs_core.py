@@ -63,8 +63,10 @@ from fleet_ledger.fleet.jobs.receipt import (
 from fleet_ledger.fleet.jobs.sum_tree import (
     Item,
     SumTree,
+    add_sums,
     decode_item_leaf,
     encode_item_leaf,
+    encode_sums,
     energy_of,
     fold_path,
     inclusion_path,
@@ -415,6 +417,43 @@ def test_sums_overflow_is_refused_never_wrapped():
     big = [item(t, i)._replace(energy=(2**64 - 1,) + (0,) * 7) for i in range(2)]
     with pytest.raises(SumOverflow):
         seal(t, big, 0)
+
+
+_FIELD_LIMITS = (2**64 - 1,) * 8 + (2**32 - 1,) * 5
+
+
+def test_sums_are_added_field_by_field_and_refused_past_each_field():
+    """add_sums adds the encoded sums as one integer: each field's sum at its limit is
+    taken (however full the others), one past it is SumOverflow in every field, the top
+    one included, and never shows up as a carry into the field above."""
+    full = list(_FIELD_LIMITS)
+    for n, limit in enumerate(_FIELD_LIMITS):
+        left = [0] * 13
+        left[n] = limit // 2 + 1
+        right = list(full)
+        right[n] = limit - left[n]
+        assert add_sums(encode_sums(left), encode_sums(right)) == encode_sums(
+            [a + b for a, b in zip(left, right, strict=True)])
+        assert add_sums(encode_sums(left), encode_sums([0] * 13)) == encode_sums(left)
+        right[n] += 1
+        with pytest.raises(SumOverflow):
+            add_sums(encode_sums(left), encode_sums(right))
+    with pytest.raises(MalformedItemProof):
+        add_sums(encode_sums(full), encode_sums(full)[:-1])
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.integers(0, 2**64 - 1), min_size=13, max_size=13),
+       st.lists(st.integers(0, 2**64 - 1), min_size=13, max_size=13))
+def test_added_sums_agree_with_the_field_by_field_rule(xs: list[int], ys: list[int]):
+    left = [min(x, m) for x, m in zip(xs, _FIELD_LIMITS, strict=True)]
+    right = [min(y, m) for y, m in zip(ys, _FIELD_LIMITS, strict=True)]
+    summed = [a + b for a, b in zip(left, right, strict=True)]
+    if all(v <= m for v, m in zip(summed, _FIELD_LIMITS, strict=True)):
+        assert add_sums(encode_sums(left), encode_sums(right)) == encode_sums(summed)
+    else:
+        with pytest.raises(SumOverflow):
+            add_sums(encode_sums(left), encode_sums(right))
 
 
 def _naive_node(left, right):

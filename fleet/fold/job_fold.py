@@ -115,7 +115,8 @@ class ItemEntry(NamedTuple):
 @dataclass(frozen=True, slots=True)
 class Sealed:
     """A receipt the fold made: the message that sealed the job (``stream_seq``), the
-    receipt's bytes, its fleet-log leaf and that leaf's index (the log's size before it)."""
+    receipt's bytes, its fleet-log leaf and that leaf's index (the log's size before it),
+    and the sum-tree leaves it was made from (index order, a missing item's included)."""
 
     stream_seq: int
     job: bytes
@@ -123,6 +124,7 @@ class Sealed:
     leaf: bytes
     leaf_index: int
     missing: int
+    leaves: list[bytes]
 
 
 class JobBook:
@@ -211,8 +213,10 @@ class JobBook:
 @dataclass
 class BatchJobs(JobBook):
     """The committed book under one batch: its accepted job events (:attr:`accepted`), the
-    items it bound and the leaves of those it closed (:attr:`bound`, :attr:`closed`) and
-    the receipts it made (:attr:`receipts`), in stream order, for the store. ``leaves``:
+    items it bound (:attr:`bound`), the jobs it changed (their copies in :attr:`jobs`) and
+    the receipts it made (:attr:`receipts`), in stream order, for the store (a closed
+    item's leaf is not among them: it is a function of its run's state, which the store
+    writes with the runs). ``leaves``:
     how many leaves the fleet log holds before the message being decided (the batch's own
     included)."""
 
@@ -220,7 +224,6 @@ class BatchJobs(JobBook):
     leaves: Callable[[], int]
     accepted: list[JobAccepted] = field(default_factory=list)
     bound: list[tuple[Item, ItemEntry]] = field(default_factory=list)
-    closed: list[tuple[Item, bytes]] = field(default_factory=list)
     receipts: list[Sealed] = field(default_factory=list)
     sealed: set[bytes] = field(default_factory=set)
     # What gate made of the step it let through, for took: (run, item, whether the step
@@ -236,7 +239,8 @@ class BatchJobs(JobBook):
 
     @property
     def changed(self) -> bool:
-        return bool(self.accepted or self.bound or self.closed)
+        # Every change to a job (an open, a bind, a close, a seal) has its copy here.
+        return bool(self.jobs)
 
     def _own(self, job: bytes) -> JobEntry:
         """The batch's copy of ``job``'s entry (copied on its first change)."""
@@ -358,7 +362,6 @@ class BatchJobs(JobBook):
         made = energy_of(state.energy)
         leaf = state_leaf(index, state, made)
         self.put_leaf(key, leaf)
-        self.closed.append((key, leaf))
         own = self._own(job)
         own.closed += 1
         own.energy = own.energy_with(made)
@@ -367,15 +370,15 @@ class BatchJobs(JobBook):
             self._seal(own, stream_seq, self.leaves() + 1)
 
     def _seal(self, job: JobEntry, stream_seq: int, log_size: int) -> None:
-        leaves = self.item_leaves(job.job, job.items)
-        made = seal_leaves(job.terms, [encode_item_leaf(i) if leaf is None else leaf
-                                       for i, leaf in enumerate(leaves)], log_size)
+        leaves = [encode_item_leaf(i) if leaf is None else leaf
+                  for i, leaf in enumerate(self.item_leaves(job.job, job.items))]
+        made = seal_leaves(job.terms, leaves, log_size)
         receipt = encode_receipt(made)
         job.sealed = stream_seq
         job.receipt = receipt
         self.sealed.add(job.job)
         self.receipts.append(Sealed(stream_seq, job.job, receipt, receipt_leaf(receipt),
-                                    log_size, len(made.missing)))
+                                    log_size, len(made.missing), leaves))
 
 
 def rebuild(jobs: Iterable[JobEntry],

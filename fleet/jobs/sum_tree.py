@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Callable, Iterable, Sequence
-from operator import add, attrgetter, itemgetter
+from operator import attrgetter, itemgetter
 from typing import Final, NamedTuple
 
 from blake3 import blake3
@@ -68,6 +68,7 @@ __all__ = [
     "leaf_path",
     "node_hash",
     "path_length",
+    "split_leaves",
     "state_leaf",
     "subtree_root",
     "verdict_code",
@@ -92,6 +93,10 @@ PRESENT_SIZE: Final = _PRESENT.size
 _MISSING = struct.Struct(">BI")
 MISSING_SIZE: Final = _MISSING.size
 _ENERGY_AT, _VERDICT_AT = 1 + 4 + 3 * 32, 1 + 4 + 3 * 32 + 8 * 8
+# The lowest bit of each field but the last, and the bit above the first: where a carry
+# out of a field lands when the encoded sums are added as one integer (add_sums).
+_CARRIES: Final = sum(1 << (8 * SUMS_SIZE - 64 * n) for n in range(9)) + sum(
+    1 << (32 * n) for n in range(1, 5))
 _COUNT = struct.Struct(">5I")
 _COUNTS: Final = {code: _COUNT.pack(*(int(c == code) for c in range(1, 6))) for code in VERDICTS}
 _MISSING_SUMS: Final = bytes(64) + _COUNT.pack(0, 0, 0, 0, 1)
@@ -224,6 +229,21 @@ def decode_item_leaf(data: bytes) -> Item | int:
     return item
 
 
+def split_leaves(data: bytes) -> list[bytes]:
+    """Leaves written one after the other (``b"".join(leaves)``) taken apart again, each
+    leaf's length told by its first byte; :class:`MalformedItemProof` for bytes that are
+    not whole leaves."""
+    leaves = []
+    at, end = 0, len(data)
+    while at < end:
+        size = PRESENT_SIZE if data[at] == 1 else MISSING_SIZE if data[at] == 0 else 0
+        if not size or at + size > end:
+            raise MalformedItemProof(f"the bytes at {at} of {end} are not a whole item leaf")
+        leaves.append(data[at:at + size])
+        at += size
+    return leaves
+
+
 def encode_sums(sums: Sequence[int]) -> bytes:
     """The 84 bytes of 13 sums, or :class:`SumOverflow` for one past its width."""
     if len(sums) != 13 or any(not 0 <= s <= m for s, m in zip(sums, _LIMITS, strict=True)):
@@ -238,12 +258,20 @@ def decode_sums(data: bytes) -> tuple[int, ...]:
 
 
 def add_sums(a: bytes, b: bytes) -> bytes:
-    """Two encoded sums added field by field, or :class:`SumOverflow`."""
-    try:
-        # struct refuses a value past its field's width: the overflow check is the packing.
-        return _SUMS.pack(*map(add, _SUMS.unpack(a), _SUMS.unpack(b)))
-    except struct.error as exc:
-        raise SumOverflow("a sum of the job's tree exceeds its field's width") from exc
+    """Two encoded sums added field by field, or :class:`SumOverflow`.
+
+    The fields are big-endian and back to back, so the two 84-byte strings added as
+    integers are the field-by-field sums exactly when no field carries into the one above
+    it (or out of the top): the carry into each bit is that bit of ``a ^ b ^ sum``, read
+    at each field's lowest bit. Half the time of unpacking 13 fields twice and packing
+    their sums, once per node of every tree."""
+    x, y = int.from_bytes(a), int.from_bytes(b)
+    total = x + y
+    if len(a) != SUMS_SIZE or len(b) != SUMS_SIZE or (x ^ y ^ total) & _CARRIES:
+        if len(a) != SUMS_SIZE or len(b) != SUMS_SIZE:
+            raise MalformedItemProof(f"sums are {SUMS_SIZE} bytes")
+        raise SumOverflow("a sum of the job's tree exceeds its field's width")
+    return total.to_bytes(SUMS_SIZE)
 
 
 def leaf_node(leaf: bytes) -> Node:
