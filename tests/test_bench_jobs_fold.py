@@ -17,14 +17,15 @@ def test_bench_jobs_fold_compares_items_with_plain_runs():
     segment (and the receipt) became a leaf, or the bench fails. The bench freezes each
     batch's survivors while it runs and leaves nothing frozen after."""
     out = CliRunner().invoke(cli, ["bench", "jobs", "--items", "50", "--proofs", "1",
-                                   "--verifies", "5", "--fold-runs", "60", "--json"])
+                                   "--verifies", "5", "--fold-runs", "60", "--fold-repeats", "5",
+                                   "--json"])
     assert out.exit_code == 0, out.output
     fold = json.loads(out.output)["fold"]
     assert fold["runs"] == 60 and fold["segments"] == 240 and fold["goal_ratio"] == 0.95
     assert fold["plain_msgs_per_s"] > 0 and fold["items_msgs_per_s"] > 0
     assert fold["ratio"] == round(fold["items_msgs_per_s"] / fold["plain_msgs_per_s"], 3) \
         or abs(fold["ratio"] - fold["items_msgs_per_s"] / fold["plain_msgs_per_s"]) < 0.01
-    assert len(fold["cpu_ratios"]) == fold["repeats"] == 9
+    assert len(fold["cpu_ratios"]) == fold["repeats"] == 5
     assert sorted(fold["cpu_ratios"])[len(fold["cpu_ratios"]) // 2] == fold["cpu_ratio_median"]
     assert 0 < fold["cpu_ratio_best"] < 10 and isinstance(fold["item_cpu_us"], float)
     assert gc.get_freeze_count() == 0
