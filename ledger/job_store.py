@@ -185,7 +185,11 @@ def item_states(conn: sqlite3.Connection, job: str) -> Iterator[tuple[int, bytes
 
 def sealed_leaves(conn: sqlite3.Connection, job: str) -> bytes | None:
     """The leaves a sealed job's receipt was made from, concatenated in index order
-    (``None``: not sealed, or sealed before the store kept them)."""
+    (``None``: not sealed, or sealed before the store kept them; a read-only reader of
+    such a store may not even find the table)."""
+    if conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND"
+                    " name = 'job_trees'").fetchone() is None:
+        return None
     row = conn.execute("SELECT leaves FROM job_trees WHERE job = ?", (job,)).fetchone()
     return None if row is None else bytes(row[0])
 

@@ -16,7 +16,8 @@ def test_bench_jobs_json_has_the_seal_and_proof_figures():
                                    "--verifies", "20", "--fold-runs", "0", "--json"])
     assert out.exit_code == 0, out.output
     figures = json.loads(out.output)
-    assert "fold" not in figures and figures["seal"]["items"] == 300 and figures["seal"]["missing"] == 6
+    assert "fold" not in figures
+    assert figures["seal"]["items"] == 300 and figures["seal"]["missing"] == 6
     assert {"seal_s", "items_per_s", "peak_rss_mb", "receipt_bytes"} <= set(figures["seal"])
     # 300 items: at most 9 path nodes of 116 bytes after the 56-byte head, a leaf, a count.
     assert figures["proof"]["proof_bytes_max"] <= 56 + 174 + 1 + 9 * 116

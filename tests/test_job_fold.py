@@ -141,6 +141,9 @@ def test_a_job_sealed_early_lists_its_missing_items(tmp_path: Path):
         conn.execute("DELETE FROM job_trees")
     assert job_store.sealed_leaves(conn, _text(job)) is None
     assert job_views._leaves(w.ledger.store, _text(job), 4, row["receipt"]) == kept
+    with conn:
+        conn.execute("DROP TABLE job_trees")  # an older store, read without creating it
+    assert job_views._leaves(w.ledger.store, _text(job), 4, row["receipt"]) == kept
     # Item 2's run is closed, and not in the job: its views say so.
     assert job_store.item_of_unit(conn, item_unit(job, 2), _text(open_only.run)) == {
         "job": _text(job), "index": 2, "holds": True, "closed": False, "sealed": True}
