@@ -180,6 +180,21 @@ def test_messages_at_or_below_the_watermark_are_not_decided_again():
     assert decided.items == [] and decided.top == 4 and decided.changes.runs == {}
 
 
+def test_a_message_redelivered_within_its_batch_is_decided_once():
+    """A consumer redelivers what was not acked when its server restarted, and a pull
+    waiting across the restart gets both copies: the same stream sequence twice in one
+    batch. Decided again, the second copy was refused as a Replay of the first (a refusal
+    recorded for a message that was folded, and a notice to its host). It is skipped, and
+    a genuine replay (segment 2 again under another stream sequence) is still refused."""
+    _r, msgs, hosts = _batch()
+    delivered = [*msgs[:3], *msgs[:3], msgs[3]]  # 1 2 3, then 1 2 3 redelivered, then 4
+    decided = _decide_alone(delivered, hosts, 0)
+    assert [(i.stream_seq, type(i.decision).__name__ if isinstance(i.decision, Accepted)
+             else i.decision.rule) for i in decided.items] == [
+        (1, "Accepted"), (2, "Accepted"), (3, "Accepted"), (4, "Replay")]
+    assert decided.top == 4
+
+
 def test_batch_heads_gather_accepted_heads_only_and_fall_back_to_the_store():
     """The overlay answers heads accepted in the batch and, for any other, the store's."""
     r, msgs, hosts = _batch()

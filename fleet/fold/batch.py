@@ -209,7 +209,13 @@ def decide_batch(
     append = items.append
     for (seq, subject, data), kind, at_ms, wire, seal_ok, parsed in zip(
             msgs, routes, times, wires, seals, addresses, strict=True):
-        if seq <= watermark:
+        # At or below the watermark: folded by an earlier batch. At or below the batch's own
+        # top: a redelivery of a message this batch already holds (a consumer redelivers
+        # what was not acked when its server restarted, and the pull that was waiting gets
+        # both copies); decided again it would be refused as a Replay of itself. The shell
+        # lets only such redeliveries through below the top (ledger.service's
+        # _check_contiguous refuses a hole).
+        if seq <= top:
             continue
         decision: Accepted | Refused | ControlAccepted | GrantAccepted | JobAccepted
         if kind == GRANT:
