@@ -36,7 +36,7 @@ from fleet_ledger.fleet.fold.job_events import JobAccepted
 from fleet_ledger.fleet.fold.job_fold import BatchJobs, ItemEntry, JobBook, JobEntry, rebuild
 from fleet_ledger.fleet.jobs.job_id import TAG_SIZE, decode_terms, job_tag, parse_item_unit
 from fleet_ledger.fleet.jobs.receipt import decode_receipt
-from fleet_ledger.fleet.jobs.sum_tree import energy_of, state_leaf
+from fleet_ledger.fleet.jobs.sum_tree import encode_item_leaf, item_of
 from fleet_ledger.fleet.record.kinds import CLOSED
 from fleet_ledger.fleet.record.run_codec import decode_state
 from fleet_ledger.fleet.record.seal import decode_key, encode_key
@@ -125,10 +125,10 @@ def _items(conn: sqlite3.Connection
 
 
 def state_item_leaf(index: int, state: bytes) -> bytes:
-    """The sum-tree leaf of item ``index`` from its closed run's row's state (what the fold
-    made of it at the close: :func:`fleet.jobs.sum_tree.state_leaf`)."""
-    run = decode_state(state)
-    return state_leaf(index, run, energy_of(run.energy))
+    """The sum-tree leaf of item ``index`` from its closed run's row's state: the core's
+    item of that state (:func:`fleet.jobs.sum_tree.item_of`, the leaf the fold made at the
+    close), encoded and checked."""
+    return encode_item_leaf(item_of(index, decode_state(state)))
 
 
 # -- reads (the API, the explorer, the CLI offline) ---------------------------------------------

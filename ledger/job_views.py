@@ -47,7 +47,7 @@ def _leaves(store: LedgerStore, job: str, items: int, receipt: bytes | None) -> 
         kept = job_store.sealed_leaves(store.conn, job)
         if kept is not None:
             return split_leaves(kept)
-    left_out = () if receipt is None else decode_receipt(receipt).missing
+    left_out = set() if receipt is None else set(decode_receipt(receipt).missing)
     leaves = [encode_item_leaf(i) for i in range(items)]
     for index, state in job_store.item_states(store.conn, job):
         # A sealed job's receipt leaves out an item whose run closed after the seal.

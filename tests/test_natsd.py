@@ -9,6 +9,7 @@ import time
 
 import nats
 import pytest
+from nats.js import JetStreamContext
 
 from fleet_ledger.fleet.subjects import STREAM
 from fleet_ledger.plumbing.natsd import SERVER_ENV, NatsCluster, NatsServer, NatsServerError
@@ -33,7 +34,7 @@ async def _publish(servers: str | list[str], count: int, replicas: int = 1,
         await nc.close()
 
 
-async def _create_stream(js, replicas: int, patience: float = 30.0) -> None:
+async def _create_stream(js: JetStreamContext, replicas: int, patience: float = 30.0) -> None:
     """Create the stream, asking again while a just-formed cluster takes longer than the
     request's timeout to place an R3 stream (seen under CI load); creating the same stream
     again is answered with the stream."""
@@ -48,7 +49,8 @@ async def _create_stream(js, replicas: int, patience: float = 30.0) -> None:
             await asyncio.sleep(0.2)
 
 
-async def _publish_one(js, payload: bytes, msg_id: str, patience: float = 15.0) -> int:
+async def _publish_one(js: JetStreamContext, payload: bytes, msg_id: str,
+                       patience: float = 15.0) -> int:
     """Publish, retrying while a just-created (or just re-elected) R3 stream has no leader
     to answer yet: a moment of no-responders is the server's normal behaviour then. The
     message id makes a retry whose first try did land come back as that same message."""

@@ -265,11 +265,11 @@ def add_sums(a: bytes, b: bytes) -> bytes:
     it (or out of the top): the carry into each bit is that bit of ``a ^ b ^ sum``, read
     at each field's lowest bit. Half the time of unpacking 13 fields twice and packing
     their sums, once per node of every tree."""
+    if len(a) != SUMS_SIZE or len(b) != SUMS_SIZE:
+        raise MalformedItemProof(f"sums are {SUMS_SIZE} bytes")
     x, y = int.from_bytes(a), int.from_bytes(b)
     total = x + y
-    if len(a) != SUMS_SIZE or len(b) != SUMS_SIZE or (x ^ y ^ total) & _CARRIES:
-        if len(a) != SUMS_SIZE or len(b) != SUMS_SIZE:
-            raise MalformedItemProof(f"sums are {SUMS_SIZE} bytes")
+    if (x ^ y ^ total) & _CARRIES:
         raise SumOverflow("a sum of the job's tree exceeds its field's width")
     return total.to_bytes(SUMS_SIZE)
 
